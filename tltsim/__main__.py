@@ -1,0 +1,5 @@
+import sys
+
+from tltsim.cli import main
+
+sys.exit(main())
