@@ -1,4 +1,13 @@
-"""Response-length traces: schema, file formats, statistics, synthetic generators."""
-from tltsim.trace.schema import OPTIONAL, REQUIRED, Trace, TraceMeta, validate
+"""Response-length traces: schema, file formats, statistics, synthetic generators.
 
-__all__ = ["Trace", "TraceMeta", "validate", "REQUIRED", "OPTIONAL"]
+    load(path) -> Trace          Parquet / CSV / JSONL, verl-style JSONL, Vidur CSV
+    save(trace, path)            atomically, metadata kept
+    stats(trace) -> dict         per-step and overall length figures, tail share
+    synth(family, ...) -> Trace  seeded synthetic traces (families in FAMILIES)
+"""
+from tltsim.trace.formats import load, save
+from tltsim.trace.schema import OPTIONAL, REQUIRED, Trace, TraceMeta, validate
+from tltsim.trace.stats import stats, tail_share
+from tltsim.trace.synth import FAMILIES, synth
+
+__all__ = ["Trace", "TraceMeta", "validate", "REQUIRED", "OPTIONAL", "load", "save", "stats", "tail_share", "synth", "FAMILIES"]

@@ -5,7 +5,7 @@ Columns (DESIGN.md "one record schema"):
     step          int   RL step the response belongs to (0-based, need not be contiguous)
     prompt_id     int   prompt within the step; a prompt's `group_size` samples share it
     sample        int   index of the sample within its prompt's group, 0..group_size-1
-    prompt_len    int   prompt tokens (>= 1)
+    prompt_len    int   prompt tokens (>= 0)
     response_len  int   generated tokens (>= 1, <= meta.max_response_len)
     reward        float optional
     finished      bool  optional; False = truncated at the cap
@@ -15,7 +15,7 @@ Sim and real write the same schema, so every table and plot works on both.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -41,8 +41,21 @@ class TraceMeta:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TraceMeta":
+    def from_dict(cls, d: dict, path=None) -> "TraceMeta":
+        """Build from a dict as `to_dict` writes it; unknown keys are ignored.
+
+        Raises TltsimError naming `path` when a field has the wrong type.
+        """
+        if not isinstance(d, dict):
+            raise TltsimError(f"{where(path)}trace metadata must be a JSON object, got {type(d).__name__}")
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        for k in ("source", "model", "provenance"):
+            if k in known and not isinstance(known[k], str):
+                raise TltsimError(f"{where(path)}metadata field {k!r} must be text, got {known[k]!r}")
+        for k in ("max_response_len", "group_size"):
+            v = known.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise TltsimError(f"{where(path)}metadata field {k!r} must be a positive integer or null, got {v!r}")
         return cls(**known)
 
 
@@ -57,9 +70,10 @@ class Trace:
     def from_frame(cls, df: pd.DataFrame, meta: TraceMeta | None = None, path=None) -> "Trace":
         """Validate `df` against the schema and return a Trace with canonical dtypes.
 
+        `meta` is copied, not modified; a missing group_size is filled in from the data.
         Raises TltsimError naming `path`, the row and the column of the first problem.
         """
-        meta = meta or TraceMeta()
+        meta = replace(meta) if meta is not None else TraceMeta()
         df = validate(df, meta, path=path)
         if meta.group_size is None:
             meta.group_size = int(df.groupby(["step", "prompt_id"]).size().iloc[0])
@@ -146,33 +160,88 @@ def _row(i: int) -> int:
     return i + 1
 
 
+# Larger integers cannot all be represented exactly once a reader has parsed them as floats.
+MAX_INT = 2**53
+
+
+def _fail(path, i: int, col: str, value, what: str) -> TltsimError:
+    shown = "an empty value" if _is_missing(value) else repr(value)
+    return TltsimError(f"{where(path, _row(i), col)}{shown} {what}")
+
+
+def _is_missing(v) -> bool:
+    return v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
+
+
+def _parse_number(v) -> float | None:
+    """A real number from an int, float or numeric string; None for anything else (bools included)."""
+    if isinstance(v, (bool, np.bool_)) or _is_missing(v):
+        return None
+    if isinstance(v, (int, np.integer)):
+        return float(v) if abs(int(v)) <= MAX_INT else float("inf")
+    if isinstance(v, (float, np.floating)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def whole_number(v) -> int | None:
+    """`v` as an int when it is a whole number (an int, a whole float such as 3.0, or a numeric
+    string such as "3") of magnitude at most 2**53; None for anything else, bools included."""
+    x = _parse_number(v)
+    if x is None or not np.isfinite(x) or x % 1 != 0 or abs(x) > MAX_INT:
+        return None
+    return int(x)
+
+
 def _as_int(s: pd.Series, col: str, path) -> pd.Series:
-    num = pd.to_numeric(s, errors="coerce")
-    bad = num.isna() | ~np.isfinite(num.astype("float64")) | (num.astype("float64") % 1 != 0)
+    """Whole numbers as int64: ints, whole floats (3.0) and numeric strings ("3", "3.0") pass;
+    bools, fractions, NaN, inf, empty cells, text and magnitudes over 2**53 raise TltsimError."""
+    fix = f"{col} must be a whole number"
+    if pd.api.types.is_bool_dtype(s.dtype) or not pd.api.types.is_numeric_dtype(s.dtype):
+        vals = [_parse_number(v) for v in s.tolist()]
+        num = np.array([np.nan if v is None else v for v in vals], dtype="float64")
+    elif pd.api.types.is_integer_dtype(s.dtype) and not s.isna().any():
+        num = s.to_numpy(dtype="int64")
+        bad = np.abs(num) > MAX_INT
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(path, i, col, s.iloc[i], f"is too large; {fix} of at most 2**53")
+        return s.astype("int64")
+    else:
+        num = s.to_numpy(dtype="float64", na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(num) | (num % 1 != 0) | (np.abs(num) > MAX_INT)
     if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TltsimError(
-            f"{where(path, _row(i), col)}{s.iloc[i]!r} is not a whole number; {col} must be an integer"
-        )
-    return num.astype("int64")
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(path, i, col, s.iloc[i], f"is not a whole number of at most 2**53; {fix}")
+    return pd.Series(num.astype("int64"), index=s.index)
 
 
 def _as_float(s: pd.Series, col: str, path) -> pd.Series:
-    num = pd.to_numeric(s, errors="coerce")
-    bad = num.isna() & s.notna()
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TltsimError(f"{where(path, _row(i), col)}{s.iloc[i]!r} is not a number")
-    return num.astype("float64")
+    """Finite reals as float64; empty cells become NaN (not recorded); text, bools and inf raise."""
+    vals = s.tolist()
+    num = np.empty(len(vals), dtype="float64")
+    for i, v in enumerate(vals):
+        x = np.nan if _is_missing(v) else _parse_number(v)
+        if x is None or np.isinf(x):
+            raise _fail(path, i, col, v, f"is not a finite number; {col} must be a number or empty")
+        num[i] = x
+    return pd.Series(num, index=s.index)
 
 
-_TRUE = {"true", "1", "yes", "t", "y"}
-_FALSE = {"false", "0", "no", "f", "n"}
+_TRUE = {"true", "1", "yes", "t", "y", "1.0"}
+_FALSE = {"false", "0", "no", "f", "n", "0.0"}
 
 
 def _as_bool(s: pd.Series, path) -> pd.Series:
-    if s.dtype == bool:
-        return s
+    """Booleans from bools, 0/1 and true/false/yes/no text; anything else (empty included) raises."""
+    if pd.api.types.is_bool_dtype(s.dtype) and not s.isna().any():
+        return s.astype(bool)
     out = []
     for i, v in enumerate(s.tolist()):
         t = str(v).strip().lower()
@@ -183,5 +252,5 @@ def _as_bool(s: pd.Series, path) -> pd.Series:
         elif t in _FALSE:
             out.append(False)
         else:
-            raise TltsimError(f"{where(path, _row(i), 'finished')}{v!r} is not a boolean; use true/false")
+            raise _fail(path, i, "finished", v, "is not a boolean; use true or false")
     return pd.Series(out, index=s.index, dtype=bool)

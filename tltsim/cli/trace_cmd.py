@@ -1,0 +1,101 @@
+"""`tltsim trace stats | synth | convert`: inspect, generate and convert response-length traces."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from tltsim.errors import TltsimError
+from tltsim.trace import FAMILIES, load, save, stats, synth
+from tltsim.trace.formats import SUFFIXES
+from tltsim.trace.schema import Trace, TraceMeta
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("trace", help="inspect, generate and convert response-length traces")
+    sub = p.add_subparsers(dest="trace_command", required=True)
+
+    s = sub.add_parser("stats", help="per-step and overall length statistics, tail share")
+    s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; verl-style JSONL and Vidur CSV too)")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    s.set_defaults(func=_stats)
+
+    g = sub.add_parser("synth", help="generate a synthetic trace from a named family")
+    g.add_argument("family", help=f"one of {', '.join(FAMILIES)}")
+    g.add_argument("--steps", type=int, required=True, help="RL steps")
+    g.add_argument("--prompts", type=int, required=True, help="prompts per step")
+    g.add_argument("--group", type=int, required=True, help="samples per prompt (GRPO n)")
+    g.add_argument("--max-len", type=int, required=True, help="generation cap; longer responses are truncated")
+    g.add_argument("--seed", type=int, required=True, help="seed of the generator")
+    g.add_argument("--drift", type=float, help="relative growth of lengths per step (0.02 = +2%% a step)")
+    g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a family parameter (repeatable), e.g. --param rho=0.3")
+    g.add_argument("-o", "--output", required=True, help=f"output file ({', '.join(SUFFIXES)})")
+    g.set_defaults(func=_synth)
+
+    c = sub.add_parser("convert", help="convert between formats (and import verl / Vidur logs)")
+    c.add_argument("input", help="trace file to read")
+    c.add_argument("output", help=f"file to write ({', '.join(SUFFIXES)})")
+    c.add_argument("--max-len", type=int, help="declare the generation cap (e.g. for logs that do not record it)")
+    c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
+    c.set_defaults(func=_convert)
+
+
+def _stats(args) -> int:
+    trace = load(args.file)
+    st = stats(trace)
+    if args.json:
+        print(json.dumps(st))
+        return 0
+    m = trace.meta
+    cap = m.max_response_len if m.max_response_len is not None else "unknown"
+    print(f"{args.file}: source {m.source}, model {m.model}, cap {cap}, group {m.group_size}, "
+          f"{st['steps']} steps, {st['responses']} responses")
+    print(_table(st))
+    return 0
+
+
+def _table(st: dict) -> str:
+    head = ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%"]
+    rows = [_row(str(e["step"]), e) for e in st["per_step"]] + [_row("all", st)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows)
+
+
+def _row(label: str, e: dict) -> list[str]:
+    trunc = "-" if e["truncated_fraction"] is None else f"{100 * e['truncated_fraction']:.1f}"
+    return [label, str(e["responses"]), f"{e['mean']:.0f}", f"{e['median']:.0f}", f"{e['p90']:.0f}",
+            f"{e['p99']:.0f}", str(e["max"]), f"{e['max_over_median']:.2f}", trunc, f"{100 * e['tail_share']:.1f}"]
+
+
+def _synth(args) -> int:
+    params = _params(args.param)
+    if args.drift is not None:
+        params["drift"] = args.drift
+    trace = synth(args.family, args.steps, args.prompts, args.group, args.max_len, args.seed, **params)
+    save(trace, args.output)
+    print(f"wrote {args.output}: {args.steps} steps x {args.prompts} prompts x {args.group} samples "
+          f"({len(trace.df)} responses), family {args.family}")
+    return 0
+
+
+def _params(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise TltsimError(f"--param {item!r}: expected NAME=VALUE with a number, e.g. --param rho=0.3")
+    return out
+
+
+def _convert(args) -> int:
+    trace = load(args.input, requests_per_step=args.requests_per_step)
+    if args.max_len is not None:
+        meta = TraceMeta.from_dict({**trace.meta.to_dict(), "max_response_len": args.max_len}, path="--max-len")
+        trace = Trace.from_frame(trace.df, meta, path=args.input)
+    save(trace, args.output)
+    print(f"wrote {args.output}: {len(trace.df)} responses in {len(trace.steps)} steps, source {trace.meta.source}")
+    return 0

@@ -1,0 +1,187 @@
+"""Reading and writing traces: Parquet (primary), CSV and JSONL, plus format sniffing.
+
+`load(path)` picks the reader from the suffix and, within a suffix, from the content:
+
+    .parquet  our schema; TraceMeta in the Parquet schema metadata (key b"tltsim.meta")
+    .csv      our schema, or a Vidur request trace when the header has
+              arrived_at, num_prefill_tokens, num_decode_tokens and no response_len
+    .jsonl    our schema (one response per line), or a verl-style length log when the
+              first record has an "output" list (one prompt per line)
+
+CSV and JSONL keep the metadata in a sidecar `<file>.meta.json` (e.g. `t.csv.meta.json`);
+without one the trace gets default metadata. `save` writes atomically: readers see the
+old file or the new one, never half of one.
+
+Every failure a file can cause (missing, unreadable, corrupt, bad values) raises
+TltsimError naming the file, and the line, row or column where it applies.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tltsim.errors import TltsimError, where
+from tltsim.io import atomic_path, write_json
+from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
+from tltsim.trace.schema import REQUIRED, Trace, TraceMeta
+
+SUFFIXES = (".parquet", ".csv", ".jsonl")
+META_KEY = b"tltsim.meta"
+
+
+def load(path, requests_per_step: int | None = None) -> Trace:
+    """Read and validate a trace from `path` (see the module docstring for the formats).
+
+    `requests_per_step` applies to Vidur traces only (see `frame_from_vidur`).
+    Raises TltsimError for a missing or unreadable file, an unknown suffix or bad content.
+    """
+    path = Path(path)
+    suffix = _suffix(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "does not exist"
+        raise TltsimError(f"{path} {what}; give the path of a trace file ({', '.join(SUFFIXES)})")
+    if suffix == ".csv":
+        return _load_csv(path, requests_per_step)
+    if requests_per_step is not None:
+        raise TltsimError(f"{path}: requests_per_step applies to Vidur CSV traces only; drop it")
+    return _load_parquet(path) if suffix == ".parquet" else _load_jsonl(path)
+
+
+def save(trace: Trace, path) -> Path:
+    """Write `trace` to `path` in the format its suffix names, atomically; return the path.
+
+    Parquet carries the metadata inside the file; CSV and JSONL get `<file>.meta.json`
+    beside them (written after the data).
+    """
+    path = Path(path)
+    suffix = _suffix(path)
+    with atomic_path(path) as tmp:
+        if suffix == ".parquet":
+            table = pa.Table.from_pandas(trace.df, preserve_index=False)
+            meta = dict(table.schema.metadata or {})
+            meta[META_KEY] = json.dumps(trace.meta.to_dict(), sort_keys=True).encode()
+            pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd")
+        elif suffix == ".csv":
+            trace.df.to_csv(tmp, index=False)
+        else:
+            tmp.write_text(_jsonl_text(trace.df), encoding="utf-8")
+    if suffix != ".parquet":
+        write_json(sidecar(path), trace.meta.to_dict())
+    return path
+
+
+def sidecar(path) -> Path:
+    """The metadata file that accompanies a CSV or JSONL trace."""
+    path = Path(path)
+    return path.with_name(path.name + ".meta.json")
+
+
+def _jsonl_text(df: pd.DataFrame) -> str:
+    """One JSON object per row; floats written exactly (repr), a missing reward as null."""
+    lines = []
+    for rec in df.to_dict("records"):
+        clean = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
+        lines.append(json.dumps(clean) + "\n")
+    return "".join(lines)
+
+
+def _suffix(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise TltsimError(
+            f"{path}: unknown trace format {suffix or '(no suffix)'!r}; use one of {', '.join(SUFFIXES)}"
+        )
+    return suffix
+
+
+def _load_parquet(path: Path) -> Trace:
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise TltsimError(f"{path}: not a readable Parquet file ({_first_line(e)}); re-create it with `tltsim trace convert`")
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    meta = TraceMeta()
+    if raw is not None:
+        try:
+            meta = TraceMeta.from_dict(json.loads(raw), path=f"{path} (metadata)")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise TltsimError(f"{path}: the tltsim metadata is not valid JSON ({e}); re-save the trace")
+    try:
+        df = table.to_pandas()
+    except (pa.ArrowException, ValueError, TypeError) as e:
+        raise TltsimError(f"{path}: cannot convert the Parquet columns ({_first_line(e)}); use plain numeric columns")
+    return Trace.from_frame(df, meta, path=path)
+
+
+def _load_csv(path: Path, requests_per_step: int | None) -> Trace:
+    try:
+        # All cells as text: the schema converts them, so "3.5" or "x" in a length is reported, not coerced.
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except pd.errors.EmptyDataError:
+        raise TltsimError(f"{path}: the file is empty; a CSV trace needs a header row and data rows")
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise TltsimError(f"{path}: not a readable CSV file ({_first_line(e)}); check the quoting and field counts")
+    df.columns = [str(c).strip() for c in df.columns]
+    if "response_len" not in df.columns and all(c in df.columns for c in VIDUR_COLUMNS):
+        df, meta = frame_from_vidur(df, path, requests_per_step)
+        return Trace.from_frame(df, meta, path=path)
+    if "response_len" not in df.columns:
+        raise TltsimError(
+            f"{path}: missing column 'response_len'; a CSV trace needs {', '.join(REQUIRED)}, "
+            f"or the Vidur columns {', '.join(VIDUR_COLUMNS)}"
+        )
+    if requests_per_step is not None:
+        raise TltsimError(f"{path}: requests_per_step applies to Vidur CSV traces only; drop it")
+    return Trace.from_frame(df, _read_sidecar(path), path=path)
+
+
+def _load_jsonl(path: Path) -> Trace:
+    records = _read_jsonl(path)
+    if not records:
+        raise TltsimError(f"{path}: the file has no records; a JSONL trace needs one JSON object per line")
+    _, first = records[0]
+    if isinstance(first.get("output"), list):
+        df, meta = frame_from_verl(records, path)
+        return Trace.from_frame(df, meta, path=path)
+    df = pd.DataFrame([r for _, r in records])
+    return Trace.from_frame(df, _read_sidecar(path), path=path)
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; bad JSON or a non-object raises TltsimError."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise TltsimError(f"{path}: cannot read the file as UTF-8 text ({_first_line(e)})")
+    records = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line must be one JSON object")
+        if not isinstance(obj, dict):
+            raise TltsimError(f"{path}, line {n}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object")
+        records.append((n, obj))
+    return records
+
+
+def _read_sidecar(path: Path) -> TraceMeta:
+    side = sidecar(path)
+    if not side.exists():
+        return TraceMeta()
+    try:
+        d = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise TltsimError(f"{side}: not valid JSON ({_first_line(e)}); fix it or delete it to use default metadata")
+    return TraceMeta.from_dict(d, path=side)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,91 @@
+"""Length statistics of a trace, per step and overall, including the tail share.
+
+Quantile rules (both stated because they differ on purpose):
+
+- `median`, `p90`, `p99` are numpy's default (linear interpolation between order
+  statistics, `np.percentile(..., method="linear")`), the convention of the public
+  logs these traces are matched to.
+- The tail share uses an order statistic, no interpolation. Model one decode slot per
+  response, all starting together, one token per unit of time: response i finishes at
+  time L_i and the step's makespan is max L. With the lengths of a step sorted,
+  L_(1) <= ... <= L_(n), 90% of responses have finished at t90 = L_(k), k = ceil(0.9 n)
+  (the earliest time by which at least 90% are done), and
+
+      tail_share = (L_(n) - t90) / L_(n)
+
+  the fraction of the step's makespan spent waiting for the last 10%.
+  Example: lengths 1..10 give k = 9, t90 = 9, tail share (10 - 9) / 10 = 0.1.
+
+Overall figures pool all responses, except `tail_share`, which is the share of the total
+synchronous rollout time (the sum of step makespans) spent after each step's 90% mark:
+sum(max_s - t90_s) / sum(max_s).
+
+`truncated_fraction` counts `finished == False` when the trace has that column, else
+responses at `meta.max_response_len`; it is None when neither is known.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tltsim.trace.schema import Trace
+
+# Keys of a step's entry in `per_step`, in table order; the overall object has the same
+# figures plus `steps`.
+FIGURES = ["responses", "count", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction"]
+
+
+def t90(lengths) -> int:
+    """The time by which ceil(0.9 n) of n responses have finished (see the module docstring)."""
+    x = np.sort(np.asarray(lengths))
+    k = (9 * len(x) + 9) // 10  # ceil(0.9 n) in integers: 0.9 * 70 is 63.00000000000001 in floats
+    return int(x[k - 1])
+
+
+def tail_share(lengths) -> float:
+    """(max - t90) / max for one step's response lengths."""
+    top = int(np.max(lengths))
+    return (top - t90(lengths)) / top
+
+
+def stats(trace: Trace) -> dict:
+    """Per-step and overall statistics of `trace` as a JSON-ready dict (keys in FIGURES, plus
+    `steps` = number of steps and `per_step` = one dict per step with `step` and FIGURES)."""
+    lengths = trace.df["response_len"].to_numpy()
+    truncated = _truncated(trace)
+    per_step, tail_time, makespan = [], 0, 0
+    for s, idx in trace.df.groupby("step", sort=True).indices.items():
+        entry = {"step": int(s)}
+        entry.update(_figures(lengths[idx], None if truncated is None else truncated[idx]))
+        per_step.append(entry)
+        tail_time += entry["max"] - t90(lengths[idx])
+        makespan += entry["max"]
+    overall = {"steps": len(per_step)}
+    overall.update(_figures(lengths, truncated))
+    overall["tail_share"] = tail_time / makespan
+    overall["per_step"] = per_step
+    return overall
+
+
+def _figures(lengths: np.ndarray, truncated: np.ndarray | None) -> dict:
+    median, p90, p99 = (float(v) for v in np.percentile(lengths, [50, 90, 99]))
+    top = int(lengths.max())
+    return {
+        "responses": int(len(lengths)),
+        "count": int(len(lengths)),
+        "mean": float(lengths.mean()),
+        "median": median,
+        "p90": p90,
+        "p99": p99,
+        "max": top,
+        "max_over_median": top / median,
+        "tail_share": tail_share(lengths),
+        "truncated_fraction": None if truncated is None else float(truncated.mean()),
+    }
+
+
+def _truncated(trace: Trace) -> np.ndarray | None:
+    if "finished" in trace.df.columns:
+        return ~trace.df["finished"].to_numpy(dtype=bool)
+    if trace.meta.max_response_len is not None:
+        return trace.df["response_len"].to_numpy() >= trace.meta.max_response_len
+    return None
