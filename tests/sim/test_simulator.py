@@ -1,0 +1,128 @@
+"""The RL-step simulator: whole timelines by hand, conservation, fast vs exact, scaling, determinism."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.sim.conftest import ConstantCost, make_trace
+from tltsim.cli import main
+from tltsim.config import ClusterConfig, RLConfig, SimConfig
+from tltsim.errors import TltsimError
+from tltsim.records import Result
+from tltsim.sim.simulator import Simulator, simulate
+from tltsim.trace import load
+
+SHIPPED = "traces/dapo_like.parquet"
+
+
+def cfg(gpus=2, tp=1, max_running=8, **kw):
+    return SimConfig(cluster=ClusterConfig(gpus=gpus, tp=tp, max_running=max_running), rl=RLConfig(reward_s=0.5), **kw)
+
+
+def test_whole_timeline_of_two_engines_one_step():
+    # engine 0 gets prompt 0 (length 4), engine 1 prompt 1 (length 2); prefill 0.5, decode 1 s, train 2, sync 1
+    trace = make_trace([[4, 2]])
+    res = Simulator(trace, cfg(), cost=ConstantCost()).run()
+    got = [tuple(r) for r in res.timeline[["worker", "state", "t_start", "t_end"]].itertuples(index=False)]
+    assert got == [
+        (0, "prefill", 0.0, 0.5), (0, "decode", 0.5, 4.5),
+        (1, "prefill", 0.0, 0.5), (1, "decode", 0.5, 2.5), (1, "idle", 2.5, 4.5),
+        (0, "reward", 4.5, 5.0), (1, "reward", 4.5, 5.0),
+        (0, "train", 5.0, 7.0), (1, "train", 5.0, 7.0),
+        (0, "weight_sync", 7.0, 8.0), (1, "weight_sync", 7.0, 8.0),
+    ]
+    s = res.summary
+    assert s["makespan_s"] == 8.0 and s["rollout_s"] == 4.5
+    assert s["idle_gpu_seconds"] == 2.0 and s["idle_fraction"] == 2.0 / 16.0
+    step = res.steps.iloc[0]
+    assert (step.rollout_s, step.reward_s, step.train_s, step.sync_s, step.total_s) == (4.5, 0.5, 2.0, 1.0, 8.0)
+    assert res.requests["finished_at"].tolist() == [4.5, 2.5]
+
+
+def test_more_engines_than_prompts_leaves_engines_idle():
+    res = Simulator(make_trace([[3]]), cfg(gpus=3), cost=ConstantCost()).run()
+    idle = res.timeline[(res.timeline.worker == 2) & (res.timeline.state == "idle")]
+    assert idle[["t_start", "t_end"]].values.tolist() == [[0.0, 3.5]]
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load(SHIPPED)
+
+
+def test_conservation_busy_plus_idle_is_gpus_times_makespan(shipped):
+    c = SimConfig(cluster=ClusterConfig(gpus=32, tp=4), steps="0:4")
+    res = simulate(shipped, c)
+    s = res.summary
+    assert np.isclose(s["busy_gpu_seconds"] + s["idle_gpu_seconds"], 32 * s["makespan_s"], rtol=1e-12)
+    # no worker has overlapping or missing intervals
+    for _, w in res.timeline.sort_values(["worker", "t_start"]).groupby("worker"):
+        assert np.allclose(w["t_start"].to_numpy()[1:], w["t_end"].to_numpy()[:-1])
+        assert w["t_start"].iloc[0] == 0.0 and np.isclose(w["t_end"].iloc[-1], s["makespan_s"])
+
+
+def test_fast_path_agrees_with_exact_on_a_shipped_trace(shipped):
+    base = SimConfig(cluster=ClusterConfig(gpus=16, tp=2, max_running=32), steps="0:2")
+    fast = simulate(shipped, base).summary
+    exact = simulate(shipped, SimConfig(**{**base.__dict__, "exact": True})).summary
+    assert abs(fast["makespan_s"] / exact["makespan_s"] - 1) < 0.005
+    assert abs(fast["idle_fraction"] - exact["idle_fraction"]) < 0.005 * exact["idle_fraction"]
+
+
+def test_more_gpus_never_lengthen_the_rollout(shipped):
+    rollout = [simulate(shipped, SimConfig(cluster=ClusterConfig(gpus=g, tp=2), steps="0:3")).summary["rollout_s"]
+               for g in (4, 8, 16, 32, 64)]
+    assert all(b <= a for a, b in zip(rollout, rollout[1:])), rollout
+
+
+def test_deterministic(shipped):
+    c = SimConfig(cluster=ClusterConfig(gpus=16, tp=4), steps="0:3")
+    a, b = simulate(shipped, c), simulate(shipped, c)
+    pd.testing.assert_frame_equal(a.timeline, b.timeline)
+    assert a.summary == b.summary
+
+
+def test_trace_engine_column_is_used_when_it_fits():
+    trace = make_trace([[4, 2, 3, 1]])
+    trace.df["engine"] = [1, 1, 0, 0]
+    res = Simulator(trace, cfg(), cost=ConstantCost()).run()
+    assert res.requests.sort_values("prompt_id")["engine"].tolist() == [1, 1, 0, 0]
+    with pytest.raises(TltsimError, match="records engines up to 1 but the cluster has 1"):
+        Simulator(trace, SimConfig(cluster=ClusterConfig(gpus=1, tp=1, split="trace")), cost=ConstantCost())
+
+
+def test_result_round_trip_and_perfetto_export(tmp_path, shipped):
+    out = tmp_path / "run"
+    rc = main(["simulate", "--trace", SHIPPED, "--gpus", "8", "--tp", "4", "--steps", "0:2", "-o", str(out), "--no-progress"])
+    assert rc == 0
+    res = Result.load(out)
+    assert res.summary["steps"] == 2 and set(res.timeline["state"]) >= {"prefill", "decode", "idle", "train"}
+    events = json.loads((out / "timeline.perfetto.json").read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == len(res.timeline)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "6", "--tp", "4"], "gpus = 6 is not a multiple of tp = 4"),
+    (["--gpu", "v100"], "unknown gpu preset 'v100'"),
+    (["--model", "llama-3.3-70b", "--gpu", "a100", "--tp", "1", "--gpus", "2"], "does not fit on A100 at TP 1"),
+    (["--steps", "5:2"], "expected A:B"),
+    (["--policy", "nope"], "unknown policy 'nope'"),
+])
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    rc = main(["simulate", "--trace", SHIPPED, "-o", str(tmp_path / "o"), "--no-progress", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_config_file_with_flag_override(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text(f'trace = "{SHIPPED}"\nsteps = "0:1"\n[cluster]\ngpus = 8\ntp = 2\n')
+    assert main(["simulate", "--config", str(f), "--gpus", "4", "-o", str(tmp_path / "o"), "--json", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 1
+    assert Result.load(tmp_path / "o").config["cluster"]["gpus"] == 4
+    f.write_text("[cluster]\ngpus = 'many'\n")
+    assert main(["simulate", "--config", str(f), "--trace", SHIPPED, "-o", str(tmp_path / "o")]) == 2
+    assert "cluster.gpus = 'many' should be an integer" in capsys.readouterr().err

@@ -1,0 +1,171 @@
+"""Simulation config: small dataclasses, one TOML file, flags override it; validation in one place.
+
+A config file mirrors the sections below:
+
+    trace = "traces/dapo_like.parquet"
+    policy = "tlt"
+    [cluster]
+    gpus = 64
+    tp = 4
+    [cost]
+    eta_bw = 0.75
+    [rl]
+    reward_s = 1.0
+    [policy_knobs]
+    threshold = 32
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+
+from tltsim.cost import CostParams
+from tltsim.errors import TltsimError
+
+SPLITS = ("auto", "contiguous", "trace")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    gpus: int = 64  # GPUs of the cluster; colocated RL: all roll out, then all train
+    tp: int = 4  # tensor-parallel size of one rollout engine; engines = gpus / tp
+    gpu: str = "h100"  # GPU preset name or path to a .toml
+    model: str = "qwen2.5-7b"  # model preset name or path to a .toml
+    max_running: int = 256  # max concurrent requests per engine (SGLang max_running_requests)
+    split: str = "auto"  # responses to engines: contiguous chunks as verl does, the trace's engine column, or auto
+
+    @property
+    def engines(self) -> int:
+        return self.gpus // self.tp
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    reward_s: float = 1.0  # reward computation per step, seconds (rule-based verifiers are fast)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    trace: str = ""  # trace file
+    policy: str = "verl"  # policy name from the registry (`tltsim compare --help` lists them)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    cost: CostParams = field(default_factory=CostParams)
+    rl: RLConfig = field(default_factory=RLConfig)
+    policy_knobs: dict = field(default_factory=dict)  # per-policy knobs, validated by the policy registry
+    exact: bool = False  # run every decode iteration (the reference path) instead of jumping between events
+    steps: str = ""  # "A:B" selects trace steps A..B-1; empty = all
+    seed: int = 0  # seeds every stochastic component
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def validate(self) -> "SimConfig":
+        c = self.cluster
+        if c.gpus < 1 or c.tp < 1:
+            raise TltsimError(f"cluster: gpus = {c.gpus} and tp = {c.tp} must be >= 1")
+        if c.gpus % c.tp:
+            raise TltsimError(f"cluster: gpus = {c.gpus} is not a multiple of tp = {c.tp}; engines are whole TP groups")
+        if c.max_running < 1:
+            raise TltsimError(f"cluster: max_running = {c.max_running} must be >= 1")
+        if c.split not in SPLITS:
+            raise TltsimError(f"cluster: split = {c.split!r}; choose one of {', '.join(SPLITS)}")
+        if self.rl.reward_s < 0:
+            raise TltsimError(f"rl: reward_s = {self.rl.reward_s} must be >= 0")
+        self.cost.validate()
+        parse_steps(self.steps)
+        return self
+
+
+def parse_steps(text: str) -> tuple[int | None, int | None]:
+    """'A:B' -> (A, B); either side may be empty."""
+    if not text:
+        return None, None
+    a, sep, b = text.partition(":")
+    try:
+        lo = int(a) if a.strip() else None
+        hi = int(b) if b.strip() else None
+    except ValueError:
+        lo = hi = -1
+    if not sep or (lo is not None and lo < 0) or (hi is not None and hi < 0) or (lo is not None and hi is not None and hi <= lo):
+        raise TltsimError(f"steps = {text!r}: expected A:B with 0 <= A < B (either side may be empty), e.g. 0:10")
+    return lo, hi
+
+
+def from_dict(data: dict, origin: str = "config") -> SimConfig:
+    """Build a SimConfig from nested dicts (a parsed TOML file), rejecting unknown keys and wrong types."""
+    return _build(SimConfig, data, origin).validate()
+
+
+def load(path: str | Path) -> SimConfig:
+    path = Path(path)
+    if not path.exists():
+        raise TltsimError(f"{path}: config file not found")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TltsimError(f"{path}: not valid TOML ({e})") from None
+    return from_dict(data, str(path))
+
+
+def override(cfg: SimConfig, **changes) -> SimConfig:
+    """Apply dotted overrides such as {"cluster.gpus": 8, "policy": "tlt"}; None values are skipped."""
+    nested: dict = {}
+    for key, value in changes.items():
+        if value is None:
+            continue
+        parts = key.split(".")
+        d = nested
+        for p in parts[:-1]:
+            d = d.setdefault(p, {})
+        d[parts[-1]] = value
+    merged = _merge(asdict(cfg), nested)
+    return from_dict(merged, "flags")
+
+
+def _merge(base: dict, new: dict) -> dict:
+    out = dict(base)
+    for k, v in new.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _build(cls, data: dict, origin: str, section: str = ""):
+    if not isinstance(data, dict):
+        raise TltsimError(f"{origin}: [{section}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        where = f"[{section}] " if section else ""
+        raise TltsimError(f"{origin}: {where}unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    kwargs = {}
+    defaults = cls()
+    for name, value in data.items():
+        default = getattr(defaults, name)
+        key = f"{section}.{name}" if section else name
+        if is_dataclass(default):
+            kwargs[name] = _build(type(default), value, origin, key)
+        elif isinstance(default, dict):
+            if not isinstance(value, dict):
+                raise TltsimError(f"{origin}: {key} must be a table")
+            kwargs[name] = dict(value)
+        else:
+            kwargs[name] = _coerce(value, default, key, origin)
+    return replace(defaults, **kwargs)
+
+
+def _coerce(value, default, key, origin):
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(default, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(default, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(default, str):
+        if isinstance(value, str):
+            return value
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[type(default)]
+    raise TltsimError(f"{origin}: {key} = {value!r} should be {kind}")

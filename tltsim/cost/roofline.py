@@ -1,0 +1,165 @@
+"""Analytic roofline cost model of one rollout engine (a TP group of GPUs).
+
+Every engine iteration costs
+
+    t = overhead + allreduce(q) + max(bytes / (BW * eta_bw), flops / (FLOPS * eta_fl))
+
+with q the query tokens of the iteration, bytes = weights / TP + KV bytes of the
+context / TP, flops = (2 * params * q + attention) / TP. Decode is q = batch;
+verification of a speculative step is q = batch * verify_tokens; prefill is
+q = the prompt tokens. Speculative decoding therefore wins while the verify
+forward is still memory-bound and loses once batch * verify tokens passes the
+ridge point: the break-even comes out of the hardware numbers, not a constant.
+
+Both terms of the max are linear in the context C, and C grows by a fixed amount
+per iteration between batch changes, so the time of n iterations is a sum of
+the max of two arithmetic series: `segment_time` evaluates it in closed form,
+vectorised over segments (DESIGN.md "events at batch changes").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tltsim.errors import TltsimError
+from tltsim.hardware import BYTES_BF16, GPU, ModelSpec
+
+
+@dataclass(frozen=True)
+class CostParams:
+    """Efficiency factors; defaults put Qwen2.5-7B bs-1 decode on H100/A100 near DESIGN.md's measured rates."""
+
+    eta_bw: float = 0.75  # fraction of peak HBM bandwidth a decode step reaches
+    eta_flops: float = 0.6  # fraction of bf16 peak a batched GEMM reaches
+    iteration_overhead_s: float = 8e-4  # scheduler, sampling and launch overhead per engine iteration
+    allreduce_latency_s: float = 1e-5  # per TP all-reduce (two per layer)
+    draft_overhead_s: float = 4e-4  # per drafter forward: launches dominate a one-layer model
+    mem_fraction: float = 0.9  # of GPU memory the engine may fill with weights and KV cache
+    train_mfu: float = 0.35  # model FLOPs utilisation of the actor update and log-prob forwards
+    drafter_train_mfu: float = 0.2  # a small model trains far below peak
+    sync_fixed_s: float = 1.0  # weight sync: resharding and engine reload besides the bytes
+
+    def validate(self) -> None:
+        for name in ("eta_bw", "eta_flops", "mem_fraction", "train_mfu", "drafter_train_mfu"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise TltsimError(f"cost.{name} = {v} must be in (0, 1]")
+        for name in ("iteration_overhead_s", "allreduce_latency_s", "draft_overhead_s", "sync_fixed_s"):
+            if getattr(self, name) < 0:
+                raise TltsimError(f"cost.{name} = {getattr(self, name)} must be >= 0")
+
+
+class Roofline:
+    """Step times of one engine of `tp` GPUs serving `model`. All methods take numpy arrays or scalars."""
+
+    name = "roofline"
+
+    def __init__(self, model: ModelSpec, gpu: GPU, tp: int = 1, params: CostParams | None = None):
+        self.model, self.gpu, self.tp = model, gpu, tp
+        self.p = params or CostParams()
+        self.p.validate()
+        if tp < 1:
+            raise TltsimError(f"tp = {tp} must be >= 1")
+        m, g, p = model, gpu, self.p
+        bw, fl = g.bandwidth * p.eta_bw, g.flops * p.eta_flops
+        kv_shards = min(tp, m.kv_heads)  # KV heads are split over TP ranks, replicated past kv_heads
+        # iteration time = overhead + allreduce(q) + max(mem0 + mem1*C, fl_q*q + fl_c*k*C)
+        self._mem0 = m.weight_bytes / tp / bw  # s: read all weights once
+        self._mem1 = m.kv_bytes_per_token / kv_shards / bw  # s per context token read
+        self._fl_q = 2 * m.params / tp / fl  # s per query token (dense matmuls)
+        self._fl_c = m.attn_flops_per_ctx_token / tp / fl  # s per (query token x context token)
+        # drafter (EAGLE one layer + shared lm_head), sharded like the target
+        d_params = m.drafter_params + m.vocab * m.hidden
+        self._d_mem = d_params * BYTES_BF16 / tp / bw
+        self._d_fl = 2 * d_params / tp / fl
+        self.kv_capacity_tokens = int((p.mem_fraction * g.memory_bytes - m.weight_bytes / tp) * kv_shards / m.kv_bytes_per_token)
+        if self.kv_capacity_tokens <= 0:
+            need = m.weight_bytes / tp / 1e9
+            raise TltsimError(
+                f"{m.name} does not fit on {g.name} at TP {tp}: {need:.1f} GB of weights per GPU, "
+                f"{p.mem_fraction * g.memory_gb:.1f} GB usable; raise --tp or pick a GPU with more memory"
+            )
+
+    # --- one iteration -------------------------------------------------------------------------
+    def _allreduce(self, q):
+        if self.tp == 1:
+            return np.zeros_like(np.asarray(q, dtype=float))
+        bytes_ = np.asarray(q, dtype=float) * self.model.hidden * BYTES_BF16
+        link = self.gpu.interconnect_gbs * 1e9
+        per = self.p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * bytes_ / link
+        return 2 * self.model.layers * per
+
+    def _step(self, q, k, ctx):
+        q, k, ctx = (np.asarray(x, dtype=float) for x in (q, k, ctx))
+        mem = self._mem0 + self._mem1 * ctx
+        comp = self._fl_q * q + self._fl_c * k * ctx
+        return self.p.iteration_overhead_s + self._allreduce(q) + np.maximum(mem, comp)
+
+    def decode_time(self, batch, ctx):
+        """One decode iteration: `batch` running requests holding `ctx` context tokens in all."""
+        return self._step(batch, 1, ctx)
+
+    def verify_time(self, batch, tokens_per_request, ctx):
+        """One target forward verifying `tokens_per_request` draft tokens for each of `batch` requests."""
+        return self._step(np.asarray(batch) * np.asarray(tokens_per_request), tokens_per_request, ctx)
+
+    def draft_time(self, batch, topk=1):
+        """One drafter forward for `batch` requests expanding `topk` tree nodes each."""
+        q = np.asarray(batch, dtype=float) * np.asarray(topk, dtype=float)
+        return self.p.draft_overhead_s + np.maximum(self._d_mem, self._d_fl * q)
+
+    def prefill_time(self, tokens, sq_tokens=None):
+        """Prefill of prompts totalling `tokens` tokens; `sq_tokens` = sum of squared prompt lengths (causal attention)."""
+        tokens = np.asarray(tokens, dtype=float)
+        sq = tokens**2 if sq_tokens is None else np.asarray(sq_tokens, dtype=float)
+        comp = self._fl_q * tokens + self._fl_c * sq / 2
+        t = self.p.iteration_overhead_s + self._allreduce(tokens) + np.maximum(self._mem0 + self._mem1 * tokens, comp)
+        return np.where(tokens > 0, t, 0.0)
+
+    # --- many iterations in closed form -------------------------------------------------------
+    def segment_time(self, q, k, ctx0, growth, n):
+        """Sum of n iterations with q query tokens (k per request) whose context starts at ctx0 and grows by
+        `growth` tokens per iteration. Exact for integer n; n may be fractional (mean-acceptance fast path)."""
+        q, k, ctx0, growth, n = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (q, k, ctx0, growth, n)))
+        # mem_i = a0 + a1 * i, comp_i = b0 + b1 * i, i = 0..n-1
+        a0 = self._mem0 + self._mem1 * ctx0
+        a1 = self._mem1 * growth
+        b0 = self._fl_q * q + self._fl_c * k * ctx0
+        b1 = self._fl_c * k * growth
+        fixed = n * (self.p.iteration_overhead_s + self._allreduce(q))
+        # d_i = comp_i - mem_i is linear: comp wins for i past (or before) the crossover i*.
+        d0, d1 = b0 - a0, b1 - a1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cross = np.where(d1 != 0, -d0 / d1, -1.0)
+        # the sign of d holds from i = 0 up to the crossover (when it lies ahead), then flips
+        m = np.where(cross > 0, np.clip(np.ceil(cross), 0, n), n)
+        first_is_comp = (d0 > 0) | ((d0 == 0) & (d1 > 0))
+        first = np.where(first_is_comp, _series(b0, b1, 0, m), _series(a0, a1, 0, m))
+        rest = np.where(first_is_comp, _series(a0, a1, m, n), _series(b0, b1, m, n))
+        return fixed + first + rest
+
+    # --- RL stage costs (whole cluster) ---------------------------------------------------------
+    def train_time(self, tokens, gpus):
+        """Actor update: 6 x params x tokens over the cluster at train_mfu."""
+        return 6 * self.model.params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
+
+    def logprob_time(self, tokens, gpus):
+        """Old-policy and reference log-prob forwards: 2 x (2 x params x tokens)."""
+        return 4 * self.model.params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
+
+    def sync_time(self):
+        """Weight sync from the trainer to the rollout engines."""
+        return self.p.sync_fixed_s + self.model.weight_bytes / self.tp / (self.gpu.interconnect_gbs * 1e9)
+
+    def drafter_train_tokens_per_s(self, gpus):
+        """Drafter training throughput on `gpus` GPUs: fwd+bwd of the trainable layer, fwd+input-grad of lm_head."""
+        m = self.model
+        flops_per_token = 6 * m.drafter_params + 4 * m.vocab * m.hidden
+        return gpus * self.gpu.flops * self.p.drafter_train_mfu / flops_per_token
+
+
+def _series(c0, c1, lo, hi):
+    """sum_{i=lo}^{hi-1} (c0 + c1 * i) for real lo <= hi."""
+    n = np.maximum(hi - lo, 0)
+    return n * c0 + c1 * (n * (lo + hi - 1) / 2)

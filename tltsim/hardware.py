@@ -1,0 +1,152 @@
+"""GPU and model descriptions: one source of truth for the cost model and the real backend.
+
+Presets are TOML files in tltsim/presets/{gpus,models}/; names match
+case-insensitively (`qwen2.5-7b`, `H100`). A user passes a path to their own
+TOML file with the same keys instead of a name.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import MISSING, dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+from tltsim.errors import TltsimError
+
+BYTES_BF16 = 2
+
+
+@dataclass(frozen=True)
+class GPU:
+    name: str
+    memory_gb: float  # device memory, GB (1e9 bytes)
+    bandwidth_tbs: float  # memory bandwidth, TB/s
+    bf16_tflops: float  # dense bf16 peak, TFLOP/s
+    interconnect_gbs: float  # per-direction GPU-GPU link bandwidth inside a node, GB/s
+
+    @property
+    def bandwidth(self) -> float:
+        return self.bandwidth_tbs * 1e12
+
+    @property
+    def flops(self) -> float:
+        return self.bf16_tflops * 1e12
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * 1e9
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int  # MLP inner size (gated: three matrices)
+    vocab: int
+    tied_embeddings: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one decoder layer: q, o (hidden^2 each), k, v (GQA), gated MLP."""
+        kv = self.kv_heads * self.head_dim
+        return 2 * self.hidden * self.hidden + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate
+
+    @property
+    def embed_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.embed_params
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.params * BYTES_BF16
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer, bf16."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * BYTES_BF16
+
+    @property
+    def attn_flops_per_ctx_token(self) -> int:
+        """FLOPs one query token spends per context token (QK^T and AV, all layers)."""
+        return 4 * self.layers * self.heads * self.head_dim
+
+    @property
+    def drafter_params(self) -> int:
+        """EAGLE-style drafter: fc (2h -> h) + one decoder layer; lm_head is shared (counted at run time)."""
+        return 2 * self.hidden * self.hidden + self.layer_params
+
+    @classmethod
+    def from_hf_config(cls, cfg: dict, name: str = "custom") -> "ModelSpec":
+        """Build from a transformers config dict (Llama / Qwen2 keys), so the real backend and the cost model agree."""
+        return cls(
+            name=name,
+            layers=cfg["num_hidden_layers"],
+            hidden=cfg["hidden_size"],
+            heads=cfg["num_attention_heads"],
+            kv_heads=cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
+            intermediate=cfg["intermediate_size"],
+            vocab=cfg["vocab_size"],
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        )
+
+
+def _preset_dir(kind: str):
+    return resources.files("tltsim") / "presets" / kind
+
+
+def preset_names(kind: str) -> list[str]:
+    """Names of the shipped presets of `kind` ("gpus" or "models")."""
+    return sorted(p.name[: -len(".toml")] for p in _preset_dir(kind).iterdir() if p.name.endswith(".toml"))
+
+
+def _load(kind: str, cls, name_or_path: str):
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.exists():
+        text, origin = path.read_text(), str(path)
+    else:
+        wanted = name_or_path.lower().removesuffix(".toml")
+        match = [n for n in preset_names(kind) if n == wanted]
+        if not match:
+            raise TltsimError(
+                f"unknown {kind[:-1]} preset {name_or_path!r}; choose one of {', '.join(preset_names(kind))}, "
+                f"or pass the path of a .toml file with the keys {', '.join(f.name for f in fields(cls))}"
+            )
+        origin = f"preset {match[0]}"
+        text = (_preset_dir(kind) / f"{match[0]}.toml").read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TltsimError(f"{origin}: not valid TOML ({e})") from None
+    names = {f.name for f in fields(cls)}
+    required = {f.name for f in fields(cls) if f.default is MISSING}
+    unknown = sorted(set(data) - names)
+    missing = sorted(required - set(data))
+    if unknown or missing:
+        raise TltsimError(
+            f"{origin}: " + "; ".join(
+                ([f"unknown key(s) {', '.join(unknown)}"] if unknown else [])
+                + ([f"missing key(s) {', '.join(missing)}"] if missing else [])
+            ) + f"; the keys are {', '.join(sorted(names))}"
+        )
+    for k, v in data.items():
+        if k not in ("name", "tied_embeddings") and (not isinstance(v, (int, float)) or v <= 0):
+            raise TltsimError(f"{origin}: {k} = {v!r} must be a positive number")
+    return cls(**data)
+
+
+def load_gpu(name_or_path: str) -> GPU:
+    return _load("gpus", GPU, name_or_path)
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    return _load("models", ModelSpec, name_or_path)

@@ -1,0 +1,42 @@
+"""What the simulator asks of a policy, and the baseline that answers "nothing special".
+
+A policy is a composition of plain policy objects (tltsim.policy: switch, tuner,
+coordinator, acceptance, drafter quality). The simulator calls these hooks at
+events; the real backend drives the same objects at the same events.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StepOutcome:
+    """What a policy adds to a step's record: per-worker drafter training spans and per-step columns."""
+
+    train_spans: dict[int, tuple[float, float]] = field(default_factory=dict)  # worker -> (t_start, t_end)
+    columns: dict = field(default_factory=dict)
+
+
+class Policy:
+    """Baseline synchronous RL as verl runs it: no speculation, idle engines wait at the barrier."""
+
+    name = "verl"
+    knobs: dict = {}
+
+    def bind(self, sim) -> None:
+        """Called once before the run with the simulator (cost model, cluster, seed)."""
+        self.sim = sim
+
+    def begin_step(self, step: int, t: float) -> None:
+        """The step's rollout starts at time t on every engine."""
+
+    def speculation(self, engine: int):
+        """A tltsim.sim.engine.Speculation for this engine's rollout, or None for plain decoding."""
+        return None
+
+    def worker_done(self, engine: int, t: float) -> None:
+        """The engine finished its share of the step at time t."""
+
+    def end_rollout(self, step: int, t: float, rollouts: dict) -> StepOutcome:
+        """All engines finished (the barrier) at time t; `rollouts` maps engine -> EngineRollout."""
+        return StepOutcome()

@@ -1,0 +1,241 @@
+"""The RL-step simulator: engines as simpy processes, a synchronous barrier, then reward, train, sync.
+
+    trace --> Simulator(config, policy) --> Result (timeline, steps, requests, summary)
+
+Each step: the step's responses are split over the engines (contiguous chunks of
+prompt groups as verl does, or the trace's `engine` column); every engine runs
+its rollout as a simpy process (fast path or `exact`); when the slowest finishes,
+the reward stage (reward + old/ref log-prob forwards), the actor update and the
+weight sync run on all GPUs (colocated). Every worker is accounted for from the
+first step's start to the last step's end, so busy + idle = GPUs x makespan.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import simpy
+from tqdm.auto import tqdm
+
+from tltsim.config import SimConfig, parse_steps
+from tltsim.cost import Roofline
+from tltsim.errors import TltsimError
+from tltsim.hardware import load_gpu, load_model
+from tltsim.policies.base import Policy
+from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.sim.engine import exact_rollout, fast_rollout
+from tltsim.trace import Trace
+
+
+class Simulator:
+    def __init__(self, trace: Trace, cfg: SimConfig, policy: Policy | None = None, cost=None):
+        self.cfg = cfg.validate()
+        c = cfg.cluster
+        self.model = load_model(c.model)
+        self.gpu = load_gpu(c.gpu)
+        self.cost = cost or Roofline(self.model, self.gpu, c.tp, cfg.cost)
+        self.engines = c.engines
+        lo, hi = parse_steps(cfg.steps)
+        steps = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
+        self.trace = trace.select_steps(steps)
+        self.split = _choose_split(self.trace, c.split, self.engines)
+        self.policy = policy or Policy()
+        self.policy.bind(self)
+
+    def run(self, progress: bool = False) -> Result:
+        env = simpy.Environment()
+        self._timeline: list[tuple] = []
+        self._steps: list[dict] = []
+        self._requests: list[pd.DataFrame] = []
+        self._iterations: list[pd.DataFrame] = []
+        bar = tqdm(total=len(self.trace.steps), desc=f"simulating {self.policy.name}", unit="step", disable=not progress)
+        env.process(self._run(env, bar))
+        env.run()
+        bar.close()
+        return self._result(float(env.now))
+
+    # --- processes ---------------------------------------------------------------------------
+    def _run(self, env, bar):
+        groups = dict(tuple(self.trace.df.groupby("step", sort=True)))
+        for step in self.trace.steps:
+            yield env.process(self._step(env, step, groups[step]))
+            bar.update(1)
+
+    def _step(self, env, step: int, df: pd.DataFrame):
+        t0 = env.now
+        shares = self._shares(df)
+        self.policy.begin_step(step, t0)
+        outs: dict[int, dict] = {e: {} for e in range(self.engines)}
+        procs = [env.process(self._engine(env, e, shares[e], outs[e])) for e in range(self.engines)]
+        yield simpy.AllOf(env, procs)
+        barrier = env.now
+        rollouts = {e: o["rollout"] for e, o in outs.items() if "rollout" in o}
+        outcome = self.policy.end_rollout(step, barrier, rollouts)
+        tokens = float((df["prompt_len"] + df["response_len"]).sum())
+        gpus = self.cfg.cluster.gpus
+        phases = [
+            ("reward", self.cfg.rl.reward_s + float(self.cost.logprob_time(tokens, gpus))),
+            ("train", float(self.cost.train_time(tokens, gpus))),
+            ("weight_sync", float(self.cost.sync_time())),
+        ]
+        self._record_rollout(step, t0, barrier, shares, rollouts, outcome, df)
+        for state, dt in phases:
+            t = env.now
+            yield env.timeout(dt)
+            self._timeline.extend((step, e, state, t, env.now, np.nan, 0.0, np.nan, "") for e in range(self.engines))
+        finished = self._requests[-1]["finished_at"].to_numpy() - t0
+        t90 = float(np.quantile(finished, 0.9, method="inverted_cdf")) if len(finished) else 0.0
+        self._steps.append(
+            {
+                "step": step,
+                "t_start": t0,
+                "rollout_s": barrier - t0,
+                "reward_s": phases[0][1],
+                "train_s": phases[1][1],
+                "sync_s": phases[2][1],
+                "total_s": env.now - t0,
+                "responses": len(df),
+                "response_tokens": int(df["response_len"].sum()),
+                "tail_s": (barrier - t0) - t90,
+                **self._spec_columns(rollouts, barrier - t0),
+                **outcome.columns,
+            }
+        )
+
+    def _engine(self, env, e: int, share: pd.DataFrame, out: dict):
+        if len(share) == 0:
+            self.policy.worker_done(e, env.now)
+            return
+        p, r = share["prompt_len"].to_numpy(), share["response_len"].to_numpy()
+        spec = self.policy.speculation(e)
+        if self.cfg.exact:
+            yield env.process(exact_rollout(env, p, r, self.cost, self.cfg.cluster.max_running, spec, out))
+        else:
+            ro = fast_rollout(p, r, self.cost, self.cfg.cluster.max_running, spec)
+            yield env.timeout(ro.duration)
+            out["rollout"] = ro
+        self.policy.worker_done(e, env.now)
+
+    # --- records -----------------------------------------------------------------------------
+    def _shares(self, df: pd.DataFrame) -> list[pd.DataFrame]:
+        if self.split == "trace":
+            return [df[df["engine"] == e] for e in range(self.engines)]
+        prompts = df["prompt_id"].unique()
+        chunks = np.array_split(prompts, self.engines)
+        return [df[df["prompt_id"].isin(c)] for c in chunks]
+
+    def _record_rollout(self, step, t0, barrier, shares, rollouts, outcome, df):
+        reqs = []
+        for e in range(self.engines):
+            ro = rollouts.get(e)
+            end = t0 + (ro.duration if ro else 0.0)
+            if ro:
+                self._timeline.extend(
+                    (step, e, iv.state, t0 + iv.t_start, t0 + iv.t_end, iv.batch_size, iv.tokens, iv.accepted, iv.strategy)
+                    for iv in ro.intervals
+                    if iv.t_end > iv.t_start
+                )
+                share = shares[e]
+                reqs.append(
+                    pd.DataFrame(
+                        {
+                            "step": step,
+                            "prompt_id": share["prompt_id"].to_numpy(),
+                            "sample": share["sample"].to_numpy(),
+                            "engine": e,
+                            "prompt_len": share["prompt_len"].to_numpy(),
+                            "response_len": share["response_len"].to_numpy(),
+                            "admitted_at": t0 + ro.admitted_at,
+                            "finished_at": t0 + ro.finished_at,
+                        }
+                    )
+                )
+                if ro.iterations:
+                    it = pd.DataFrame(ro.iterations)
+                    it.insert(0, "worker", e)
+                    it.insert(0, "step", step)
+                    it["t_end"] += t0
+                    self._iterations.append(it)
+            # after its share: drafter training (if the policy harvested this worker) or idle
+            span = outcome.train_spans.get(e)
+            if span and span[1] > span[0]:
+                a, b = span
+                if a > end:
+                    self._timeline.append((step, e, "idle", end, a, np.nan, 0.0, np.nan, ""))
+                self._timeline.append((step, e, "drafter_train", a, b, np.nan, 0.0, np.nan, ""))
+                end = b
+            if barrier > end:
+                self._timeline.append((step, e, "idle", end, barrier, np.nan, 0.0, np.nan, ""))
+        self._requests.append(pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(columns=REQUEST_COLUMNS))
+
+    def _spec_columns(self, rollouts: dict, rollout_s: float) -> dict:
+        sd_time = sum(iv.t_end - iv.t_start for ro in rollouts.values() for iv in ro.intervals if iv.state == "spec_decode")
+        engine_time = sum(ro.duration for ro in rollouts.values())
+        iters = sum(ro.sd_iterations for ro in rollouts.values())
+        acc = sum(ro.sd_accepted for ro in rollouts.values())
+        strategies: Counter = Counter()
+        for ro in rollouts.values():
+            strategies.update(ro.strategies)
+        return {
+            "sd_share": sd_time / engine_time if engine_time else 0.0,
+            "mean_accepted": acc / iters if iters else np.nan,
+            "strategies": ",".join(f"{s}:{n:.0f}" for s, n in strategies.most_common()),
+        }
+
+    def _result(self, makespan: float) -> Result:
+        tl = pd.DataFrame(self._timeline, columns=TIMELINE_COLUMNS)
+        steps = pd.DataFrame(self._steps)
+        tp = self.cfg.cluster.tp
+        dur = tl["t_end"] - tl["t_start"]
+        idle = float(dur[tl["state"] == "idle"].sum()) * tp
+        gpu_s = makespan * self.cfg.cluster.gpus
+        rollout = float(steps["rollout_s"].sum())
+        summary = {
+            "policy": self.policy.name,
+            "trace": self.trace.meta.source,
+            "steps": len(steps),
+            "makespan_s": makespan,
+            "mean_step_s": makespan / max(len(steps), 1),
+            "rollout_s": rollout,
+            "reward_s": float(steps["reward_s"].sum()),
+            "train_s": float(steps["train_s"].sum()),
+            "sync_s": float(steps["sync_s"].sum()),
+            "rollout_share": rollout / makespan if makespan else 0.0,
+            "gpu_seconds": gpu_s,
+            "idle_gpu_seconds": idle,
+            "idle_fraction": idle / gpu_s if gpu_s else 0.0,
+            "busy_gpu_seconds": float(dur[tl["state"] != "idle"].sum()) * tp,
+            "tail_share": float(steps["tail_s"].sum()) / rollout if rollout else 0.0,
+            "tokens_per_s": float(steps["response_tokens"].sum()) / makespan if makespan else 0.0,
+            "sd_share": float((steps["sd_share"] * steps["rollout_s"]).sum()) / rollout if rollout else 0.0,
+            "drafter_train_gpu_seconds": float(dur[tl["state"] == "drafter_train"].sum()) * tp,
+        }
+        for k in ("mean_accepted",):
+            if steps[k].notna().any():
+                summary[k] = float(steps[k].mean())
+        requests = pd.concat(self._requests, ignore_index=True)
+        iterations = pd.concat(self._iterations, ignore_index=True) if self._iterations else None
+        config = self.cfg.to_dict()
+        config["engines"] = self.engines
+        return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
+
+
+def _choose_split(trace: Trace, split: str, engines: int) -> str:
+    has = "engine" in trace.df.columns
+    fits = has and int(trace.df["engine"].max()) < engines
+    if split == "trace" and not fits:
+        if not has:
+            raise TltsimError("cluster.split = 'trace' but the trace has no 'engine' column; use split = 'contiguous'")
+        raise TltsimError(
+            f"the trace records engines up to {int(trace.df['engine'].max())} but the cluster has {engines} "
+            f"engines (gpus / tp); match the cluster to the recording or use split = 'contiguous'"
+        )
+    if split == "auto":
+        return "trace" if fits else "contiguous"
+    return split
+
+
+def simulate(trace: Trace, cfg: SimConfig, policy: Policy | None = None, progress: bool = False) -> Result:
+    """Run `trace` through the simulator under `cfg` (and `policy`, default from cfg.policy)."""
+    return Simulator(trace, cfg, policy).run(progress=progress)
