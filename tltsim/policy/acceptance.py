@@ -21,6 +21,7 @@ The model follows EAGLE-2's dynamic draft tree (Li et al., 2024):
   next layer expands the `topk` best nodes of the previous layer into their
   `topk` children each; after `depth` layers the `verify` best nodes of all
   layers are verified (a child never outranks its parent, so they form a tree).
+  `verify` counts drafted nodes only, not the root (the last accepted token).
 * The accepted prefix reaches depth j iff a verified depth-j node is on the
   target's path, and those events are disjoint within a depth, so
   ``P(L - 1 >= j) = S_j = sum of verified depth-j node values``. Mean,
@@ -54,9 +55,11 @@ PUBLISHED_ACCEPTED: Mapping[Strategy, float] = {
 # "Top-k 4..16 barely matters (accepted 8.29..8.67)" (depth and verify not given).
 PUBLISHED_TOPK_RANGE = (8.29, 8.67)
 
-# Fitted by `fit(PUBLISHED_ACCEPTED)`: least squares on log accepted length,
-# Nelder-Mead from 18 starts (q 0.6/0.75/0.9, delta 0.05/0.3, beta 0.3/0.7/1.0);
-# every cell lands within 2% (tests/policy/test_acceptance.py prints the table).
+# Fitted once with the loss of `fit` (least squares on log accepted length) on
+# PUBLISHED_ACCEPTED, Nelder-Mead from 18 starts (q 0.6/0.75/0.9, delta
+# 0.05/0.3, beta 0.3/0.7/1.0), keeping the best; every cell lands within 2%
+# (tests/policy/test_acceptance.py prints the table and checks that refitting
+# from these constants returns them).
 Q_TRAINED = 0.92102  # well-trained drafter: top-1 acceptance at the first position
 DELTA = 0.18785      # per-position decay: a_l = q ** (1 + DELTA * (l - 1))
 BETA = 0.40022       # diminishing returns of alternatives: coverage 1 - (1-a) ** (r ** BETA)
