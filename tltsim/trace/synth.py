@@ -209,9 +209,15 @@ def command(family: str, steps: int, prompts: int, group: int, max_len: int, see
     """The `tltsim trace synth` command line that regenerates these arguments (without -o)."""
     parts = [f"tltsim trace synth {family} --steps {steps} --prompts {prompts} --group {group} --max-len {max_len} --seed {seed}"]
     if "drift" in params:
-        parts.append(f"--drift {float(params['drift'])!r}")
-    parts += [f"--param {k}={float(v)!r}" for k, v in sorted(params.items()) if k != "drift"]
+        parts.append(f"--drift {_num(params['drift'])}")
+    parts += [f"--param {k}={_num(v)}" for k, v in sorted(params.items()) if k != "drift"]
     return " ".join(parts)
+
+
+def _num(v) -> str:
+    """Shortest exact text of a float, without a trailing ".0" (2000, 0.05)."""
+    text = repr(float(v))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def _provenance(fam: Family, p: dict, given: dict, steps, prompts, group, max_len, seed) -> str:
