@@ -47,7 +47,7 @@ class Simulator:
         env = simpy.Environment()
         self._timeline: list[tuple] = []
         self._steps: list[dict] = []
-        self._requests: list[pd.DataFrame] = []
+        self._requests: list[tuple] = []  # (step, per-engine request arrays)
         self._iterations: list[pd.DataFrame] = []
         bar = tqdm(total=len(self.trace.steps), desc=f"simulating {self.policy.name}", unit="step", disable=not progress)
         env.process(self._run(env, bar))
@@ -57,12 +57,18 @@ class Simulator:
 
     # --- processes ---------------------------------------------------------------------------
     def _run(self, env, bar):
-        groups = dict(tuple(self.trace.df.groupby("step", sort=True)))
-        for step in self.trace.steps:
-            yield env.process(self._step(env, step, groups[step]))
+        df = self.trace.df  # sorted by step, prompt_id, sample
+        cols = {c: df[c].to_numpy() for c in ("step", "prompt_id", "sample", "prompt_len", "response_len")}
+        if self.split == "trace":
+            cols["engine"] = df["engine"].to_numpy()
+        bounds = np.flatnonzero(np.diff(cols["step"])) + 1
+        starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(df)]])
+        for a, b in zip(starts, ends):
+            step = int(cols["step"][a])
+            yield env.process(self._step(env, step, {c: v[a:b] for c, v in cols.items()}))
             bar.update(1)
 
-    def _step(self, env, step: int, df: pd.DataFrame):
+    def _step(self, env, step: int, df: dict):
         t0 = env.now
         shares = self._shares(df)
         self.policy.begin_step(step, t0)
@@ -72,7 +78,7 @@ class Simulator:
         barrier = env.now
         rollouts = {e: o["rollout"] for e, o in outs.items() if "rollout" in o}
         outcome = self.policy.end_rollout(step, barrier, rollouts)
-        tokens = float((df["prompt_len"] + df["response_len"]).sum())
+        tokens = float(df["prompt_len"].sum() + df["response_len"].sum())
         gpus = self.cfg.cluster.gpus
         phases = [
             ("reward", self.cfg.rl.reward_s + float(self.cost.logprob_time(tokens, gpus))),
@@ -84,7 +90,8 @@ class Simulator:
             t = env.now
             yield env.timeout(dt)
             self._timeline.extend((step, e, state, t, env.now, np.nan, 0.0, np.nan, "") for e in range(self.engines))
-        finished = self._requests[-1]["finished_at"].to_numpy() - t0
+        reqs = self._requests[-1][1]
+        finished = np.concatenate([r[-1] for r in reqs]) - t0 if reqs else np.array([])
         t90 = float(np.quantile(finished, 0.9, method="inverted_cdf")) if len(finished) else 0.0
         self._steps.append(
             {
@@ -95,7 +102,7 @@ class Simulator:
                 "train_s": phases[1][1],
                 "sync_s": phases[2][1],
                 "total_s": env.now - t0,
-                "responses": len(df),
+                "responses": len(df["step"]),
                 "response_tokens": int(df["response_len"].sum()),
                 "tail_s": (barrier - t0) - t90,
                 **self._spec_columns(rollouts, barrier - t0),
@@ -103,11 +110,11 @@ class Simulator:
             }
         )
 
-    def _engine(self, env, e: int, share: pd.DataFrame, out: dict):
-        if len(share) == 0:
+    def _engine(self, env, e: int, share: dict, out: dict):
+        if len(share["step"]) == 0:
             self.policy.worker_done(e, env.now)
             return
-        p, r = share["prompt_len"].to_numpy(), share["response_len"].to_numpy()
+        p, r = share["prompt_len"], share["response_len"]
         spec = self.policy.speculation(e)
         if self.cfg.exact:
             yield env.process(exact_rollout(env, p, r, self.cost, self.cfg.cluster.max_running, spec, out))
@@ -118,12 +125,17 @@ class Simulator:
         self.policy.worker_done(e, env.now)
 
     # --- records -----------------------------------------------------------------------------
-    def _shares(self, df: pd.DataFrame) -> list[pd.DataFrame]:
+    def _shares(self, df: dict) -> list[dict]:
+        """Each engine's responses, in admission order: contiguous chunks of prompt groups (verl), or by `engine`."""
         if self.split == "trace":
-            return [df[df["engine"] == e] for e in range(self.engines)]
-        prompts = df["prompt_id"].unique()
-        chunks = np.array_split(prompts, self.engines)
-        return [df[df["prompt_id"].isin(c)] for c in chunks]
+            order = np.argsort(df["engine"], kind="stable")
+            cuts = np.searchsorted(df["engine"][order], np.arange(1, self.engines))
+            return [{c: v[idx] for c, v in df.items()} for idx in np.split(order, cuts)]
+        first = np.concatenate([[True], np.diff(df["prompt_id"]) != 0])  # first row of each prompt group
+        group_starts = np.flatnonzero(first)
+        chunks = np.array_split(np.arange(len(group_starts)), self.engines)
+        edges = [group_starts[c[0]] if len(c) else len(first) for c in chunks[1:]]
+        return [{c: v[a:b] for c, v in df.items()} for a, b in zip([0, *edges], [*edges, len(first)])]
 
     def _record_rollout(self, step, t0, barrier, shares, rollouts, outcome, df):
         reqs = []
@@ -137,20 +149,8 @@ class Simulator:
                     if iv.t_end > iv.t_start
                 )
                 share = shares[e]
-                reqs.append(
-                    pd.DataFrame(
-                        {
-                            "step": step,
-                            "prompt_id": share["prompt_id"].to_numpy(),
-                            "sample": share["sample"].to_numpy(),
-                            "engine": e,
-                            "prompt_len": share["prompt_len"].to_numpy(),
-                            "response_len": share["response_len"].to_numpy(),
-                            "admitted_at": t0 + ro.admitted_at,
-                            "finished_at": t0 + ro.finished_at,
-                        }
-                    )
-                )
+                reqs.append((share["prompt_id"], share["sample"], np.full(len(share["step"]), e), share["prompt_len"],
+                             share["response_len"], t0 + ro.admitted_at, t0 + ro.finished_at))
                 if ro.iterations:
                     it = pd.DataFrame(ro.iterations)
                     it.insert(0, "worker", e)
@@ -167,7 +167,7 @@ class Simulator:
                 end = b
             if barrier > end:
                 self._timeline.append((step, e, "idle", end, barrier, np.nan, 0.0, np.nan, ""))
-        self._requests.append(pd.concat(reqs, ignore_index=True) if reqs else pd.DataFrame(columns=REQUEST_COLUMNS))
+        self._requests.append((step, reqs))
 
     def _spec_columns(self, rollouts: dict, rollout_s: float) -> dict:
         sd_time = sum(iv.t_end - iv.t_start for ro in rollouts.values() for iv in ro.intervals if iv.state == "spec_decode")
@@ -214,11 +214,21 @@ class Simulator:
         for k in ("mean_accepted",):
             if steps[k].notna().any():
                 summary[k] = float(steps[k].mean())
-        requests = pd.concat(self._requests, ignore_index=True)
+        requests = _requests_frame(self._requests)
         iterations = pd.concat(self._iterations, ignore_index=True) if self._iterations else None
         config = self.cfg.to_dict()
         config["engines"] = self.engines
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
+
+
+def _requests_frame(per_step: list) -> pd.DataFrame:
+    parts = [(step, r) for step, reqs in per_step for r in reqs]
+    if not parts:
+        return pd.DataFrame(columns=REQUEST_COLUMNS)
+    cols = {"step": np.concatenate([np.full(len(r[0]), step) for step, r in parts])}
+    for i, name in enumerate(REQUEST_COLUMNS[1:]):
+        cols[name] = np.concatenate([r[i] for _, r in parts])
+    return pd.DataFrame(cols)
 
 
 def _choose_split(trace: Trace, split: str, engines: int) -> str:
