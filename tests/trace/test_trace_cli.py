@@ -99,4 +99,4 @@ def test_subprocess_exit_code_and_single_line(tmp_path):
     bad.write_text("step,prompt_id,sample,prompt_len,response_len\n0,0,0,5,1.5\n")
     r = subprocess.run([sys.executable, "-m", "tltsim", "trace", "stats", str(bad)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == f"tltsim: error: {bad}, row 1, column 'response_len': '1.5' is not a whole number of at most 2**53; response_len must be a whole number\n"
+    assert r.stderr == f"tltsim: error: {bad}, row 1, column 'response_len': '1.5' is not a whole number below 2**53; response_len must be a whole number\n"

@@ -205,7 +205,7 @@ def test_empty_and_binary_files(tmp_path):
 def test_csv_errors_name_row_and_column(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("step,prompt_id,sample,prompt_len,response_len\n0,0,0,5,7\n0,1,0,5,seven\n")
-    assert load_error(p) == f"{p}, row 2, column 'response_len': 'seven' is not a whole number of at most 2**53; response_len must be a whole number"
+    assert load_error(p) == f"{p}, row 2, column 'response_len': 'seven' is not a whole number below 2**53; response_len must be a whole number"
     p.write_text("step,prompt_id,sample,prompt_len\n0,0,0,5\n")
     assert "missing column 'response_len'; a CSV trace needs step, prompt_id, sample, prompt_len, response_len, or the Vidur columns" in load_error(p)
     p.write_text('step,prompt_id,sample,prompt_len,response_len\n0,0,0,5,"7\n')
@@ -218,3 +218,20 @@ def test_bad_sidecar(tmp_path, rich_trace):
     assert "t.csv.meta.json: not valid JSON" in load_error(tmp_path / "t.csv")
     sidecar(tmp_path / "t.csv").write_text('{"max_response_len": 10}')
     assert "exceeds the declared max_response_len 10" in load_error(tmp_path / "t.csv")
+
+
+def test_csv_field_counts_and_duplicate_header(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("step,prompt_id,sample,prompt_len,response_len\n0,0,0,5,7\n\n0,1,0,5,7,9\n")
+    assert load_error(p) == f"{p}, line 4: 6 fields but the header has 5; every row needs one value per column"
+    p.write_text("step,prompt_id,sample,prompt_len,response_len,step\n0,0,0,5,7,1\n")
+    assert load_error(p) == f"{p}: column(s) 'step' appear more than once in the header; name each column once"
+
+
+def test_jsonl_values_are_read_exactly(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"step": 0, "prompt_id": 0, "sample": 0, "prompt_len": 5, "response_len": 7.0000000000000001}\n')
+    assert load_error(p).endswith("column 'response_len': 7.0000000000000001 is not a whole number below 2**53; response_len must be a whole number")
+    p.write_text('{"step": 0, "prompt_id": 0, "sample": 0, "prompt_len": "5", "response_len": 7.0, "reward": 0.1}\n')
+    t = load(p)
+    assert t.df["response_len"].tolist() == [7] and t.df["prompt_len"].tolist() == [5] and t.df["reward"].tolist() == [0.1]

@@ -63,7 +63,7 @@ def test_negative_id():
                                           (True, "True"), (float("inf"), "inf"), (2**60, str(2**60))])
 def test_non_integer_length(value, shown):
     msg = error(frame(response_len=pd.Series([5, 7, value, 9], dtype=object)))
-    assert msg == (f"t.csv, row 3, column 'response_len': {shown} is not a whole number of at most 2**53; "
+    assert msg == (f"t.csv, row 3, column 'response_len': {shown} is not a whole number below 2**53; "
                    f"response_len must be a whole number")
 
 

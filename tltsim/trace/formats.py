@@ -17,7 +17,9 @@ TltsimError naming the file, and the line, row or column where it applies.
 """
 from __future__ import annotations
 
+import csv
 import json
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -118,14 +120,7 @@ def _load_parquet(path: Path) -> Trace:
 
 
 def _load_csv(path: Path, requests_per_step: int | None) -> Trace:
-    try:
-        # All cells as text: the schema converts them, so "3.5" or "x" in a length is reported, not coerced.
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
-    except pd.errors.EmptyDataError:
-        raise TltsimError(f"{path}: the file is empty; a CSV trace needs a header row and data rows")
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise TltsimError(f"{path}: not a readable CSV file ({_first_line(e)}); check the quoting and field counts")
-    df.columns = [str(c).strip() for c in df.columns]
+    df = _read_csv(path)
     if "response_len" not in df.columns and all(c in df.columns for c in VIDUR_COLUMNS):
         df, meta = frame_from_vidur(df, path, requests_per_step)
         return Trace.from_frame(df, meta, path=path)
@@ -151,6 +146,33 @@ def _load_jsonl(path: Path) -> Trace:
     return Trace.from_frame(df, _read_sidecar(path), path=path)
 
 
+def _read_csv(path: Path) -> pd.DataFrame:
+    """All cells as text (the schema converts them, so "3.5" or "x" in a length is reported, not
+    coerced). Blank lines are skipped; a row with more or fewer fields than the header raises."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, skipinitialspace=True, strict=True)
+            header = next(reader, None)
+            rows = []
+            for row in reader:
+                if row and len(row) != len(header):
+                    raise TltsimError(
+                        f"{path}, line {reader.line_num}: {len(row)} fields but the header has {len(header)}; "
+                        f"every row needs one value per column"
+                    )
+                if row:
+                    rows.append(row)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise TltsimError(f"{path}: not a readable CSV file ({_first_line(e)}); check the encoding (UTF-8) and quoting")
+    if header is None:
+        raise TltsimError(f"{path}: the file is empty; a CSV trace needs a header row and data rows")
+    names = [c.strip() for c in header]
+    dup = sorted({c for c in names if names.count(c) > 1})
+    if dup:
+        raise TltsimError(f"{path}: column(s) {', '.join(map(repr, dup))} appear more than once in the header; name each column once")
+    return pd.DataFrame(rows, columns=names, dtype=object)
+
+
 def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; bad JSON or a non-object raises TltsimError."""
     try:
@@ -162,7 +184,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_float=Decimal)  # exact: 3.0000000001 is not 3
         except ValueError as e:
             raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line must be one JSON object")
         if not isinstance(obj, dict):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from tltsim.errors import TltsimError, where
-from tltsim.trace.schema import TraceMeta, whole_number
+from tltsim.trace.schema import TraceMeta, show, whole_number
 
 VIDUR_COLUMNS = ["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
 
@@ -38,18 +38,18 @@ def frame_from_verl(records: list[tuple[int, dict]], path) -> tuple[pd.DataFrame
         prompt_len = _whole_key(rec, "input", 0, at)
         out = rec.get("output")
         if not isinstance(out, list):
-            raise TltsimError(f"{at}, key 'output': expected a list of response lengths, got {out!r}")
+            raise TltsimError(f"{at}, key 'output': expected a list of response lengths, got {show(out)}")
         if not out:
             raise TltsimError(f"{at}, key 'output': the list is empty; every prompt needs at least one response")
         lengths = []
         for j, v in enumerate(out):
             x = whole_number(v)
             if x is None or x < 1:
-                raise TltsimError(f"{at}, key 'output', item {j}: {v!r} is not a response length; lengths are whole numbers >= 1")
+                raise TltsimError(f"{at}, key 'output', item {j}: {show(v)} is not a response length; lengths are whole numbers >= 1")
             lengths.append(x)
         if "n_sampling" in rec and whole_number(rec["n_sampling"]) != len(lengths):
             raise TltsimError(
-                f"{at}: 'n_sampling' is {rec['n_sampling']!r} but 'output' has {len(lengths)} lengths; "
+                f"{at}: 'n_sampling' is {show(rec['n_sampling'])} but 'output' has {len(lengths)} lengths; "
                 f"make them agree (one length per sample)"
             )
         if group is None:
@@ -115,14 +115,14 @@ def _whole_key(rec: dict, key: str, lo: int, at: str) -> int:
         raise TltsimError(f"{at}: missing key {key!r}; a verl-style record needs 'step', 'input' and 'output'")
     x = whole_number(rec[key])
     if x is None or x < lo:
-        raise TltsimError(f"{at}, key {key!r}: {rec[key]!r} is not a whole number >= {lo}")
+        raise TltsimError(f"{at}, key {key!r}: {show(rec[key])} is not a whole number >= {lo}")
     return x
 
 
 def _vidur_count(v, i: int, col: str, lo: int, path) -> int:
     x = whole_number(v)
     if x is None or x < lo:
-        raise TltsimError(f"{where(path, i + 1, col)}{v!r} is not a token count; it must be a whole number >= {lo}")
+        raise TltsimError(f"{where(path, i + 1, col)}{show(v)} is not a token count; it must be a whole number >= {lo}")
     return x
 
 
@@ -132,5 +132,5 @@ def _vidur_time(v, i: int, path) -> float:
     except ValueError:
         t = math.nan
     if not math.isfinite(t):
-        raise TltsimError(f"{where(path, i + 1, 'arrived_at')}{v!r} is not a time; arrived_at must be a finite number of seconds")
+        raise TltsimError(f"{where(path, i + 1, 'arrived_at')}{show(v)} is not a time; arrived_at must be a finite number of seconds")
     return t

@@ -16,6 +16,7 @@ Sim and real write the same schema, so every table and plot works on both.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from decimal import Decimal, InvalidOperation
 
 import numpy as np
 import pandas as pd
@@ -101,6 +102,9 @@ def validate(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
             f"{where(path)}missing column(s) {', '.join(repr(c) for c in missing)}; "
             f"a trace needs {', '.join(REQUIRED)} (optional: {', '.join(OPTIONAL)})"
         )
+    dup = sorted({str(c) for c in df.columns[df.columns.duplicated()]})
+    if dup:
+        raise TltsimError(f"{where(path)}column(s) {', '.join(map(repr, dup))} appear more than once; name each column once")
     if len(df) == 0:
         raise TltsimError(f"{where(path)}the trace has no rows; add at least one response")
     out = df.reset_index(drop=True).copy()
@@ -160,77 +164,86 @@ def _row(i: int) -> int:
     return i + 1
 
 
-# Larger integers cannot all be represented exactly once a reader has parsed them as floats.
+# Whole numbers must stay below this: above it a float64 cannot tell n from n + 1 (or n + 0.4).
 MAX_INT = 2**53
 
 
+def show(v) -> str:
+    """A cell as an error message shows it: repr, except exact JSON decimals as written (4.5)."""
+    if _is_missing(v):
+        return "an empty value"
+    return str(v) if isinstance(v, Decimal) else repr(v)
+
+
 def _fail(path, i: int, col: str, value, what: str) -> TltsimError:
-    shown = "an empty value" if _is_missing(value) else repr(value)
-    return TltsimError(f"{where(path, _row(i), col)}{shown} {what}")
+    return TltsimError(f"{where(path, _row(i), col)}{show(value)} {what}")
 
 
 def _is_missing(v) -> bool:
-    return v is None or (isinstance(v, float) and np.isnan(v)) or (isinstance(v, str) and not v.strip())
+    return (v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
+            or (isinstance(v, str) and not v.strip()))
 
 
-def _parse_number(v) -> float | None:
-    """A real number from an int, float or numeric string; None for anything else (bools included)."""
+def _exact(v) -> Decimal | None:
+    """The exact value of an int, float, Decimal or numeric string; None for anything else
+    (bools, empty cells, text, containers). NaN and infinities come back as Decimal NaN / Infinity."""
     if isinstance(v, (bool, np.bool_)) or _is_missing(v):
         return None
     if isinstance(v, (int, np.integer)):
-        return float(v) if abs(int(v)) <= MAX_INT else float("inf")
-    if isinstance(v, (float, np.floating)):
-        return float(v)
+        return Decimal(int(v))
+    if isinstance(v, (float, np.floating, Decimal)):
+        return Decimal(v)
     if isinstance(v, str):
         try:
-            return float(v.strip())
-        except ValueError:
+            return Decimal(v.strip())
+        except InvalidOperation:
             return None
     return None
 
 
 def whole_number(v) -> int | None:
-    """`v` as an int when it is a whole number (an int, a whole float such as 3.0, or a numeric
-    string such as "3") of magnitude at most 2**53; None for anything else, bools included."""
-    x = _parse_number(v)
-    if x is None or not np.isfinite(x) or x % 1 != 0 or abs(x) > MAX_INT:
+    """`v` as an int when it is exactly a whole number below 2**53 in magnitude: an int, a whole
+    float (3.0) or Decimal, or a numeric string ("3", "3.0", "3e2"); None for anything else,
+    bools and text such as "3.0000001" included."""
+    d = _exact(v)
+    if d is None or not d.is_finite() or d.copy_abs() >= MAX_INT or d != d.to_integral_value():
         return None
-    return int(x)
+    return int(d)
 
 
 def _as_int(s: pd.Series, col: str, path) -> pd.Series:
-    """Whole numbers as int64: ints, whole floats (3.0) and numeric strings ("3", "3.0") pass;
-    bools, fractions, NaN, inf, empty cells, text and magnitudes over 2**53 raise TltsimError."""
-    fix = f"{col} must be a whole number"
-    if pd.api.types.is_bool_dtype(s.dtype) or not pd.api.types.is_numeric_dtype(s.dtype):
-        vals = [_parse_number(v) for v in s.tolist()]
-        num = np.array([np.nan if v is None else v for v in vals], dtype="float64")
-    elif pd.api.types.is_integer_dtype(s.dtype) and not s.isna().any():
+    """Whole numbers (see `whole_number`) as int64; anything else raises TltsimError naming the row."""
+    if pd.api.types.is_integer_dtype(s.dtype) and not s.isna().any():
         num = s.to_numpy(dtype="int64")
-        bad = np.abs(num) > MAX_INT
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise _fail(path, i, col, s.iloc[i], f"is too large; {fix} of at most 2**53")
-        return s.astype("int64")
-    else:
+        bad = np.abs(num) >= MAX_INT
+    elif pd.api.types.is_float_dtype(s.dtype):
         num = s.to_numpy(dtype="float64", na_value=np.nan)
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(num) | (num % 1 != 0) | (np.abs(num) > MAX_INT)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(num) | (num % 1 != 0) | (np.abs(num) >= MAX_INT)
+    else:  # text, objects, bools: one value at a time, exactly
+        vals = [whole_number(v) for v in s.tolist()]
+        bad = np.array([v is None for v in vals], dtype=bool)
+        num = np.array([0 if v is None else v for v in vals], dtype="int64")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, i, col, s.iloc[i], f"is not a whole number of at most 2**53; {fix}")
+        raise _fail(path, i, col, s.iloc[i], f"is not a whole number below 2**53; {col} must be a whole number")
     return pd.Series(num.astype("int64"), index=s.index)
 
 
 def _as_float(s: pd.Series, col: str, path) -> pd.Series:
-    """Finite reals as float64; empty cells become NaN (not recorded); text, bools and inf raise."""
-    vals = s.tolist()
-    num = np.empty(len(vals), dtype="float64")
-    for i, v in enumerate(vals):
-        x = np.nan if _is_missing(v) else _parse_number(v)
-        if x is None or np.isinf(x):
-            raise _fail(path, i, col, v, f"is not a finite number; {col} must be a number or empty")
-        num[i] = x
+    """Finite reals as float64; empty cells and NaN become NaN (not recorded); text, bools and
+    infinities raise TltsimError naming the row."""
+    if pd.api.types.is_float_dtype(s.dtype) or pd.api.types.is_integer_dtype(s.dtype):
+        num = s.to_numpy(dtype="float64", na_value=np.nan)
+        bad = np.isinf(num)
+    else:
+        exact = [_exact(v) for v in s.tolist()]
+        missing = s.map(_is_missing).to_numpy(dtype=bool)
+        num = np.array([np.nan if d is None or d.is_nan() else float(d) for d in exact], dtype="float64")
+        bad = (np.array([d is None for d in exact]) & ~missing) | np.isinf(num)  # 1e999 becomes inf
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise _fail(path, i, col, s.iloc[i], f"is not a finite number; {col} must be a number or empty")
     return pd.Series(num, index=s.index)
 
 
