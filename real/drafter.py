@@ -1,0 +1,176 @@
+"""An EAGLE-style drafter: one decoder layer that predicts the target's next feature.
+
+Notation: x_i is token i of a sequence, f_i the target's last hidden state at token i (after its
+final norm: exactly what its lm_head reads, so p_target(x_{i+1}) = softmax(lm_head(f_i))).
+The drafter reads (f_{i-1}, x_i), with f_{-1} = 0, and predicts f_i:
+
+    g_i = layer(fc(concat(embed(x_i), f_{i-1})))      draft logits_i = lm_head(g_i)
+
+`embed` and `lm_head` are the target's own modules, shared and frozen (not parameters of this
+module, not in its state dict); `layer` is one decoder layer of the target's architecture with its
+rotary embedding. As in EAGLE-1, g is regressed onto f directly, so no extra norm sits before the
+lm_head. When drafting ahead, the drafter feeds its own g in place of the unknown f.
+
+Loss per position = w_feat * SmoothL1(g_i, f_i) + w_tok * CE(softmax(lm_head(f_i)), lm_head(g_i)),
+a soft cross-entropy against the target's distribution.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from tltsim.errors import TltsimError
+from tltsim.io import atomic_path
+
+_FORMAT = "tltsim-drafter-1"
+
+
+@dataclass(frozen=True)
+class DrafterLoss:
+    """Weights of the two loss terms (EAGLE's defaults)."""
+
+    w_feat: float = 1.0  # SmoothL1 between predicted and true target feature
+    w_tok: float = 0.1  # soft cross-entropy against the target's next-token distribution
+
+
+class Drafter(nn.Module):
+    """See the module docstring. Build with `Drafter.for_target`, restore with `Drafter.load`."""
+
+    def __init__(self, target, seed: int = 0):
+        super().__init__()
+        config = target.config
+        decoder = target.get_decoder()
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden)
+        self.layer = type(decoder.layers[0])(config, layer_idx=0)
+        self.rotary = type(decoder.rotary_emb)(config=config)
+        # shared with the target, frozen; a tuple keeps them out of parameters() and the state dict
+        self._shared = (target.get_input_embeddings(), target.get_output_embeddings())
+        gen = torch.Generator().manual_seed(seed)
+        std = getattr(config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if param.dim() >= 2:
+                    param.copy_(torch.randn(param.shape, generator=gen) * std)
+                elif name.endswith("bias"):
+                    param.zero_()
+        param = next(target.parameters())
+        self.to(device=param.device, dtype=param.dtype)
+
+    @classmethod
+    def for_target(cls, target, seed: int = 0) -> "Drafter":
+        """A randomly initialised drafter for `target` (seeded), on the target's device and dtype."""
+        return cls(target, seed=seed)
+
+    @property
+    def embed(self) -> nn.Module:
+        return self._shared[0]
+
+    @property
+    def lm_head(self) -> nn.Module:
+        return self._shared[1]
+
+    def forward(self, tokens, prev_features, position_ids, mask, cache=None):
+        """g for inputs (x_i, f_{i-1}). tokens long [B, T]; prev_features [B, T, H]; position_ids long
+        [B, T]; mask additive float [B, 1, T, K] over the K keys (cached + new); cache: a
+        DynamicCache with one layer (appended to) or None. Returns g [B, T, H]."""
+        with torch.no_grad():
+            emb = self.embed(tokens)
+        h = self.fc(torch.cat([emb, prev_features.to(emb.dtype)], dim=-1))
+        return self.layer(h, attention_mask=mask, position_ids=position_ids, cache=cache,
+                          use_cache=cache is not None, position_embeddings=self.rotary(h, position_ids))
+
+    def loss(self, tokens: torch.Tensor, features: torch.Tensor, lengths: torch.Tensor,
+             weights: DrafterLoss = DrafterLoss()) -> torch.Tensor:
+        """Mean loss over a padded batch of sequences.
+
+        tokens long [B, L]; features [B, L - 1, H] (f_0 .. f_{L-2}, what the target's forward produced
+        for every token but the last); lengths long [B] (tokens per row, >= 2). Position i in
+        0 .. lengths[b] - 2 predicts f_i from (x_i, f_{i-1}).
+        """
+        batch, length = tokens.shape
+        n = length - 1
+        prev = torch.cat([features.new_zeros(batch, 1, features.shape[2]), features[:, :-1]], dim=1)
+        valid = torch.arange(n, device=tokens.device)[None, :] < (lengths[:, None] - 1)  # [B, n]
+        causal = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+        allowed = causal[None] & valid[:, None, :]
+        allowed = allowed | torch.eye(n, dtype=torch.bool, device=tokens.device)[None]  # padded queries see themselves
+        mask = torch.zeros(allowed.shape, dtype=features.dtype, device=tokens.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(features.dtype).min)[:, None]
+        positions = torch.arange(n, device=tokens.device)[None].expand(batch, n)
+        g = self.forward(tokens[:, :n], prev, positions, mask)
+        feat = nn.functional.smooth_l1_loss(g, features, reduction="none").mean(dim=-1)
+        with torch.no_grad():
+            p_target = torch.softmax(self.lm_head(features), dim=-1)
+        ce = -(p_target * torch.log_softmax(self.lm_head(g), dim=-1)).sum(dim=-1)
+        per_position = weights.w_feat * feat + weights.w_tok * ce
+        return (per_position * valid).sum() / valid.sum()
+
+    def train_step(self, pairs, optimizer: torch.optim.Optimizer, weights: DrafterLoss = DrafterLoss()) -> float:
+        """One optimiser step on a batch of (tokens long [L], features [L - 1, H]) pairs; returns the loss."""
+        tokens, features, lengths = _pad(pairs, self.fc.weight.device)
+        self.train()
+        optimizer.zero_grad()
+        loss = self.loss(tokens, features, lengths, weights)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    def fit(self, pairs, steps: int, batch_size: int = 8, lr: float = 1e-3, seed: int = 0,
+            weights: DrafterLoss = DrafterLoss()) -> list[float]:
+        """Train on (tokens, features) pairs for `steps` AdamW steps of `batch_size` pairs drawn
+        (seeded) without replacement per pass; returns the loss of every step."""
+        pairs = [(t, f) for t, f in pairs if len(t) >= 2]
+        if not pairs:
+            raise TltsimError("drafter fit: no training pair has 2 or more tokens; generate longer sequences")
+        rng = random.Random(seed)
+        optimizer = torch.optim.AdamW(self.parameters(), lr=lr)
+        losses, order = [], []
+        for _ in range(steps):
+            if len(order) < batch_size:
+                order += rng.sample(range(len(pairs)), len(pairs))
+            batch, order = order[:batch_size], order[batch_size:]
+            losses.append(self.train_step([pairs[i] for i in batch], optimizer, weights))
+        self.eval()
+        return losses
+
+    def save(self, path: str | Path) -> None:
+        """Write the trainable part (fc and the decoder layer) to `path`, atomically."""
+        payload = {"format": _FORMAT, "hidden_size": self.fc.out_features,
+                   "state": {k: v.detach().cpu() for k, v in self.state_dict().items()}}
+        with atomic_path(path) as tmp:
+            torch.save(payload, tmp)
+
+    @classmethod
+    def load(cls, path: str | Path, target) -> "Drafter":
+        """A drafter for `target` with the trainable part read from `path` (written by `save`)."""
+        path = Path(path)
+        if not path.exists():
+            raise TltsimError(f"{path}: no such drafter checkpoint; write one with Drafter.save")
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+            raise TltsimError(f"{path}: not a drafter checkpoint (format {_FORMAT}); write one with Drafter.save")
+        drafter = cls(target)
+        if payload["hidden_size"] != drafter.fc.out_features:
+            raise TltsimError(f"{path}: drafter hidden size {payload['hidden_size']} does not match the target's "
+                              f"{drafter.fc.out_features}; train a drafter for this target")
+        drafter.load_state_dict(payload["state"])
+        drafter.eval()
+        return drafter
+
+
+def _pad(pairs, device):
+    """Right-pad (tokens [L], features [L-1, H]) pairs into tokens [B, L], features [B, L-1, H], lengths [B]."""
+    lengths = torch.tensor([len(t) for t, _ in pairs], device=device)
+    length = int(lengths.max())
+    hidden = pairs[0][1].shape[1]
+    tokens = torch.zeros(len(pairs), length, dtype=torch.long, device=device)
+    features = torch.zeros(len(pairs), length - 1, hidden, dtype=pairs[0][1].dtype, device=device)
+    for b, (t, f) in enumerate(pairs):
+        tokens[b, : len(t)] = torch.as_tensor(t, device=device)
+        features[b, : len(t) - 1] = f.to(device)
+    return tokens, features, lengths

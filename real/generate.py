@@ -1,0 +1,246 @@
+"""Batched generation, plain or speculative, switchable per iteration: the rollout engine.
+
+An `Engine` holds the running rows of a batch. Each row's committed tokens are its prompt and what
+it has generated; the last committed token is "pending": the target has not processed it yet, and
+the next iteration feeds it (plain decoding feeds just it; speculative decoding feeds it as the root
+of a draft tree). A row finishes on its own, at an end-of-sequence token (kept in its output) or at
+`max_new_tokens`, and leaves the batch; `add` admits new rows at any time (continuous batching).
+
+`step(mode=...)` runs one iteration and returns its `Iteration` record, so an outside policy can
+choose plain or speculative decoding, and the strategy, at every iteration. The drafter's state
+lives only while consecutive iterations speculate: the first speculative iteration after a plain
+one (or after `set_drafter`) rebuilds it from every running row's tokens and the target features
+kept from earlier forwards (a re-prefill of the drafter; the target is not run again).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from real.kvcache import RaggedCache
+from real.sampling import SamplingParams, next_tokens, verify_tree
+from real.spec import DraftState, DraftTree, Strategy
+from tltsim.errors import TltsimError
+
+DEFAULT_STRATEGY = "4_1_4"
+
+
+@dataclass
+class Iteration:
+    """What one engine iteration did."""
+
+    index: int  # 0, 1, ... in the engine's life
+    mode: str  # "prefill" (rows admitted), "plain" or "spec"
+    strategy: str  # depth_topk_verify for "spec", "" otherwise
+    batch_size: int  # rows processed
+    proposed: int  # draft tokens sent to the target per row (0 unless "spec")
+    accepted: list[int]  # per row, draft tokens accepted (a spec row emits accepted + 1 tokens)
+    tokens: int  # tokens processed ("prefill") or emitted (decode), over all rows
+    wall_s: float  # wall-clock seconds of the iteration
+    reprefill: bool = False  # the drafter's state was rebuilt in this iteration
+
+
+@dataclass
+class Finished:
+    """A row that left the batch."""
+
+    request_id: int
+    prompt: list[int]
+    tokens: list[int]  # generated ids, up to and including EOS
+    features: torch.Tensor | None = None  # [len(prompt + tokens) - 1, H] target features, if collected
+
+
+@dataclass
+class Generation:
+    """The result of `generate`: per prompt its new tokens, and the iteration records."""
+
+    tokens: list[list[int]]
+    iterations: list[Iteration] = field(default_factory=list)
+    finished: list[Finished] = field(default_factory=list)
+
+    def frame(self):
+        """The iteration records as a pandas DataFrame (one row per iteration)."""
+        import pandas as pd
+
+        return pd.DataFrame([asdict(it) for it in self.iterations])
+
+
+class Engine:
+    """A running batch over a transformers causal LM (Llama, Qwen2, ...). See the module docstring."""
+
+    def __init__(self, target, drafter=None, *, sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 256,
+                 eos_token_id: int | list[int] | None = None, seed: int = 0, collect_features: bool = False):
+        if max_new_tokens < 1:
+            raise TltsimError(f"max_new_tokens={max_new_tokens}: must be >= 1")
+        config = target.config
+        if "sliding_attention" in (getattr(config, "layer_types", None) or []):
+            raise TltsimError("target uses sliding-window attention, which this engine does not mask; "
+                              "use a model with full attention")
+        self.target = target
+        self.decoder = target.get_decoder()
+        self.lm_head = target.get_output_embeddings()
+        self.drafter = drafter
+        self.sampling = sampling
+        self.max_new_tokens = max_new_tokens
+        eos = config.eos_token_id if eos_token_id is None else eos_token_id
+        self.eos = set([] if eos is None else [eos] if isinstance(eos, int) else eos)
+        self.collect_features = collect_features
+        param = next(target.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.vocab = self.lm_head.weight.shape[0]
+        self.cache = self._new_cache(0)
+        self.ids: list[int] = []  # request id of each running row
+        self.prompts: list[list[int]] = []
+        self.tokens: list[list[int]] = []  # committed tokens (prompt + generated) of each running row
+        self.finished: dict[int, Finished] = {}
+        self.iterations: list[Iteration] = []
+        self._draft: DraftState | None = None
+        self._next_id = 0
+
+    @property
+    def running(self) -> int:
+        return len(self.ids)
+
+    def set_drafter(self, drafter) -> None:
+        """Use `drafter` from the next speculative iteration on (its state is rebuilt then)."""
+        self.drafter, self._draft = drafter, None
+
+    @torch.no_grad()
+    def add(self, prompts: list[list[int]]) -> list[int]:
+        """Admit rows (non-empty token-id lists) and prefill them; returns their request ids."""
+        for i, p in enumerate(prompts):
+            if len(p) == 0 or not all(0 <= int(t) < self.vocab for t in p):
+                raise TltsimError(f"prompt {i}: must be a non-empty list of token ids in [0, {self.vocab})")
+        start = time.perf_counter()
+        new = self._new_cache(len(prompts))
+        width = max(len(p) for p in prompts) - 1  # the last prompt token stays pending
+        if width > 0:
+            counts = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
+            x = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
+            for b, p in enumerate(prompts):
+                x[b, : len(p) - 1] = torch.as_tensor(p[:-1], device=self.device)
+            valid = torch.arange(width, device=self.device)[None, :] < counts[:, None]
+            causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+            visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)[None]
+            positions = torch.arange(width, device=self.device)[None].expand(len(prompts), width)
+            hidden = self._forward(new, x, positions, visible)
+            new.commit(positions, counts, hidden)
+        self.cache.extend(new)
+        if self._draft is not None:
+            self._draft.cache.extend(DraftState(self.drafter, len(prompts)).cache)
+        ids = list(range(self._next_id, self._next_id + len(prompts)))
+        self._next_id += len(prompts)
+        self.ids += ids
+        self.prompts += [list(map(int, p)) for p in prompts]
+        self.tokens += [list(map(int, p)) for p in prompts]
+        self._record("prefill", "", len(prompts), 0, [0] * len(prompts), sum(len(p) - 1 for p in prompts), start, False)
+        return ids
+
+    @torch.no_grad()
+    def step(self, mode: str = "plain", strategy: str | Strategy | None = None) -> Iteration:
+        """One decoding iteration over every running row: "plain" (one token per row) or "spec"
+        (draft with `strategy`, verify in one target forward, emit accepted + 1 tokens per row)."""
+        if self.running == 0:
+            raise TltsimError("step: no running rows; add prompts first")
+        start = time.perf_counter()
+        roots = torch.tensor([t[-1] for t in self.tokens], device=self.device)
+        reprefill = False
+        if mode == "plain":
+            self._draft = None
+            tree, label = DraftTree.root_only(roots), ""
+        elif mode == "spec":
+            if self.drafter is None:
+                raise TltsimError("step(mode='spec') needs a drafter; pass drafter= to the engine")
+            strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy or DEFAULT_STRATEGY)
+            if self._draft is None:
+                self._draft, reprefill = DraftState(self.drafter, self.running), True
+            g_root = self._draft.ingest(self.tokens, self.cache.features)
+            tree, label = self._draft.draft(roots, g_root, self.cache.lens, strat), str(strat)
+        else:
+            raise TltsimError(f"step: mode {mode!r} is not 'plain' or 'spec'")
+        positions = self.cache.lens[:, None] + tree.depth
+        hidden = self._forward(self.cache, tree.tokens, positions, tree.visible())
+        logits = self.lm_head(hidden)
+        if mode == "plain":  # same rule as a one-node tree, without the walk
+            path = torch.zeros_like(roots)[:, None]
+            accepted, nxt = torch.zeros_like(roots), next_tokens(logits[:, 0], self.sampling, self.generator)
+        else:
+            path, accepted, nxt = verify_tree(tree.tokens, tree.parents, logits, self.sampling, self.generator)
+        self.cache.commit(path.clamp(min=0), accepted + 1, hidden)
+        emitted = self._append(tree.tokens, path, accepted, nxt)
+        it = self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill)
+        return it
+
+    def _append(self, tree_tokens, path, accepted, nxt) -> int:
+        """Commit each row's accepted drafts and next token, finish rows, shrink the batch; returns tokens emitted."""
+        drafts = tree_tokens.gather(1, path.clamp(min=0)).tolist()
+        keep, emitted = [], 0
+        for b, (n_acc, last) in enumerate(zip(accepted.tolist(), nxt.tolist())):
+            tokens = self.tokens[b]
+            done = False
+            for tok in drafts[b][1 : n_acc + 1] + [last]:
+                tokens.append(tok)
+                emitted += 1
+                if tok in self.eos or len(tokens) - len(self.prompts[b]) >= self.max_new_tokens:
+                    done = True
+                    break
+            if done:
+                self._finish(b)
+            else:
+                keep.append(b)
+        if len(keep) < self.running:
+            rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+            self.cache.select(rows)
+            if self._draft is not None:
+                self._draft.cache.select(rows)
+            self.ids = [self.ids[b] for b in keep]
+            self.prompts = [self.prompts[b] for b in keep]
+            self.tokens = [self.tokens[b] for b in keep]
+        return emitted
+
+    def _finish(self, b: int) -> None:
+        prompt, tokens = self.prompts[b], self.tokens[b]
+        features = None
+        if self.collect_features:
+            features = self.cache.features[b, : len(tokens) - 1].detach().clone()
+        self.finished[self.ids[b]] = Finished(self.ids[b], prompt, tokens[len(prompt):], features)
+
+    def _forward(self, cache: RaggedCache, tokens, positions, visible) -> torch.Tensor:
+        """Target forward of tokens [B, T] at positions [B, T] over `cache`; returns features [B, T, H]."""
+        out = self.decoder(input_ids=tokens, attention_mask=cache.mask(visible), position_ids=positions,
+                           cache=cache.cache, use_cache=True)
+        return out.last_hidden_state
+
+    def _new_cache(self, batch: int) -> RaggedCache:
+        config = self.target.config
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return RaggedCache(config.num_hidden_layers, batch, config.num_key_value_heads, head_dim, self.dtype,
+                           self.device, feature_dim=config.hidden_size)
+
+    def _record(self, mode, strategy, batch, proposed, accepted, tokens, start, reprefill) -> Iteration:
+        it = Iteration(len(self.iterations), mode, strategy, batch, proposed, accepted, tokens,
+                       time.perf_counter() - start, reprefill)
+        self.iterations.append(it)
+        return it
+
+
+def generate(target, prompts: list[list[int]], drafter=None, strategy: str | None = None, greedy: bool = True,
+             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
+             eos_token_id: int | list[int] | None = None, seed: int = 0, collect_features: bool = False) -> Generation:
+    """Generate for every prompt (token-id lists) until EOS or `max_new_tokens`.
+
+    With a drafter, every iteration speculates with `strategy` (default "4_1_4"); without, it
+    decodes plainly. Either way the output has the target's distribution (greedy: the same tokens).
+    `eos_token_id` defaults to the target config's.
+    """
+    engine = Engine(target, drafter, sampling=SamplingParams(greedy, temperature, top_p), max_new_tokens=max_new_tokens,
+                    eos_token_id=eos_token_id, seed=seed, collect_features=collect_features)
+    ids = engine.add(prompts)
+    mode = "plain" if drafter is None else "spec"
+    while engine.running:
+        engine.step(mode, strategy)
+    finished = [engine.finished[i] for i in ids]
+    return Generation([f.tokens for f in finished], engine.iterations, finished)

@@ -1,0 +1,131 @@
+"""Sampling from the target, and the lossless acceptance rule that verifies a draft tree.
+
+Target distribution. For logits z of one position, p = softmax(z / temperature) restricted to the
+top-p nucleus (the most probable tokens, in order, until their mass reaches top_p; the token that
+crosses top_p is kept) and renormalised. Plain sampling draws from p; verification walks the draft
+tree with the very same p, which is what makes speculation lossless. Greedy decoding is the point
+mass at argmax z (temperature and top-p do not apply).
+
+Acceptance rule (speculative sampling, Leviathan et al. 2023 / Chen et al. 2023, in the multi-draft
+recursive form of SpecInfer and EAGLE-2). The drafter proposes deterministic tokens (its top-k), so
+each proposal is a point mass and the rule needs no draft probabilities. Walk from the root u:
+
+    r := p_u                                      (residual, unnormalised)
+    for each child c of u, in tree order:         (distinct tokens)
+        accept c with probability r(c) / sum(r);  on rejection set r(c) := 0
+    accepted token  -- a child that passed; the walk continues from it
+    recovered token -- all children rejected: sample from r / sum(r); the walk ends
+    bonus token     -- u has no children (every draft on the path was accepted): sample from p_u
+
+Each step emits a token distributed exactly as p_u: child c_i is accepted with probability
+p(c_i), since the earlier rejections leave mass 1 - p(c_1) - ... - p(c_{i-1}) and accepting takes
+p(c_i) of it, and the recovered sample spreads the rest over the other tokens in proportion to p.
+By induction the whole emitted sequence has the target's distribution. With greedy decoding the
+walk accepts the child equal to argmax z_u and emits argmax z_u as the recovered or bonus token.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tltsim.errors import TltsimError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target's next token is chosen, in plain and in speculative decoding alike."""
+
+    greedy: bool = True  # argmax; temperature and top_p are then ignored
+    temperature: float = 1.0  # logits are divided by it before the softmax (> 0)
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 keeps every token
+
+    def __post_init__(self):
+        if not self.greedy and not self.temperature > 0:
+            raise TltsimError(f"temperature={self.temperature}: must be > 0 when sampling (or use greedy)")
+        if not 0 < self.top_p <= 1:
+            raise TltsimError(f"top_p={self.top_p}: must be in (0, 1]")
+
+
+def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """p for logits [..., V]: softmax(logits / temperature) cut to the top-p nucleus, renormalised."""
+    probs = torch.softmax(logits / params.temperature, dim=-1)
+    if params.top_p < 1:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the more probable tokens
+        sorted_p = sorted_p.masked_fill(mass_before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
+    """Plain decoding: one token per row from logits [B, V] -> long [B]."""
+    if params.greedy:
+        return logits.argmax(dim=-1)
+    return torch.multinomial(target_probs(logits, params), 1, generator=generator).squeeze(1)
+
+
+def verify_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tensor, params: SamplingParams,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Walk each row's draft tree with the acceptance rule of the module docstring.
+
+    tokens:  long [B, N]  node tokens; node 0 is the root (the last committed token, not a draft)
+    parents: long [B, N]  parent node of each node (-1 for the root); a parent precedes its children
+    logits:  [B, N, V]    target logits at each node (its distribution for the next token)
+    Returns (path, accepted, next_token):
+    path:       long [B, N]  visited nodes from the root, root first; entries past accepted[b] are -1
+    accepted:   long [B]     draft tokens accepted (path length - 1)
+    next_token: long [B]     the recovered or bonus token that follows the accepted drafts
+    """
+    batch, n = tokens.shape
+    assert parents.shape == (batch, n) and logits.shape[:2] == (batch, n), (tokens.shape, parents.shape, logits.shape)
+    rows = torch.arange(batch, device=tokens.device)
+    probs = None if params.greedy else target_probs(logits, params)
+    best = logits.argmax(dim=-1) if params.greedy else None  # [B, N]
+    cur = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+    walking = torch.ones(batch, dtype=torch.bool, device=tokens.device)
+    path = torch.full((batch, n), -1, dtype=torch.long, device=tokens.device)
+    path[:, 0] = 0
+    accepted = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+    residual = None if probs is None else probs[:, 0].clone()  # [B, V], r at the node where each row stops
+    for _ in range(n - 1):
+        is_child = (parents == cur[:, None]) & walking[:, None]  # [B, N]
+        if not is_child.any():
+            break
+        if params.greedy:
+            hit = is_child & (tokens == best[rows, cur][:, None])
+            found, nxt = hit.any(dim=1), hit.long().argmax(dim=1)
+        else:
+            found, nxt, r = _try_children(tokens, is_child, probs[rows, cur].clone(), generator)
+            residual = torch.where(walking[:, None], r, residual)
+        walking = walking & found
+        cur = torch.where(walking, nxt, cur)
+        accepted = accepted + walking.long()
+        path[rows[walking], accepted[walking]] = cur[walking]
+    if params.greedy:
+        return path, accepted, best[rows, cur]
+    # rows still walking stopped at a leaf the loop never expanded: their residual is p there
+    residual = torch.where(walking[:, None], probs[rows, cur], residual)
+    return path, accepted, torch.multinomial(residual, 1, generator=generator).squeeze(1)
+
+
+def _try_children(tokens, is_child, r, generator):
+    """Offer each row's children in tree order; return (found [B], accepted node [B], residual r [B, V])."""
+    batch = tokens.shape[0]
+    rows = torch.arange(batch, device=tokens.device)
+    rank = is_child.long().cumsum(dim=1) - 1  # sibling rank in tree order
+    found = torch.zeros(batch, dtype=torch.bool, device=tokens.device)
+    nxt = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+    for k in range(int(is_child.sum(dim=1).max())):
+        offered = is_child & (rank == k)
+        has = offered.any(dim=1) & ~found
+        node = offered.long().argmax(dim=1)
+        tok = tokens[rows, node]
+        u = torch.rand(batch, generator=generator, dtype=r.dtype, device=r.device)
+        take = has & (u * r.sum(dim=1) < r[rows, tok])
+        nxt = torch.where(take, node, nxt)
+        found = found | take
+        drop = has & ~take
+        r[rows[drop], tok[drop]] = 0.0
+    return found, nxt, r

@@ -1,0 +1,158 @@
+"""Drafting (chain and EAGLE-2 tree) and the tree the target verifies in one forward.
+
+A strategy is the tuner's string "depth_topk_verify": the drafter runs `depth` steps ahead,
+expanding the `topk` best tokens of each of the `topk` best nodes per step (EAGLE-2), and the
+`verify` best draft nodes overall (by cumulative draft log-probability) go to the target together
+with the root. "4_1_4" is a chain of 4 drafts. A row's tree has 1 + verify nodes; node 0 is the
+root, the row's last committed token (the target has not seen it yet); a node at depth d sits at
+position (root position + d), and attends to the committed prefix, its ancestors and itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from real.kvcache import RaggedCache
+from tltsim.errors import TltsimError
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A drafting strategy; `Strategy.parse("8_4_48")`."""
+
+    depth: int  # draft steps ahead (longest path of drafts)
+    topk: int  # children per expanded node, and nodes expanded per step
+    verify: int  # draft nodes sent to the target (the root comes on top)
+
+    @classmethod
+    def parse(cls, text: str) -> "Strategy":
+        parts = str(text).split("_")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise TltsimError(f"strategy {text!r}: expected depth_topk_verify with positive integers, e.g. '4_1_4'")
+        depth, topk, verify = map(int, parts)
+        most = topk + (depth - 1) * topk * topk
+        if verify > most:
+            raise TltsimError(f"strategy {text!r}: verify={verify} exceeds the {most} nodes depth {depth} and "
+                              f"top-k {topk} can draft; lower verify")
+        return cls(depth, topk, verify)
+
+    def __str__(self) -> str:
+        return f"{self.depth}_{self.topk}_{self.verify}"
+
+
+@dataclass
+class DraftTree:
+    """Per-row trees of equal size N. tokens, parents (-1 for the root), depth: long [B, N]."""
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depth: torch.Tensor
+
+    @classmethod
+    def root_only(cls, roots: torch.Tensor) -> "DraftTree":
+        """The trivial tree of plain decoding: just the roots (long [B])."""
+        zeros = torch.zeros_like(roots)[:, None]
+        return cls(roots[:, None], zeros - 1, zeros)
+
+    def visible(self) -> torch.Tensor:
+        """bool [B, N, N]: node i attends node j iff j is i or an ancestor of i."""
+        batch, n = self.tokens.shape
+        vis = torch.eye(n, dtype=torch.bool, device=self.tokens.device).repeat(batch, 1, 1)
+        rows = torch.arange(batch, device=self.tokens.device)
+        for i in range(1, n):  # parents precede children, so a parent's row is final
+            vis[:, i] |= vis[rows, self.parents[:, i].clamp(min=0)]
+        return vis
+
+
+class DraftState:
+    """The drafter's per-row KV cache over the committed tokens, and drafting from it.
+
+    Row b has ingested its first `cache.lens[b]` tokens (input i is (x_i, f_{i-1})); `ingest`
+    feeds the rest of the committed tokens, `draft` then builds the tree and rolls the drafter's
+    speculative entries back, so only committed tokens stay in its cache.
+    """
+
+    def __init__(self, drafter, batch: int):
+        self.drafter = drafter
+        attn = drafter.layer.self_attn
+        key = drafter.fc.weight
+        self.cache = RaggedCache(1, batch, attn.config.num_key_value_heads, attn.head_dim, key.dtype, key.device)
+
+    def ingest(self, tokens: list[list[int]], features: torch.Tensor) -> torch.Tensor:
+        """Feed each row's committed tokens not yet seen; return g at its last token [B, H].
+
+        tokens: per row, all committed tokens x_0 .. x_{n-1}. features [B, S, H]: f_i at slot i for
+        i < n - 1 (the target's feature cache).
+        """
+        device = features.device
+        start = self.cache.lens.tolist()
+        counts = [len(t) - s for t, s in zip(tokens, start)]
+        assert min(counts) >= 1, "every row has a new committed token"
+        batch, width = len(tokens), max(counts)
+        idx = torch.zeros(batch, width, dtype=torch.long, device=device)  # token index i of each input
+        x = torch.zeros(batch, width, dtype=torch.long, device=device)
+        for b, (t, s, c) in enumerate(zip(tokens, start, counts)):
+            idx[b, :c] = torch.arange(s, s + c, device=device)
+            x[b, :c] = torch.as_tensor(t[s:], device=device)
+        counts_t = torch.tensor(counts, device=device)
+        valid = torch.arange(width, device=device)[None, :] < counts_t[:, None]
+        shifted = torch.cat([features.new_zeros(batch, 1, features.shape[2]), features], dim=1)  # slot i = f_{i-1}
+        prev = shifted.gather(1, idx.clamp(max=shifted.shape[1] - 1)[:, :, None].expand(-1, -1, features.shape[2]))
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
+        g = self.drafter(x, prev, idx, self.cache.mask(visible), self.cache.cache)
+        self.cache.commit(torch.arange(width, device=device)[None].expand(batch, width), counts_t)
+        return g[torch.arange(batch, device=device), counts_t - 1]
+
+    def draft(self, roots: torch.Tensor, g_root: torch.Tensor, root_pos: torch.Tensor, strategy: Strategy) -> DraftTree:
+        """EAGLE-2 drafting from each row's root (token long [B], g [B, H], position long [B])."""
+        batch, k, device = roots.shape[0], strategy.topk, roots.device
+        rows = torch.arange(batch, device=device)[:, None]
+        logp = torch.log_softmax(self.drafter.lm_head(g_root).float(), dim=-1)
+        score, tok = logp.topk(k, dim=-1)  # [B, k]
+        cand_tok, cand_parent, cand_score, cand_depth = [tok], [torch.full_like(tok, -1)], [score], [torch.ones_like(tok)]
+        frontier = torch.arange(k, device=device)[None].expand(batch, k)  # candidate ids
+        g_parent = g_root[:, None].expand(batch, k, -1)
+        ancestors = torch.zeros(batch, k, 0, dtype=torch.bool, device=device)  # pending slots each frontier node sees
+        n_cand = k
+        for d in range(1, strategy.depth):
+            visible = torch.cat([ancestors, torch.eye(k, dtype=torch.bool, device=device).expand(batch, k, k)], dim=2)
+            pos = (root_pos + d)[:, None].expand(batch, k)
+            g = self.drafter(tok, g_parent, pos, self.cache.mask(visible), self.cache.cache)  # [B, k, H]
+            logp = torch.log_softmax(self.drafter.lm_head(g).float(), dim=-1)
+            child_lp, child_tok = logp.topk(k, dim=-1)  # [B, k, k]
+            child_score = (score[:, :, None] + child_lp).reshape(batch, k * k)
+            cand_tok.append(child_tok.reshape(batch, k * k))
+            cand_parent.append(frontier[:, :, None].expand(batch, k, k).reshape(batch, k * k))
+            cand_score.append(child_score)
+            cand_depth.append(torch.full_like(child_score, d + 1, dtype=torch.long))
+            score, best = child_score.topk(k, dim=-1)  # next frontier, [B, k] indices into the k*k children
+            via = best // k  # which frontier node each one came from
+            tok = cand_tok[-1][rows, best]
+            frontier = n_cand + best
+            g_parent = g[rows, via]
+            ancestors = visible[rows, via]  # a child sees what its parent saw, and the parent
+            n_cand += k * k
+        self.cache.rollback()
+        return _select(torch.cat(cand_tok, 1), torch.cat(cand_parent, 1), torch.cat(cand_score, 1),
+                       torch.cat(cand_depth, 1), roots, strategy.verify)
+
+
+def _select(tok, parent, score, depth, roots, verify: int) -> DraftTree:
+    """Keep the `verify` best candidates per row (with their ancestors: a child never outscores its
+    parent, and a stable sort keeps the earlier parent first on ties) and renumber them as a tree."""
+    batch, n = tok.shape
+    rows = torch.arange(batch, device=tok.device)[:, None]
+    order = score.sort(dim=1, descending=True, stable=True).indices[:, :verify]
+    chosen = order.sort(dim=1).values  # candidate order: parents before children
+    node_of = torch.zeros(batch, n, dtype=torch.long, device=tok.device)
+    node_of[rows, chosen] = torch.arange(1, verify + 1, device=tok.device)[None]
+    par = parent[rows, chosen]
+    par_node = torch.where(par < 0, 0, node_of[rows, par.clamp(min=0)])
+    assert bool((par < 0).logical_or(node_of[rows, par.clamp(min=0)] > 0).all()), "selection closed under ancestors"
+    return DraftTree(
+        tokens=torch.cat([roots[:, None], tok[rows, chosen]], dim=1),
+        parents=torch.cat([torch.full_like(roots[:, None], -1), par_node], dim=1),
+        depth=torch.cat([torch.zeros_like(roots[:, None]), depth[rows, chosen]], dim=1),
+    )
