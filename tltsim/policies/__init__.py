@@ -6,9 +6,10 @@ A name maps to a factory `(knobs: dict) -> Policy`. Combinations are written
 from __future__ import annotations
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy, StepOutcome
+from tltsim.policies.base import Ideal, Policy, StepOutcome
+from tltsim.policies.tlt import VARIANTS, variant_factory
 
-REGISTRY: dict[str, type] = {"verl": Policy}
+REGISTRY: dict = {"verl": Policy, **{name: variant_factory(name) for name in VARIANTS}, "ideal": Ideal}
 
 
 def policy_names() -> list[str]:

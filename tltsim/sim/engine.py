@@ -36,6 +36,11 @@ class Speculation:
     quality: float  # drafter quality this step
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
+    model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
+
+    def draft_time(self, cost, batch: int, strategy) -> float:
+        """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
+        return 0.0 if self.model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
 
 
 @dataclass
@@ -149,8 +154,9 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
             s = spec.tuner.choose(b)
             acc = float(spec.acceptance.mean(s, spec.quality))
             iters = min(spec.chunk_iters, remaining / acc)
-            dt = iters * s.depth * float(cost.draft_time(b, s.topk)) + float(
-                cost.segment_time(b * s.verify, s.verify, c, b * acc, iters)
+            # verify forward: the last accepted token plus `verify` drafted nodes per request
+            dt = iters * spec.draft_time(cost, b, s) + float(
+                cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
             spec.tuner.update(s, b, acc * b * iters / dt, max(1, int(round(iters))))
             strategies[str(s)] += iters
@@ -225,7 +231,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             acc_rows = np.asarray(spec.acceptance.sample(s, spec.quality, spec.rng, b), dtype=float)
             remaining = response_len[rows] - generated[rows]
             gain = np.minimum(acc_rows, remaining)
-            dt = s.depth * float(cost.draft_time(b, s.topk)) + float(cost.verify_time(b, s.verify, ctx))
+            dt = spec.draft_time(cost, b, s) + float(cost.verify_time(b, s.verify + 1, ctx))
             spec.tuner.update(s, b, float(acc_rows.sum()) / dt, 1)
             strategies[str(s)] += 1
             sd_iters += 1

@@ -35,12 +35,14 @@ class Simulator:
         self.model = load_model(c.model)
         self.gpu = load_gpu(c.gpu)
         self.cost = cost or Roofline(self.model, self.gpu, c.tp, cfg.cost)
-        self.engines = c.engines
+        self.policy = policy or Policy()
+        self.reserved_workers = self.policy.reserved_gpus(c) // c.tp
+        self.workers = c.gpus // c.tp  # one worker per TP group; the first `engines` roll out
+        self.engines = self.workers - self.reserved_workers
         lo, hi = parse_steps(cfg.steps)
         steps = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
         self.trace = trace.select_steps(steps)
         self.split = _choose_split(self.trace, c.split, self.engines)
-        self.policy = policy or Policy()
         self.policy.bind(self)
 
     def run(self, progress: bool = False) -> Result:
@@ -70,6 +72,7 @@ class Simulator:
 
     def _step(self, env, step: int, df: dict):
         t0 = env.now
+        df = self.policy.prepare_step(step, df)
         shares = self._shares(df)
         self.policy.begin_step(step, t0)
         outs: dict[int, dict] = {e: {} for e in range(self.engines)}
@@ -77,7 +80,7 @@ class Simulator:
         yield simpy.AllOf(env, procs)
         barrier = env.now
         rollouts = {e: o["rollout"] for e, o in outs.items() if "rollout" in o}
-        outcome = self.policy.end_rollout(step, barrier, rollouts)
+        outcome = self.policy.end_rollout(step, barrier, rollouts, df["response_len"])
         tokens = float(df["prompt_len"].sum() + df["response_len"].sum())
         gpus = self.cfg.cluster.gpus
         phases = [
@@ -89,7 +92,7 @@ class Simulator:
         for state, dt in phases:
             t = env.now
             yield env.timeout(dt)
-            self._timeline.extend((step, e, state, t, env.now, np.nan, 0.0, np.nan, "") for e in range(self.engines))
+            self._timeline.extend((step, w, state, t, env.now, np.nan, 0.0, np.nan, "") for w in range(self.workers))
         reqs = self._requests[-1][1]
         finished = np.concatenate([r[-1] for r in reqs]) - t0 if reqs else np.array([])
         t90 = float(np.quantile(finished, 0.9, method="inverted_cdf")) if len(finished) else 0.0
@@ -139,7 +142,7 @@ class Simulator:
 
     def _record_rollout(self, step, t0, barrier, shares, rollouts, outcome, df):
         reqs = []
-        for e in range(self.engines):
+        for e in range(self.workers):
             ro = rollouts.get(e)
             end = t0 + (ro.duration if ro else 0.0)
             if ro:
@@ -218,6 +221,7 @@ class Simulator:
         iterations = pd.concat(self._iterations, ignore_index=True) if self._iterations else None
         config = self.cfg.to_dict()
         config["engines"] = self.engines
+        config["policy_knobs"] = {**config["policy_knobs"], **getattr(self.policy, "knobs", {})}
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
 
 

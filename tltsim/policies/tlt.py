@@ -1,0 +1,223 @@
+"""TLT and its ablations as simulator policies, composed from the policy objects in tltsim.policy.
+
+One class, `Speculative`, configured by `TLTKnobs`, covers every named variant:
+
+    tlt            adaptive SD + BEG tuner + adaptive drafter trained on idle workers (spot trainer)
+    tlt-base       adaptive SD with a model-free n-gram drafter, no training
+    static-sd      adaptive SD with a drafter trained once (it goes stale as the policy moves)
+    sd-always      SD from the first token, adaptive drafter with spot training
+    tlt-dedicated  adaptive SD; `dedicated_gpus` GPUs reserved to train the drafter instead of idle ones
+
+Per step: each engine gets a fresh SDSwitch (reset) and keeps its own tuner
+across steps (the tuner learns); the drafter's quality is the same for every
+engine. When the rollout ends, the spot trainer's spans become drafter training
+samples (throughput from the cost model, minus load and checkpoint costs), the
+drafter trains on them, then drifts with the policy update.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from tltsim.errors import TltsimError
+from tltsim.policies.base import Policy, StepOutcome
+from tltsim.policy import (
+    CHECKPOINT_S,
+    DEFAULT_ARMS,
+    AcceptanceModel,
+    DataBuffer,
+    DrafterConfig,
+    DrafterQuality,
+    NgramDrafter,
+    SDSwitch,
+    SpotTrainer,
+    make_tuner,
+    parse_arms,
+)
+from tltsim.sim.engine import Speculation
+
+SD_MODES = ("adaptive", "always", "never")
+DRAFTERS = ("adaptive", "static", "ngram")
+
+
+@dataclass(frozen=True)
+class TLTKnobs:
+    sd: str = "adaptive"  # adaptive (TLT switch), always (from the first token), never
+    threshold: int = 32  # SD may switch on once the running batch is at or below this (TLT default)
+    patience: int = 10  # ... for this many consecutive decode iterations (TLT default)
+    tuner: str = "beg"  # beg, egreedy, ucb, fixed, oracle
+    arms: tuple = tuple(str(a) for a in DEFAULT_ARMS)  # depth_topk_verify strategies the tuner picks from
+    eps: float = 0.1  # exploration rate of beg / egreedy
+    drafter: str = "adaptive"  # adaptive (trained online), static (trained once), ngram (model-free)
+    spot: bool = True  # train the drafter on workers idle in the rollout tail
+    min_idle: int = 1  # idle workers needed before spot training starts
+    cadence: int = 1  # spot-train during every k-th step's rollout
+    buffer_steps: int = 1  # drafter trains on samples of the last N steps
+    keep_long_prev: float = 0.25  # plus this share of the step before's longest samples
+    dedicated_gpus: int = 0  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple of tp
+    drift: float = DrafterConfig.drift  # drafter quality lost per policy update
+    tau_samples: float = DrafterConfig.tau_samples  # samples that close 63% of the quality gap
+    q_start: float = DrafterConfig.q_start  # drafter quality when RL starts
+    chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
+
+    def validate(self, name: str) -> "TLTKnobs":
+        def bad(knob, why):
+            return TltsimError(f"policy {name!r}: {knob} = {getattr(self, knob)!r} {why}")
+
+        if self.sd not in SD_MODES:
+            raise bad("sd", f"must be one of {', '.join(SD_MODES)}")
+        if self.drafter not in DRAFTERS:
+            raise bad("drafter", f"must be one of {', '.join(DRAFTERS)}")
+        for k in ("threshold", "min_idle", "cadence", "buffer_steps", "chunk_iters"):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
+                raise bad(k, "must be an integer >= 1")
+        for k in ("patience", "dedicated_gpus"):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
+                raise bad(k, "must be an integer >= 0")
+        if not 0 <= self.eps <= 1:
+            raise bad("eps", "must be in [0, 1]")
+        if not 0 <= self.keep_long_prev <= 1:
+            raise bad("keep_long_prev", "must be in [0, 1]")
+        if self.spot and self.drafter != "adaptive":
+            raise bad("spot", f"needs drafter = 'adaptive' (a {self.drafter} drafter does not train)")
+        parse_arms(self.arms)
+        return self
+
+
+# name -> knob defaults that differ from TLTKnobs()
+VARIANTS = {
+    "tlt": {},
+    "tlt-base": {"drafter": "ngram", "spot": False},
+    "static-sd": {"drafter": "static", "spot": False},
+    "sd-always": {"sd": "always"},
+    "tlt-dedicated": {"spot": False, "dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind
+}
+KNOB_NAMES = [f.name for f in fields(TLTKnobs)]
+
+
+class Speculative(Policy):
+    """Speculative rollout with a drafter-quality model; see the module docstring for the variants."""
+
+    def __init__(self, name: str = "tlt", **knobs):
+        preset = dict(VARIANTS[name])
+        preset.update(knobs)
+        if "arms" in preset:
+            preset["arms"] = tuple(str(a) for a in parse_arms(preset["arms"]))
+        self.name = name
+        self._dedicated_default = preset.get("dedicated_gpus") == -1
+        if self._dedicated_default:
+            preset["dedicated_gpus"] = 0  # placeholder until bind knows tp
+        self.k = TLTKnobs(**preset).validate(name)
+        self.knobs = {k: v for k, v in asdict(self.k).items()}
+
+    # --- set-up ------------------------------------------------------------------------------
+    def reserved_gpus(self, cluster) -> int:
+        k = cluster.tp if self._dedicated_default else self.k.dedicated_gpus
+        if k % cluster.tp or k >= cluster.gpus:
+            raise TltsimError(
+                f"policy {self.name!r}: dedicated_gpus = {k} must be a multiple of tp = {cluster.tp} "
+                f"and leave at least one engine of the {cluster.gpus} GPUs for rollout"
+            )
+        return k
+
+    def bind(self, sim) -> None:
+        super().bind(sim)
+        seed = sim.cfg.seed
+        k = self.k
+        self.acceptance = AcceptanceModel()
+        cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, DrafterConfig.q_max), drift=k.drift,
+                            q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
+        if k.drafter == "ngram":
+            self.drafter = NgramDrafter()
+        else:
+            self.drafter = DrafterQuality(cfg, trainable=k.drafter == "adaptive")
+        arms = parse_arms(k.arms)
+        df = sim.trace.df
+        per_request_ctx = float(df["prompt_len"].mean() + df["response_len"].mean() / 2)
+        cost = sim.cost
+        self.tuners = []
+        for e in range(sim.engines):
+            knobs = {}
+            if k.tuner in ("beg", "egreedy"):
+                knobs["eps"] = k.eps
+            if k.tuner == "oracle":
+                knobs["expected_reward"] = lambda s, b: self._expected_reward(cost, s, b, b * per_request_ctx)
+            self.tuners.append(make_tuner(k.tuner, arms, seed=seed * 1000 + e, **knobs))
+        self.switches = [SDSwitch(k.sd, k.threshold, k.patience) for _ in range(sim.engines)]
+        self.rngs = [np.random.default_rng([seed, e]) for e in range(sim.engines)]
+        self.workers = sim.engines + sim.reserved_workers
+        self.trainer = SpotTrainer(self.workers, min_idle=min(k.min_idle, self.workers), cadence=k.cadence, enabled=k.spot)
+        self.buffer = DataBuffer(k.buffer_steps, k.keep_long_prev)
+
+    def _expected_reward(self, cost, s, b, ctx) -> float:
+        acc = self.acceptance.mean(s, self.drafter.quality)
+        t = (0.0 if self.drafter.model_free else s.depth * float(cost.draft_time(b, s.topk))) + float(
+            cost.verify_time(b, s.verify + 1, ctx))
+        return acc * b / t
+
+    # --- hooks -------------------------------------------------------------------------------
+    def begin_step(self, step: int, t: float) -> None:
+        self.step = step
+        self.t0 = t
+        self.quality_now = self.drafter.quality
+        self.trainer.start_rollout(step, t)
+        self.train_start: dict[int, float] = {}
+        for s in self.switches:
+            s.reset()
+        # dedicated workers are never BUSY with rollout: they finish at once and train all rollout
+        for w in range(self.sim.engines, self.workers):
+            self.trainer.worker_done(w, t)
+        if self.sim.reserved_workers:
+            for w in range(self.sim.engines, self.workers):
+                self.train_start[w] = t
+
+    def speculation(self, engine: int):
+        return Speculation(
+            switch=self.switches[engine],
+            tuner=self.tuners[engine],
+            acceptance=self.acceptance,
+            quality=self.quality_now,
+            chunk_iters=self.k.chunk_iters,
+            rng=self.rngs[engine],
+            model_free=self.drafter.model_free,
+        )
+
+    def worker_done(self, engine: int, t: float) -> None:
+        for w in self.trainer.worker_done(engine, t):
+            self.train_start.setdefault(w, t)
+
+    def end_rollout(self, step: int, t: float, rollouts: dict, response_len: np.ndarray) -> StepOutcome:
+        self.trainer.preempt(t)
+        self.buffer.add(step, response_len)
+        data = self.buffer.samples(step)
+        spans = {w: (a, t) for w, a in self.train_start.items() if t > a}
+        tp = self.sim.cfg.cluster.tp
+        per_worker_tps = float(self.sim.cost.drafter_train_tokens_per_s(tp))
+        load = getattr(getattr(self.drafter, "config", None), "load_s", 0.0)
+        useful = sum(max(0.0, (b - a) - load - CHECKPOINT_S) for a, b in spans.values())
+        tokens = useful * per_worker_tps
+        samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
+        if getattr(self.drafter, "trainable", False) and samples > 0:
+            self.drafter.train(samples)
+        quality_trained = self.drafter.quality
+        self.drafter.policy_update()
+        return StepOutcome(
+            train_spans=spans,
+            columns={
+                "drafter_quality": self.quality_now,
+                "drafter_quality_trained": quality_trained,
+                "drafter_train_gpu_s": sum(b - a for a, b in spans.values()) * tp,
+                "drafter_train_samples": samples,
+            },
+        )
+
+
+def variant_factory(name: str):
+    def make(**knobs) -> Speculative:
+        return Speculative(name, **knobs)
+
+    make.knobs = KNOB_NAMES
+    make.__doc__ = f"{name}: TLT variant ({VARIANTS[name] or 'defaults'})"
+    return make
+
