@@ -126,3 +126,13 @@ def test_select_steps():
     assert t.select_steps([3]).steps == [3]
     with pytest.raises(TltsimError, match="no steps of the trace fall in"):
         t.select_steps([1])
+
+
+@pytest.mark.parametrize("big", [0, 2**40])  # 2**40: ids too large for one int64 sort key
+def test_unsorted_rows_are_sorted_stably_and_repeats_found(big):
+    df = pd.DataFrame({"step": [big + 1, big, big + 1, big], "prompt_id": [0, 2**30, 0, 2**30],
+                       "sample": [1, 0, 0, 1], "prompt_len": 1, "response_len": [11, 12, 13, 14]})
+    t = Trace.from_frame(df)
+    assert t.df["response_len"].tolist() == [12, 14, 13, 11]
+    again = pd.concat([df, df.iloc[[2]]])
+    assert error(again).startswith(f"t.csv, row 5, column 'sample': step {big + 1} prompt 0 sample 0 appears twice")

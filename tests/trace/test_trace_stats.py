@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from tltsim.trace import Trace, TraceMeta, stats, tail_share
-from tltsim.trace.stats import t90
+from tltsim.trace.stats import FIGURES, t90
 
 
 def one_step_per_list(*steps, **extra):
@@ -38,6 +38,7 @@ def test_stats_hand_computed():
     assert s1["p90"] == pytest.approx(70.3) and s1["median"] == 1.0 and s1["tail_share"] == 0.0
     assert s1["truncated_fraction"] == 0.25 and s1["max_over_median"] == 100.0
     assert st["steps"] == 2 and st["responses"] == 14 and st["count"] == 14
+    assert list(st) == ["steps", *FIGURES, "per_step"] and list(s1) == ["step", *FIGURES]
     assert st["max"] == 100 and st["median"] == 4.5 and st["mean"] == pytest.approx(158 / 14)
     # overall tail share: (10 - 9 + 100 - 100) / (10 + 100)
     assert st["tail_share"] == pytest.approx(1 / 110)

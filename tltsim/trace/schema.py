@@ -107,7 +107,7 @@ def validate(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
         raise TltsimError(f"{where(path)}column(s) {', '.join(map(repr, dup))} appear more than once; name each column once")
     if len(df) == 0:
         raise TltsimError(f"{where(path)}the trace has no rows; add at least one response")
-    out = df.reset_index(drop=True).copy()
+    out = df.reset_index(drop=True)  # copy-on-write: assigning columns leaves `df` as it was
     for col in [c for c in INT_COLUMNS if c in out.columns]:
         out[col] = _as_int(out[col], col, path)
     for col in ["prompt_len", "response_len"]:
@@ -136,27 +136,48 @@ def validate(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
         out["reward"] = _as_float(out["reward"], "reward", path)
     if "finished" in out.columns:
         out["finished"] = _as_bool(out["finished"], path)
-    dup = out.duplicated(["step", "prompt_id", "sample"])
-    if dup.any():
-        i = int(np.flatnonzero(dup.to_numpy())[0])
-        r = out.iloc[i]
+    step, prompt, sample = (out[c].to_numpy() for c in ["step", "prompt_id", "sample"])
+    order = _sort_order(step, prompt, sample)
+    rows = np.arange(len(step)) if order is None else order  # the file row at each sorted position
+    s_step, s_prompt, s_sample = step[rows], prompt[rows], sample[rows]
+    same_prompt = (s_step[1:] == s_step[:-1]) & (s_prompt[1:] == s_prompt[:-1])
+    repeat = same_prompt & (s_sample[1:] == s_sample[:-1])
+    if repeat.any():
+        i = int(rows[1:][repeat].min())  # the first row that repeats an earlier one
         raise TltsimError(
-            f"{where(path, _row(i), 'sample')}step {r['step']} prompt {r['prompt_id']} sample {r['sample']} "
+            f"{where(path, _row(i), 'sample')}step {step[i]} prompt {prompt[i]} sample {sample[i]} "
             f"appears twice; each (step, prompt_id, sample) must be unique"
         )
-    sizes = out.groupby(["step", "prompt_id"], sort=True).size()
-    expected = meta.group_size if meta.group_size is not None else int(sizes.mode().iloc[0])
-    bad = sizes[sizes != expected]
+    starts = np.flatnonzero(np.r_[True, ~same_prompt])  # first sorted row of each (step, prompt)
+    sizes = np.diff(np.r_[starts, len(rows)])
+    if meta.group_size is not None:
+        expected = meta.group_size
+    else:
+        values, counts = np.unique(sizes, return_counts=True)
+        expected = int(values[np.argmax(counts)])  # the most common size; the smallest on a tie
+    bad = np.flatnonzero(sizes != expected)
     if len(bad):
-        (s, p), n = bad.index[0], int(bad.iloc[0])
-        i = int(np.flatnonzero(((out["step"] == s) & (out["prompt_id"] == p)).to_numpy())[0])
+        g = int(bad[0])
+        i = int(rows[starts[g]:starts[g] + sizes[g]].min())
         raise TltsimError(
-            f"{where(path, _row(i), 'prompt_id')}step {s} prompt {p} has {n} samples but the group size is "
-            f"{expected}; every prompt needs the same number of samples (set group_size in the metadata "
-            f"or complete the group)"
+            f"{where(path, _row(i), 'prompt_id')}step {step[i]} prompt {prompt[i]} has {sizes[g]} samples but the "
+            f"group size is {expected}; every prompt needs the same number of samples (set group_size in the "
+            f"metadata or complete the group)"
         )
     cols = REQUIRED + [c for c in OPTIONAL if c in out.columns]
-    return out[cols].sort_values(["step", "prompt_id", "sample"], kind="stable").reset_index(drop=True)
+    return out[cols] if order is None else out[cols].take(order).reset_index(drop=True)
+
+
+def _sort_order(step: np.ndarray, prompt: np.ndarray, sample: np.ndarray) -> np.ndarray | None:
+    """A stable order by (step, prompt_id, sample) (equal keys keep file order), or None when the
+    rows are already in strictly increasing order, as generated and saved traces are."""
+    ps, ss = int(prompt.max()) + 1, int(sample.max()) + 1
+    if (int(step.max()) + 1) * ps * ss >= 2**62:  # one int64 key would overflow
+        return np.lexsort((sample, prompt, step))
+    key = (step * ps + prompt) * ss + sample
+    if np.all(key[1:] > key[:-1]):
+        return None
+    return np.argsort(key, kind="stable")
 
 
 def _row(i: int) -> int:

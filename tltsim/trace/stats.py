@@ -29,8 +29,7 @@ import numpy as np
 
 from tltsim.trace.schema import Trace
 
-# Keys of a step's entry in `per_step`, in table order; the overall object has the same
-# figures plus `steps`.
+# The figures of every step's entry in `per_step` and of the overall object (which adds `steps`).
 FIGURES = ["responses", "count", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction"]
 
 
