@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -177,7 +178,6 @@ def test_corrupt_parquet(tmp_path, rich_trace):
 
 
 def test_parquet_with_bad_tltsim_meta(tmp_path, rich_trace):
-    import pyarrow as pa
     table = pa.Table.from_pandas(rich_trace.df).replace_schema_metadata({b"tltsim.meta": b"{oops"})
     pq.write_table(table, tmp_path / "t.parquet")
     assert "the tltsim metadata is not valid JSON" in load_error(tmp_path / "t.parquet")
@@ -235,3 +235,21 @@ def test_jsonl_values_are_read_exactly(tmp_path):
     p.write_text('{"step": 0, "prompt_id": 0, "sample": 0, "prompt_len": "5", "response_len": 7.0, "reward": 0.1}\n')
     t = load(p)
     assert t.df["response_len"].tolist() == [7] and t.df["prompt_len"].tolist() == [5] and t.df["reward"].tolist() == [0.1]
+
+
+@pytest.mark.parametrize("column, text", [
+    (pa.array(["5", "x"]), "row 2, column 'response_len': 'x' is not a whole number"),
+    (pa.array([5.0, 6.5]), "row 2, column 'response_len': 6.5 is not a whole number"),
+    (pa.array([5, None], pa.int64()), "row 2, column 'response_len': an empty value is not a whole number"),
+    (pa.array([[5], [6]]), "row 1, column 'response_len': array([5]) is not a whole number"),
+    (pa.array([2, 1], pa.timestamp("s")), "row 1, column 'response_len': Timestamp('1970-01-01 00:00:02') is not a whole number"),
+    (pa.array(["5", "6"]).dictionary_encode(), None),
+    (pa.array([5.0, 6.0]), None),
+])
+def test_parquet_column_types(tmp_path, column, text):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"step": [0, 0], "prompt_id": [0, 1], "sample": [0, 0], "prompt_len": [1, 2], "response_len": column}), path)
+    if text is None:
+        assert load(path).df["response_len"].tolist() == [5, 6]
+    else:
+        assert load_error(path).startswith(f"{path}, {text}")

@@ -197,3 +197,33 @@ def test_verl_loader(tmp_path, data, damage, where):
     path = tmp_path / "r.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     check(path, rows, broken or damage == "bad_line")
+
+
+@st.composite
+def vidur_rows(draw):
+    """Vidur request rows (arrival, prefill, decode), how each is written, and whether any was broken."""
+    n = draw(st.integers(1, 12))
+    intended = [(draw(st.floats(0, 1e6)), draw(st.integers(0, 5000)), draw(st.integers(1, 10**6))) for _ in range(n)]
+    written = [{"arrived_at": repr(a), "num_prefill_tokens": None, "num_decode_tokens": None, "note": draw(st.text(max_size=3))}
+               for a, _, _ in intended]
+    cells = [(w, k, v) for w, (_, p, d) in zip(written, intended) for k, v in [("num_prefill_tokens", p), ("num_decode_tokens", d)]]
+    broken = break_some(draw, cells)
+    if draw(st.integers(0, 4)) == 0:
+        written[draw(st.integers(0, n - 1))]["arrived_at"] = draw(st.one_of(junk, st.sampled_from(["nan", "inf", "", "1e400"])))
+        broken = True
+    order = sorted(range(n), key=lambda i: intended[i][0])
+    rows = [{"step": 0, "prompt_id": r, "sample": 0, "prompt_len": intended[i][1], "response_len": intended[i][2]}
+            for r, i in enumerate(order)]
+    return written, rows, broken
+
+
+@SETTINGS
+@given(vidur_rows())
+def test_vidur_loader(tmp_path, data):
+    written, rows, broken = data
+    path = tmp_path / "v.csv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(list(written[0]))
+        w.writerows([[csv_text(x[c]) for c in written[0]] for x in written])
+    check(path, rows, broken)

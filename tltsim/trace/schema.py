@@ -190,7 +190,9 @@ MAX_INT = 2**53
 
 
 def show(v) -> str:
-    """A cell as an error message shows it: repr, except exact JSON decimals as written (4.5)."""
+    """A cell as an error message shows it: repr of the plain Python value, exact decimals as written (4.5)."""
+    if isinstance(v, np.generic):
+        v = v.item()
     if _is_missing(v):
         return "an empty value"
     return str(v) if isinstance(v, Decimal) else repr(v)
