@@ -19,7 +19,12 @@ def register(subparsers) -> None:
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_stats)
 
-    g = sub.add_parser("synth", help="generate a synthetic trace from a named family")
+    g = sub.add_parser(
+        "synth",
+        help="generate a synthetic trace from a named family",
+        description="Generate a seeded synthetic trace (tltsim/trace/synth.py documents each family). "
+        + "; ".join(f"{f.name}: {', '.join(f'{k}={v:g}' for k, v in f.defaults.items())}" for f in FAMILIES.values()),
+    )
     g.add_argument("family", help=f"one of {', '.join(FAMILIES)}")
     g.add_argument("--steps", type=int, required=True, help="RL steps")
     g.add_argument("--prompts", type=int, required=True, help="prompts per step")
