@@ -39,6 +39,7 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report")
     _cluster_flags(p)
     p.add_argument("--policies", default=None, help="comma-separated policy names; the first is the baseline (default: all)")
+    p.add_argument("--no-report", action="store_true", help="do not write OUT/report.html")
     p.set_defaults(func=cmd_compare)
 
 
@@ -104,11 +105,16 @@ def cmd_simulate(args) -> int:
 COMPARE_COLUMNS = ["policy", "mean_step_s", "rollout_s", "idle_fraction", "speedup"]
 
 
+def policy_dir(out: Path, name: str) -> Path:
+    """Where `compare` saves the result of policy `name`."""
+    return out / name.replace("+", "_plus_")
+
+
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool) -> list[dict]:
     rows = []
     for name in policies:
         cfg = replace(base_cfg, policy=name)
-        result = run_policy(trace, cfg, out / name.replace("+", "_plus_"), progress)
+        result = run_policy(trace, cfg, policy_dir(out, name), progress)
         rows.append(dict(result.summary))
     base = rows[0]["makespan_s"]
     for r in rows:
@@ -130,4 +136,10 @@ def cmd_compare(args) -> int:
         print(json.dumps({"policies": rows}, indent=2, default=float))
     else:
         print(format_table(COMPARE_COLUMNS, [[r[c] for c in COMPARE_COLUMNS] for r in rows]))
+    if not args.no_report:
+        from tltsim.report import load_results, write_report  # matplotlib: imported only when a report is made
+
+        path = write_report(load_results(policy_dir(out, n) for n in names), out / "report.html")
+        if not args.json:
+            print(f"wrote {path}")
     return 0

@@ -44,10 +44,12 @@ def sweep_lines(table: pd.DataFrame, x: str, metric: str, by: list[str] | tuple 
         pos = g[x].to_numpy(float) if numeric else np.array([cats.index(v) for v in g[x].astype(str)], float)
         order = np.argsort(pos, kind="stable")
         key = key if isinstance(key, tuple) else (key,)
-        label = ", ".join(f"{k}={v}" for k, v in zip(by, key)) or None
+        label = ", ".join(f"{k}={v}" for k, v in zip(by, key) if not pd.isna(v)) or None
         ax.plot(pos[order], g[metric].to_numpy(float)[order], "o-", ms=5, lw=1.6, color=run_color(i), label=label)
     if cats:
         ax.set_xticks(range(len(cats)), cats)
+    elif table[x].nunique() <= 12:
+        ax.set_xticks(sorted(table[x].dropna().unique()))
     ax.set_title(f"{metric_label(metric)} vs {x}", loc="left")
     ax.set_xlabel(x)
     ax.set_ylabel(metric_label(metric))

@@ -1,0 +1,86 @@
+"""The HTML report: each run's summary table and config, embedded images, a comparison with speedups."""
+import base64
+import json
+import re
+from html import unescape
+
+import pytest
+
+from tltsim.cli import main
+from tltsim.plots.style import labelled
+from tltsim.report import build_report, comparison_table, write_report
+
+IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def images(page):
+    found = IMG.findall(page)
+    for data in found:
+        assert base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    return found
+
+
+def test_comparison_report_has_every_run_table_config_and_images(base, tlt):
+    page = build_report([base, tlt])
+    assert "<h2>Comparison</h2>" in page and "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page
+    for r in (base, tlt):  # each run's summary table: every metric, its value
+        for metric, value in r.summary.items():
+            assert f"<td>{metric}</td>" in page
+        makespan = r.summary["makespan_s"]
+        assert f"<td>{makespan:.4g}</td>" in page
+        config = json.dumps(r.config, indent=2, sort_keys=True, default=str)
+        assert config in unescape(page)
+    assert page.count("<details>") == 2
+    # comparison: speedup, breakdown, gantt, idle, drafter; lengths; per run: batch, utilisation (+ tuner for tlt)
+    assert len(images(page)) == 5 + 1 + 2 + 3
+    assert "http" not in page.replace("http-equiv", "")  # nothing to fetch: readable offline
+    assert "<script" not in page
+
+
+def test_comparison_table_speedup_is_against_the_first(base, tlt):
+    table = comparison_table([base, tlt])
+    assert table["run"].tolist() == ["verl", "tlt"]
+    assert table["speedup"].tolist() == pytest.approx([1.0, base.summary["makespan_s"] / tlt.summary["makespan_s"]])
+    assert "sd_share" in table.columns
+
+
+def test_single_run_report_has_no_comparison(base, tmp_path):
+    path = write_report([base], tmp_path / "r.html")
+    page = path.read_text()
+    assert "Comparison" not in page and "<h2>Run: verl</h2>" in page
+    # gantt, breakdown, idle, batch, utilisation, lengths; no speculation figures
+    assert len(images(page)) == 6
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_report_cli_from_result_dirs(base, tlt, tmp_path, capsys):
+    base.save(tmp_path / "a")
+    tlt.save(tmp_path / "b")
+    assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "out.html"),
+                 "--title", "A <b> test"]) == 0
+    page = (tmp_path / "out.html").read_text()
+    assert "<h1>A &lt;b&gt; test</h1>" in page
+    assert "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page
+    assert f"wrote {tmp_path / 'out.html'}" in capsys.readouterr().out
+
+
+def test_report_cli_on_a_missing_result_is_one_line_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope"), "-o", str(tmp_path / "x.html")]) == 2
+    err = capsys.readouterr().err
+    assert "not a complete result" in err and err.count("\n") == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_duplicate_run_names_are_told_apart(base, tlt):
+    assert [label for label, _ in labelled([base, tlt, base, base])] == ["verl", "tlt", "verl #2", "verl #3"]
+
+
+def test_compare_writes_the_report_by_default(trace_file, tmp_path):
+    out = tmp_path / "cmp"
+    args = ["compare", "--trace", str(trace_file), "--gpus", "8", "--tp", "2", "--policies", "verl,tlt",
+            "--no-progress", "-o"]
+    assert main([*args, str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page and images(page)
+    assert main([*args, str(tmp_path / "plain"), "--no-report"]) == 0
+    assert not (tmp_path / "plain" / "report.html").exists() and (tmp_path / "plain" / "tlt" / "summary.json").exists()

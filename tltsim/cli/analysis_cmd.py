@@ -1,0 +1,60 @@
+"""`tltsim report` and `tltsim sweep`.
+
+matplotlib and the sweep machinery are imported when a command runs, so `tltsim --help` stays quick.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tltsim.table import format_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="one self-contained HTML page (tables, plots, configs) of result directories")
+    p.add_argument("results", nargs="+", metavar="RESULT_DIR", help="directories written by simulate / compare; "
+                   "the first is the baseline")
+    p.add_argument("-o", "--out", required=True, help="HTML file to write")
+    p.add_argument("--title", help="page title (default: the run names)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("sweep", help="run a grid or list of configs in parallel, cached; one results table")
+    p.add_argument("spec", metavar="SWEEP.toml", help="sweep file: base config and [grid] or [[runs]]")
+    p.add_argument("-o", "--out", required=True, help="output directory (runs/, results.parquet, results.csv, sweep.png)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local processes (default) or Ray (RAY_ADDRESS, else a local Ray instance)")
+    p.add_argument("--workers", type=int, help="parallel runs (default: CPU count)")
+    p.add_argument("--metric", default="mean_step_s", help="summary metric to plot and print (default mean_step_s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_report(args) -> int:
+    from tltsim.report import load_results, write_report
+
+    path = write_report(load_results(args.results), args.out, args.title)
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from tltsim import plots
+    from tltsim.errors import TltsimError
+    from tltsim.sweep import load_spec, run_sweep, swept_keys
+
+    runs = load_spec(args.spec)
+    out = Path(args.out)
+    outcome = run_sweep(runs, out, args.executor, args.workers, progress=not args.no_progress)
+    table = outcome.table
+    if args.metric not in table.columns:
+        raise TltsimError(f"--metric {args.metric!r} is not a summary metric of these runs; "
+                          f"try one of mean_step_s, makespan_s, idle_fraction, tokens_per_s")
+    keys = swept_keys(runs)
+    shown = table[["run", *keys, args.metric]].astype(object)
+    print(format_table(list(shown.columns), shown.where(shown.notna(), "-").values.tolist()))
+    print(f"{len(outcome.executed)} run(s) simulated, {len(outcome.reused)} reused from {out}/runs/")
+    written = [out / "results.parquet", out / "results.csv"]
+    fig = plots.sweep_figure(table, keys, args.metric)
+    if fig is not None:
+        written.append(plots.save_png(fig, out / "sweep.png"))
+    print("wrote " + ", ".join(str(p) for p in written))
+    return 0

@@ -1,0 +1,287 @@
+"""Parameter sweeps: many simulations from one TOML file, in parallel, cached and resumable.
+
+A sweep file has a base config and the runs that vary it:
+
+    base = "examples/sweeps/base.toml"     # a config file as `tltsim simulate --config` reads,
+                                           # or a [base] table with the same sections
+    [grid]                                 # cartesian product over dotted config keys (last varies fastest);
+    "policy" = ["verl", "tlt"]             # [[grid]] tables give several products, concatenated
+    "cluster.gpus" = [32, 64]
+    [[runs]]                               # and/or explicit runs, each a table of dotted keys
+    policy = "tlt"
+    "policy_knobs.threshold" = 16
+
+Paths (base, traces) are relative to the directory tltsim runs in, as for `tltsim simulate`.
+
+Each run is a full SimConfig. Its cache key hashes the config, the trace file's content and the
+tltsim version; its result lands in DIR/runs/<key>/, written into a hidden temporary directory and
+renamed into place, so DIR/runs/<key>/ is either a complete result or absent. A run whose result
+exists is not run again: a sweep killed midway and started again recomputes only what had not
+finished. One sweep at a time per DIR (a start removes the temporary directories a killed one left).
+
+The results table (DIR/results.parquet and .csv) has one row per run in the sweep file's order:
+`run` (the key), the run's config as flattened dotted columns, then its summary metrics (a metric
+whose name is also a config key, such as `steps`, is prefixed `result.`).
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tomllib
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.metadata import version
+from pathlib import Path
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from tltsim import config as configmod
+from tltsim.errors import TltsimError
+from tltsim.io import atomic_path, write_text
+from tltsim.policies import make_policy
+from tltsim.sim.simulator import simulate
+from tltsim.trace import load as load_trace
+from tltsim.trace.formats import sidecar
+
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation of a sweep."""
+
+    config: configmod.SimConfig  # the full config of the run
+    overrides: dict  # the dotted keys the sweep file sets for this run, in file order
+    trace_sha256: str  # content hash of the trace file (and its metadata sidecar)
+    key: str  # cache key: hash of the config, the trace content and the tltsim version
+
+
+@dataclass
+class SweepOutcome:
+    table: pd.DataFrame  # one row per run, in the sweep file's order
+    executed: list[str]  # keys of the runs simulated by this call
+    reused: list[str]  # keys of the runs whose cached result was used
+
+
+# --- the sweep file ---------------------------------------------------------------------------------
+def load_spec(path: str | Path) -> list[Run]:
+    """Parse a sweep file into runs; every run's config, policy and trace is checked before any runs."""
+    path = Path(path)
+    if not path.is_file():
+        raise TltsimError(f"{path}: sweep file not found")
+    try:
+        spec = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TltsimError(f"{path}: not valid TOML ({e})") from None
+    unknown = sorted(set(spec) - {"base", "grid", "runs"})
+    if unknown:
+        raise TltsimError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; a sweep file has base, grid, runs")
+    base = _base(spec.get("base", {}), path)
+    settings = _grid(spec.get("grid", []), path) + _runs(spec.get("runs", []), path)
+    if not settings:
+        raise TltsimError(f"{path}: no runs; add a [grid] table or [[runs]] entries")
+    hashes: dict[str, str] = {}  # trace path -> content hash, each file read once
+    return [_make_run(base, o, path, i, hashes) for i, o in enumerate(settings)]
+
+
+def _base(value, path: Path) -> configmod.SimConfig:
+    if isinstance(value, str):
+        return configmod.load(value)
+    if isinstance(value, dict):
+        return configmod.from_dict(value, f"{path} [base]")
+    raise TltsimError(f"{path}: base must be a config file path or a [base] table")
+
+
+def _grid(value, path: Path) -> list[dict]:
+    grids = [value] if isinstance(value, dict) else value
+    out = []
+    for g in grids:
+        flat = _flatten(g) if isinstance(g, dict) else None
+        if not flat:
+            raise TltsimError(f"{path}: [grid] must be a table of dotted config keys to lists of values")
+        for key, values in flat.items():
+            if not isinstance(values, list) or not values:
+                raise TltsimError(f'{path}: [grid] "{key}" must be a non-empty list of values, e.g. [16, 32]')
+        out.extend(dict(zip(flat, combo)) for combo in itertools.product(*flat.values()))
+    return out
+
+
+def _runs(value, path: Path) -> list[dict]:
+    if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
+        raise TltsimError(f"{path}: runs must be [[runs]] tables of dotted config keys")
+    return [_flatten(r) for r in value]
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    """{"cluster": {"gpus": 8}, "a.b": 1} -> {"cluster.gpus": 8, "a.b": 1}."""
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        out.update(_flatten(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def _make_run(base: configmod.SimConfig, overrides: dict, path: Path, i: int, hashes: dict) -> Run:
+    where = f"{path}: run {i} ({', '.join(f'{k}={v!r}' for k, v in overrides.items())})"
+    try:
+        cfg = configmod.override(base, **overrides)
+        make_policy(cfg.policy, cfg.policy_knobs)
+    except TltsimError as e:
+        raise TltsimError(f"{where}: {e}") from None
+    if not cfg.trace:
+        raise TltsimError(f"{where}: no trace; set trace in the base config or sweep it in [grid]")
+    if cfg.trace not in hashes:
+        if not Path(cfg.trace).is_file():
+            raise TltsimError(f"{where}: trace {cfg.trace!r} does not exist "
+                              f"(paths are relative to the directory tltsim runs in)")
+        hashes[cfg.trace] = trace_hash(cfg.trace)
+    return Run(cfg, overrides, hashes[cfg.trace], run_key(cfg, hashes[cfg.trace]))
+
+
+def run_key(cfg: configmod.SimConfig, trace_sha256: str) -> str:
+    """16 hex digits of a SHA-256 over the full config, the trace file's content and the tltsim version."""
+    blob = json.dumps({"config": cfg.to_dict(), "trace": trace_sha256, "tltsim": version("tltsim")}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def trace_hash(trace: str | Path) -> str:
+    """SHA-256 of a trace file's bytes and of its metadata sidecar when it has one."""
+    path = Path(trace)
+    h = hashlib.sha256(path.read_bytes())
+    if sidecar(path).is_file():
+        h.update(sidecar(path).read_bytes())
+    return h.hexdigest()
+
+
+# --- running ----------------------------------------------------------------------------------------
+def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers: int | None = None,
+              progress: bool = True) -> SweepOutcome:
+    """Simulate the runs whose result is not yet in `out`/runs/, then write and return the results table."""
+    if executor not in EXECUTORS:
+        raise TltsimError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise TltsimError(f"workers = {workers}: must be >= 1")
+    runs_dir = Path(out) / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for stale in runs_dir.glob(".*.tmp"):
+        shutil.rmtree(stale)
+    unique = list({r.key: r for r in runs}.values())
+    reused = [r.key for r in unique if (runs_dir / r.key).is_dir()]
+    todo = [r for r in unique if not (runs_dir / r.key).is_dir()]
+    tasks = [(r.config.to_dict(), str(Path(r.config.trace).resolve()), r.trace_sha256, str(runs_dir / r.key))
+             for r in todo]
+    run = {"local": _local, "ray": _ray}[executor]
+    executed = []
+    with tqdm(total=len(todo), desc=f"sweep ({len(reused)} cached)", unit="run", disable=not progress) as bar:
+        for key in run(tasks, workers):
+            executed.append(key)
+            bar.update(1)
+    table = results_table(runs, out)
+    with atomic_path(Path(out) / "results.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    write_text(Path(out) / "results.csv", table.to_csv(index=False))
+    return SweepOutcome(table, executed, reused)
+
+
+def run_task(config: dict, trace_path: str, trace_sha256: str, run_dir: str) -> str:
+    """Simulate one run and move its complete result to `run_dir`; returns the run's key (the dir name)."""
+    cfg = configmod.from_dict(config)
+    result = simulate(_load(trace_path, trace_sha256), cfg, make_policy(cfg.policy, cfg.policy_knobs))
+    final = Path(run_dir)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    result.save(tmp)
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process finished the same run first: its result stands
+        shutil.rmtree(tmp)
+    return final.name
+
+
+@lru_cache(maxsize=4)
+def _load(trace_path: str, trace_sha256: str):
+    """The trace, loaded once per process and content (the hash keys the cache: an edited file reloads)."""
+    return load_trace(trace_path)
+
+
+def _local(tasks, workers: int):
+    """Run tasks in this process (1 worker) or a process pool; yield keys as runs finish."""
+    if workers == 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield run_task(*t)
+        return
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        pending = {pool.submit(run_task, *t) for t in tasks}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield f.result()
+        finally:
+            for f in pending:
+                f.cancel()
+
+
+def _ray(tasks, workers: int):
+    """Run tasks as Ray tasks (the cluster RAY_ADDRESS names, else a local instance of `workers` CPUs)."""
+    try:
+        import ray
+    except ImportError:
+        raise TltsimError("--executor ray needs Ray: pip install tltsim[sweep]") from None
+    started = not ray.is_initialized()
+    if started:
+        ray.init(**({} if os.environ.get("RAY_ADDRESS") else {"num_cpus": workers}), include_dashboard=False,
+                 log_to_driver=False)
+    remote = ray.remote(run_task)
+    pending = [remote.remote(*t) for t in tasks]
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                yield ray.get(done[0])
+            except ray.exceptions.RayTaskError as e:
+                if isinstance(e.cause, TltsimError):
+                    raise TltsimError(str(e.cause)) from None
+                raise
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
+        if started:
+            ray.shutdown()
+
+
+# --- the table --------------------------------------------------------------------------------------
+def results_table(runs: list[Run], out: str | Path) -> pd.DataFrame:
+    """One row per run (in order): run key, flattened config columns, summary metrics."""
+    rows, config_cols, summary_cols = [], {}, {}
+    for r in runs:
+        d = Path(out) / "runs" / r.key
+        config = {k: _cell(v) for k, v in _flatten(json.loads((d / "config.json").read_text())).items()}
+        summary = {(f"result.{k}" if k in config else k): _cell(v)
+                   for k, v in json.loads((d / "summary.json").read_text()).items()}
+        config_cols.update(dict.fromkeys(config))
+        summary_cols.update(dict.fromkeys(summary))
+        rows.append({"run": r.key, **config, **summary})
+    table = pd.DataFrame(rows, columns=["run", *config_cols, *summary_cols])
+    for col in table.columns:  # an integer key some runs lack (a policy knob) stays integer, not float
+        values = [r[col] for r in rows if col in r]
+        if len(values) < len(rows) and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            table[col] = table[col].astype("Int64")
+    return table
+
+
+def _cell(v):
+    """Lists (e.g. strategy arms) as JSON text, so every column has one type."""
+    return json.dumps(v) if isinstance(v, list) else v
+
+
+def swept_keys(runs: list[Run]) -> list[str]:
+    """The dotted keys the sweep sets to more than one value, in order of first appearance."""
+    keys = list(dict.fromkeys(k for r in runs for k in r.overrides))
+    configs = [_flatten(r.config.to_dict()) for r in runs]
+    return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
