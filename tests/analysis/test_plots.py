@@ -197,3 +197,14 @@ def test_sweep_lines_with_a_categorical_key():
     table = pd.DataFrame({"policy": ["verl", "tlt"], "mean_step_s": [4.0, 3.0]})
     ax = plots.sweep_figure(table, ["policy"], "mean_step_s").axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["verl", "tlt"]
+
+
+def test_sweep_bars_when_no_swept_key_is_numeric(tmp_path):
+    table = pd.DataFrame({"policy": ["verl", "tlt", "tlt"], "policy_knobs.tuner": [np.nan, "beg", "ucb"],
+                          "mean_step_s": [4.0, 3.0, 3.5]})
+    fig = saved(plots.sweep_figure(table, ["policy", "policy_knobs.tuner"], "mean_step_s"), tmp_path)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["policy=verl", "policy=tlt, tuner=beg",
+                                                           "policy=tlt, tuner=ucb"]
+    assert [p.get_width() for p in ax.patches] == [4.0, 3.0, 3.5]
+    assert ax.get_xlabel() == "mean step time (s)"

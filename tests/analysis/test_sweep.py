@@ -219,3 +219,9 @@ def test_sweep_cli_prints_table_and_writes_outputs(tmp_path, trace_file, capsys)
     assert "0 run(s) simulated, 4 reused" in capsys.readouterr().out
     assert main(["sweep", str(spec), "-o", str(out), "--no-progress", "--metric", "nope"]) == 2
     assert "--metric 'nope' is not a summary metric" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in Path("examples/sweeps").glob("*.toml") if p.name != "base.toml"))
+def test_example_sweep_files_parse(path):
+    runs = load_spec(path)
+    assert len(runs) > 1 and len({r.key for r in runs}) == len(runs) and swept_keys(runs)

@@ -13,16 +13,17 @@ when present. Save with `save_png(fig, path)` (atomic) or embed with `png_bytes(
     idle_per_step(results)          idle GPU-seconds per step
     drafter(results)                accepted length, drafter quality, drafter training per step
     tuner_choices(result)           strategy shares per batch size (or per step)
-    sweep_lines / sweep_heatmap     a metric against one or two swept keys (sweep_figure picks)
+    sweep_lines / sweep_heatmap     a metric against one or two swept keys
+    sweep_bars                      a metric per run (swept keys not numeric); sweep_figure picks
 """
 from tltsim.plots.lengths import length_distribution
 from tltsim.plots.steps import drafter, idle_per_step, speedup, step_breakdown, tuner_choices
 from tltsim.plots.style import STATE_COLORS, png_bytes, save_png
-from tltsim.plots.sweep import metric_label, sweep_figure, sweep_heatmap, sweep_lines
+from tltsim.plots.sweep import metric_label, sweep_bars, sweep_figure, sweep_heatmap, sweep_lines
 from tltsim.plots.timeline import batch_size, gantt, slowest_step, utilisation
 
 __all__ = [
     "gantt", "batch_size", "utilisation", "length_distribution", "step_breakdown", "speedup",
-    "idle_per_step", "drafter", "tuner_choices", "sweep_lines", "sweep_heatmap", "sweep_figure", "metric_label",
+    "idle_per_step", "drafter", "tuner_choices", "sweep_lines", "sweep_heatmap", "sweep_bars", "sweep_figure", "metric_label",
     "slowest_step", "STATE_COLORS", "png_bytes", "save_png",
 ]

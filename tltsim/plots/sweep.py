@@ -78,20 +78,43 @@ def sweep_heatmap(table: pd.DataFrame, x: str, y: str, metric: str):
     ax.set_xticks(range(grid.shape[1]), [str(v) for v in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [str(v) for v in grid.index])
     ax.grid(False)
-    ax.set_title(f"{metric_label(metric)} over {x} × {y}", loc="left")
+    ax.set_title(metric_label(metric), loc="left")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
     fig.colorbar(im, ax=ax, label=metric_label(metric))
     return fig
 
 
+@styled
+def sweep_bars(table: pd.DataFrame, keys: list[str], metric: str):
+    """`metric` of each run as a horizontal bar, labelled with its values of the swept `keys`."""
+    _check(table, [*keys, metric])
+    labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={str(row[k]).replace(chr(34), '')}" for k in keys
+                        if not pd.isna(row[k])) for _, row in table.iterrows()]
+    fig, ax = new_figure(8.5, 0.45 * len(table) + 1.4)
+    y = np.arange(len(table))
+    values = table[metric].to_numpy(float)
+    bars = ax.barh(y, values, 0.7, color=[run_color(i) for i in range(len(table))])
+    ax.bar_label(bars, labels=[f"{v:.3g}" for v in values], padding=3, fontsize=8)
+    ax.set_yticks(y, labels)
+    ax.set_ylim(len(table) - 0.5, -0.5)
+    ax.set_xlim(0, np.nanmax(values) * 1.12)
+    ax.grid(axis="y", visible=False)
+    ax.set_title(f"{metric_label(metric)} per run", loc="left")
+    ax.set_xlabel(metric_label(metric))
+    return fig
+
+
 def sweep_figure(table: pd.DataFrame, keys: list[str], metric: str):
-    """The default figure of a sweep over `keys`: a heat map over two numeric keys, else lines against
-    the first numeric key (one line per combination of the others); None when nothing was swept."""
+    """The default figure of a sweep over `keys`: a heat map over two numeric keys, lines against the
+    first numeric key (one line per combination of the others), bars per run when no key is numeric;
+    None when nothing was swept."""
     if not keys:
         return None
     numeric = [k for k in keys if pd.api.types.is_numeric_dtype(table[k])]
     if len(keys) == 2 and len(numeric) == 2 and not table.duplicated(keys).any():
         return sweep_heatmap(table, keys[0], keys[1], metric)
+    if not numeric and len(keys) > 1:
+        return sweep_bars(table, keys, metric)
     x = numeric[0] if numeric else keys[0]
     return sweep_lines(table, x, metric, by=[k for k in keys if k != x])
