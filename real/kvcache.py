@@ -69,20 +69,20 @@ class RaggedCache:
         src = (self.width + keep)[valid]
         new_lens = self.lens + counts
         new_width = int(new_lens.max()) if batch else 0
+        in_place = torch.equal(src, dst)  # e.g. one row, or every row full width, keeping a prefix
         for layer in self.cache.layers:
-            layer.keys = _move(layer.keys, rows, dst, src, new_width)
-            layer.values = _move(layer.values, rows, dst, src, new_width)
+            layer.keys = _move(layer.keys, rows, dst, src, new_width, in_place)
+            layer.values = _move(layer.values, rows, dst, src, new_width, in_place)
         if self.features is not None:
             full = torch.cat([self.features[:, : self.width], features.to(self.features.dtype)], dim=1)
-            full[rows, dst] = full[rows, src]
-            self.features = full[:, :new_width]
+            self.features = _move(full, rows, dst, src, new_width, in_place, slot_dim=1)
         self.lens, self.width = new_lens, new_width
 
     def rollback(self) -> None:
         """Drop every pending slot (commit nothing)."""
-        none = torch.zeros(self.batch, 0, dtype=torch.long, device=self.lens.device)
-        self.commit(none, torch.zeros_like(self.lens),
-                    None if self.features is None else self.features.new_zeros(self.batch, self.pending, self.features.shape[2]))
+        for layer in self.cache.layers:
+            layer.keys = layer.keys[:, :, : self.width]
+            layer.values = layer.values[:, :, : self.width]
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (long [B']) in this order; nothing may be pending."""
@@ -108,10 +108,15 @@ class RaggedCache:
         self.width = width
 
 
-def _move(x: torch.Tensor, rows, dst, src, width: int) -> torch.Tensor:
-    # x: [B, H, S, D]; copy slot src -> dst for each (row, dst, src) triple, then cut to `width` slots
-    x[rows, :, dst] = x[rows, :, src]
-    return x[:, :, :width]
+def _move(x: torch.Tensor, rows, dst, src, width: int, in_place: bool, slot_dim: int = 2) -> torch.Tensor:
+    """Copy slot src -> dst of each (row, dst, src) triple (slots along `slot_dim`), then cut to `width` slots."""
+    if slot_dim == 2:  # [B, H, S, D]
+        if not in_place:
+            x[rows, :, dst] = x[rows, :, src]
+        return x[:, :, :width]
+    if not in_place:  # [B, S, F]
+        x[rows, dst] = x[rows, src]
+    return x[:, :width]
 
 
 def _pad_slots(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:

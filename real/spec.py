@@ -97,8 +97,10 @@ class DraftState:
             x[b, :c] = torch.as_tensor(t[s:], device=device)
         counts_t = torch.tensor(counts, device=device)
         valid = torch.arange(width, device=device)[None, :] < counts_t[:, None]
-        shifted = torch.cat([features.new_zeros(batch, 1, features.shape[2]), features], dim=1)  # slot i = f_{i-1}
-        prev = shifted.gather(1, idx.clamp(max=shifted.shape[1] - 1)[:, :, None].expand(-1, -1, features.shape[2]))
+        slot = (idx - 1).clamp(min=0, max=max(features.shape[1] - 1, 0))  # f_{i-1} sits at slot i - 1
+        prev = features.gather(1, slot[:, :, None].expand(-1, -1, features.shape[2])) if features.shape[1] else \
+            features.new_zeros(batch, width, features.shape[2])
+        prev = prev * (idx > 0)[:, :, None]  # f_{-1} = 0
         causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
         g = self.drafter(x, prev, idx, self.cache.mask(visible), self.cache.cache)
