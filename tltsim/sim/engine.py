@@ -37,10 +37,26 @@ class Speculation:
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
+    guard: bool = True  # decode plainly at a batch where no arm is predicted to beat plain decoding
 
     def draft_time(self, cost, batch: int, strategy) -> float:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
         return 0.0 if self.model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
+
+    def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
+        """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
+        return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
+
+    def pays(self, cost, batch: int, ctx: float) -> bool:
+        """Whether some arm is predicted to make more tokens per second than plain decoding at this batch.
+
+        The simulator answers from its cost and acceptance models; a real engine answers the same question
+        from the plain decode rate it measured before the switch and the rewards it has seen."""
+        if not self.guard:
+            return True
+        plain = 1.0 / float(cost.decode_time(batch, ctx))
+        return any(self.acceptance.mean(s, self.quality) / self.iteration_time(cost, batch, s, ctx) > plain
+                   for s in self.tuner.arms)
 
 
 @dataclass
@@ -106,78 +122,82 @@ def _request_times(seg, t_at_start, tau_a, response_len):
 
 
 def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
-    """Plain decode up to the switch, a re-prefill of every running request, then speculative segments."""
-    n = len(seg.start)
-    # Split the switch segment at the switch point so that every segment is all-plain or all-SD.
-    start, length, batch, ctx = seg.start.astype(float), seg.length.astype(float), seg.batch, seg.ctx.astype(float)
-    adm, adm_sq = seg.admitted_tokens, seg.admitted_sq
-    sd_from = 0
-    if split is not None:
-        j, k = split
-        if 0 < k < length[j]:
-            start = np.insert(start, j + 1, start[j] + k)
-            length = np.insert(length, j + 1, length[j] - k)
-            length[j] = k
-            batch = np.insert(batch, j + 1, batch[j])
-            ctx = np.insert(ctx, j + 1, ctx[j] + batch[j] * k)
-            adm = np.insert(adm, j + 1, 0.0)
-            adm_sq = np.insert(adm_sq, j + 1, 0.0)
-            pre = np.insert(pre, j + 1, 0.0)
-            sd_from = j + 1
-        else:
-            sd_from = j + 1 if k >= length[j] else j
-        n = len(start)
-    seg_times = np.array(pre, dtype=float)
+    """Plain decode up to the switch, a re-prefill of every running request, then speculative segments
+    (plain again at any batch where speculation does not pay, see `Speculation.pays`)."""
+    start, length, batch, ctx, pre, sd_from = _split(seg, pre, split)
+    n = len(start)
+    seg_times = pre.astype(float)
     plain = slice(0, sd_from)
     seg_times[plain] += cost.segment_time(batch[plain], 1, ctx[plain], batch[plain], length[plain])
-    intervals = [Interval("prefill", 0.0, float(pre[0]), batch[0], 0.0)]
     t = float(np.sum(seg_times[plain]))
+    log = [("prefill", 0.0, float(pre[0]), batch[0], 0.0, np.nan, "", 0.0)]
     if sd_from > 0:
-        intervals.append(Interval("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain]))))
+        log.append(("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain])), np.nan, "", 0.0))
+    drafted = split is None  # SD on from the start: the drafter is prefilled with the target, no re-prefill
     switch_at = None
-    reprefill = 0.0
-    if split is not None and sd_from < n:
-        # re-prefill every running request (prompt + generated so far) for the drafter
-        running_tokens = ctx[sd_from]
-        reprefill = float(cost.prefill_time(running_tokens, running_tokens**2 / max(batch[sd_from], 1)))
-        switch_at = t
-        intervals.append(Interval("prefill", t, t + reprefill, batch[sd_from], 0.0))
-    seg_times[sd_from] += reprefill
-    t_sd0 = t + reprefill + (float(pre[0]) if sd_from == 0 else 0.0)
     sd_iters = sd_acc = 0.0
     strategies: Counter = Counter()
     for j in range(sd_from, n):
-        b, c, remaining, tj = int(batch[j]), ctx[j], length[j], 0.0
+        b, c, remaining = int(batch[j]), ctx[j], length[j]
+        t_seg = t + float(pre[j])  # after this segment's admission prefill
+        t_log = t_seg if j == 0 else t  # segment 0's prefill is the first log entry; later ones fold in
+        tokens = float(b * length[j])
         if b == 0:
             continue
+        if not spec.pays(cost, b, c):
+            dt = float(cost.segment_time(b, 1, c, b, length[j]))
+            log.append(("decode", t_log, t_seg + dt, b, tokens, np.nan, "", 0.0))
+            seg_times[j] += dt
+            t = t_seg + dt
+            continue
+        if not drafted:  # the switch: re-prefill every running request (prompt + generated) for the drafter
+            dt = float(cost.prefill_time(c, c**2 / b))
+            log.append(("prefill", t_log, t_seg + dt, b, 0.0, np.nan, "", 0.0))
+            switch_at, drafted = t_seg, True
+            seg_times[j] += dt
+            t_seg += dt
+            t_log = t_seg
+        t_spec, iters_seg, acc_seg = t_seg, 0.0, 0.0
         while remaining > 1e-9:
             s = spec.tuner.choose(b)
             acc = float(spec.acceptance.mean(s, spec.quality))
             iters = min(spec.chunk_iters, remaining / acc)
-            # verify forward: the last accepted token plus `verify` drafted nodes per request
             dt = iters * spec.draft_time(cost, b, s) + float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
             spec.tuner.update(s, b, acc * b * iters / dt, max(1, int(round(iters))))
             strategies[str(s)] += iters
-            sd_iters += iters
-            sd_acc += iters * acc
+            iters_seg += iters
+            acc_seg += iters * acc
             c += b * acc * iters
             remaining -= acc * iters
-            tj += dt
-        seg_times[j] += tj
+            t_spec += dt
+        top = Counter(dict(strategies)).most_common(1)[0][0]
+        log.append(("spec_decode", t_log, t_spec, b, tokens, acc_seg / iters_seg, top, iters_seg))
+        sd_iters += iters_seg
+        sd_acc += acc_seg
+        seg_times[j] += t_spec - t_seg
+        t = t_spec
     t_event = np.concatenate([[0.0], np.cumsum(seg_times)])
-    end = float(t_event[-1])
-    if sd_from < n:
-        sd_tokens = float(np.sum(batch[sd_from:] * length[sd_from:]))
-        top = strategies.most_common(1)[0][0] if strategies else ""
-        intervals.append(Interval("spec_decode", t_sd0, end, batch[sd_from], sd_tokens, sd_acc / max(sd_iters, 1e-12), top))
-    # request times: boundaries on the token clock of the (possibly split) segments
     bounds = np.concatenate([start, [start[-1] + length[-1]]])
     ia = np.searchsorted(bounds, tau_a)
     iff = np.searchsorted(bounds, tau_a + response_len)
-    # a request admitted at the switch point starts after the re-prefill
-    return EngineRollout(end, t_event[ia], t_event[iff], intervals, sd_iters, sd_acc, strategies, switch_at)
+    return EngineRollout(float(t_event[-1]), t_event[ia], t_event[iff], _merge(log), sd_iters, sd_acc, strategies, switch_at)
+
+
+def _split(seg, pre, split):
+    """Segment arrays with the switch segment cut at the switch point; returns them and the first SD segment."""
+    start, length, batch, ctx = seg.start.astype(float), seg.length.astype(float), seg.batch, seg.ctx.astype(float)
+    pre = np.asarray(pre, dtype=float)
+    if split is None:
+        return start, length, batch, ctx, pre, 0
+    j, k = split
+    if not 0 < k < length[j]:
+        return start, length, batch, ctx, pre, (j + 1 if k >= length[j] else j)
+    cut = lambda a, v: np.insert(a, j + 1, v)  # noqa: E731
+    new_len = cut(length, length[j] - k)
+    new_len[j] = k
+    return (cut(start, start[j] + k), new_len, cut(batch, batch[j]), cut(ctx, ctx[j] + batch[j] * k), cut(pre, 0.0), j + 1)
 
 
 def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Speculation | None, out: dict):
@@ -194,12 +214,13 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     cap = cost.kv_capacity_tokens
     footprint = check_footprints(prompt_len, response_len, cap)
     records: list[dict] = []
-    state_log: list[tuple[str, float, float, float, float, float, str]] = []  # state, t0, t1, batch, tokens, acc, strat
+    state_log: list[tuple] = []  # (state, t0, t1, batch, tokens, accepted, strategy, weight), see _merge
     strategies: Counter = Counter()
     sd_iters = sd_acc = 0.0
     switch_at = None
-    sd = spec is not None and spec.switch.on
-    first = True
+    sd = spec is not None and spec.switch.on  # the switch is on
+    drafted = sd  # the drafter holds every running request (from the start, or after the re-prefill)
+    mode = "prefill"
     while nxt < n or running:
         # admit FIFO while a slot and the KV cache allow
         new = []
@@ -213,39 +234,40 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             admitted_at[new] = env.now - t0
             running.extend(new)
             yield env.timeout(dt)
-            state_log.append(("prefill" if first else ("spec_decode" if sd else "decode"), env.now - t0 - dt, env.now - t0, len(running), 0.0, np.nan, ""))
-        first = False
+            # the first admission is a prefill interval; later ones fold into the current mode
+            state_log.append((mode, env.now - t0 - dt, env.now - t0, len(running), 0.0, np.nan, "", 0.0))
         b = len(running)
         rows = np.array(running)
         ctx = float(np.sum(prompt_len[rows] + generated[rows]))
         if not sd and spec is not None:
-            k = spec.switch.advance(b, 1)
-            if k == 0 and spec.switch.on:
-                sd = True
-                switch_at = env.now - t0
-                dt = float(cost.prefill_time(ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
-                yield env.timeout(dt)
-                state_log.append(("prefill", env.now - t0 - dt, env.now - t0, b, 0.0, np.nan, ""))
-        if sd:
+            sd = spec.switch.advance(b, 1) == 0 and spec.switch.on
+        speculate = sd and spec.pays(cost, b, ctx)
+        if speculate and not drafted:  # the switch: re-prefill every running request for the drafter
+            drafted = True
+            switch_at = env.now - t0
+            dt = float(cost.prefill_time(ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
+            yield env.timeout(dt)
+            state_log.append(("prefill", env.now - t0 - dt, env.now - t0, b, 0.0, np.nan, "", 0.0))
+        if speculate:
             s = spec.tuner.choose(b)
             acc_rows = np.asarray(spec.acceptance.sample(s, spec.quality, spec.rng, b), dtype=float)
             remaining = response_len[rows] - generated[rows]
             gain = np.minimum(acc_rows, remaining)
-            dt = spec.draft_time(cost, b, s) + float(cost.verify_time(b, s.verify + 1, ctx))
+            dt = spec.iteration_time(cost, b, s, ctx)
             spec.tuner.update(s, b, float(acc_rows.sum()) / dt, 1)
             strategies[str(s)] += 1
             sd_iters += 1
             sd_acc += float(acc_rows.mean())
-            mode, strat, acc = "spec_decode", str(s), float(acc_rows.mean())
+            mode, strat, acc, w = "spec_decode", str(s), float(acc_rows.mean()), 1.0
         else:
             gain = np.ones(b)
             dt = float(cost.decode_time(b, ctx))
-            mode, strat, acc = "decode", "", np.nan
+            mode, strat, acc, w = "decode", "", np.nan, 0.0
         generated[rows] += gain
         yield env.timeout(dt)
         now = env.now - t0
         records.append({"batch_size": b, "mode": mode, "strategy": strat, "accepted": acc, "wall_s": dt, "t_end": now})
-        state_log.append((mode, now - dt, now, b, float(gain.sum()), acc, strat))
+        state_log.append((mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
         done = [r for r in running if generated[r] >= response_len[r]]
         for r in done:
             finished_at[r] = now
@@ -257,19 +279,26 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
 
 
 def _merge(log) -> list[Interval]:
-    """Merge consecutive iterations of one state into intervals (batch = at interval start)."""
+    """Merge consecutive entries of one state into intervals.
+
+    Entries are (state, t_start, t_end, batch, tokens, accepted, strategy, weight): batch is the batch at the
+    interval's start, accepted the weight-averaged accepted length (weight = speculative iterations), strategy
+    the one with the most weight."""
     out: list[Interval] = []
-    acc_w = 0.0
-    for state, a, b, batch, tokens, acc, strat in log:
+    weights: list[Counter] = []
+    for state, a, b, batch, tokens, acc, strat, w in log:
         if out and out[-1].state == state:
-            last = out[-1]
+            last, wc = out[-1], weights[-1]
             last.t_end = b
             last.tokens += tokens
-            if not np.isnan(acc):
-                acc_w += 1
-                last.accepted = acc if np.isnan(last.accepted) else last.accepted + (acc - last.accepted) / acc_w
-                last.strategy = last.strategy or strat
-            continue
-        acc_w = 0.0 if np.isnan(acc) else 1.0
-        out.append(Interval(state, a, b, batch, tokens, acc, strat))
+        else:
+            last, wc = Interval(state, a, b, batch, 0.0), Counter()
+            last.tokens = tokens
+            out.append(last)
+            weights.append(wc)
+        if w > 0:
+            total = sum(wc.values())
+            last.accepted = acc if total == 0 else (last.accepted * total + acc * w) / (total + w)
+            wc[strat] += w
+            last.strategy = wc.most_common(1)[0][0]
     return out

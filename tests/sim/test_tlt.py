@@ -1,0 +1,151 @@
+"""TLT policies in the simulator: the speculative engine path by hand, and policy-level properties."""
+import json
+
+import numpy as np
+import pytest
+
+from tests.sim.conftest import ConstantCost
+from tltsim.cli import main
+from tltsim.config import ClusterConfig, SimConfig
+from tltsim.errors import TltsimError
+from tltsim.policies import make_policy
+from tltsim.policy import FixedTuner, SDSwitch
+from tltsim.sim.engine import Speculation, fast_rollout
+from tltsim.sim.simulator import Simulator
+from tltsim.trace import load
+
+SHIPPED = "traces/dapo_like.parquet"
+
+
+class FourTokens:
+    """Acceptance double: every verify accepts exactly 4 tokens."""
+
+    def mean(self, strategy, q):
+        return 4.0
+
+    def sample(self, strategy, q, rng, size):
+        return np.full(size, 4)
+
+
+def spec(threshold=1, patience=2, quality=0.9):
+    sw = SDSwitch("adaptive", threshold, patience)
+    return Speculation(switch=sw, tuner=FixedTuner("4_1_4"), acceptance=FourTokens(), quality=quality, model_free=True)
+
+
+def test_switch_reprefill_and_speculative_tail_by_hand():
+    # prefill 0.5, decode 1 s/iter: 3 iterations at batch 2, then 2 at batch 1 before the switch (patience 2),
+    # a re-prefill (0.5), then 35 tokens at 4 per verify (1 s each, model-free drafter) = 8.75 s
+    ro = fast_rollout([10, 10], [3, 40], ConstantCost(), max_running=8, spec=spec())
+    got = [(iv.state, iv.t_start, iv.t_end) for iv in ro.intervals]
+    assert got == [("prefill", 0.0, 0.5), ("decode", 0.5, 5.5), ("prefill", 5.5, 6.0), ("spec_decode", 6.0, 14.75)]
+    assert ro.finished_at.tolist() == [3.5, 14.75]
+    assert ro.switch_at == 5.5 and ro.sd_iterations == 8.75 and ro.sd_accepted / ro.sd_iterations == 4.0
+
+
+def test_no_switch_when_the_batch_never_gets_small():
+    ro = fast_rollout([10] * 4, [5] * 4, ConstantCost(), max_running=8, spec=spec(threshold=2))
+    assert [iv.state for iv in ro.intervals] == ["prefill", "decode"] and ro.switch_at is None
+
+
+class SlowVerify(ConstantCost):
+    """Verification costs 10 decode steps: speculation accepting 4 tokens is a loss."""
+
+    def verify_time(self, batch, tokens_per_request, ctx):
+        return np.full(np.shape(batch), 10.0)
+
+
+def test_guard_keeps_plain_decoding_when_speculation_loses():
+    plain = fast_rollout([10, 10], [3, 40], SlowVerify(), max_running=8)
+    guarded = fast_rollout([10, 10], [3, 40], SlowVerify(), max_running=8, spec=spec())
+    assert guarded.duration == plain.duration and guarded.sd_iterations == 0 and guarded.switch_at is None
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load(SHIPPED)
+
+
+def run(trace, policy, steps="0:10", gpus=32, exact=False, **knobs):
+    cfg = SimConfig(cluster=ClusterConfig(gpus=gpus, tp=4), steps=steps, exact=exact, policy=policy)
+    return Simulator(trace, cfg, make_policy(policy, knobs)).run()
+
+
+def test_sd_never_lengthens_a_rollout_when_the_cost_model_says_it_loses(shipped):
+    """A drafter whose tokens are almost never accepted: every arm loses to plain decoding."""
+    verl = run(shipped, "verl")
+    bad = run(shipped, "tlt", q_start=0.02, drift=0.0, spot=False, drafter="static")
+    assert bad.summary["rollout_s"] == pytest.approx(verl.summary["rollout_s"], rel=1e-12)
+    assert bad.summary["sd_share"] == 0.0
+
+
+def test_tlt_beats_verl_and_a_stale_drafter_gives_less_speedup(shipped):
+    verl, tlt, static = (run(shipped, p) for p in ("verl", "tlt", "static-sd"))
+    assert tlt.summary["rollout_s"] < static.summary["rollout_s"] < verl.summary["rollout_s"]
+    q = tlt.steps["drafter_quality"].to_numpy()
+    qs = static.steps["drafter_quality"].to_numpy()
+    assert np.all(q >= qs) and np.all(q[2:] > qs[2:]) and np.all(np.diff(qs) <= 0)
+    assert tlt.summary["mean_accepted"] > static.summary["mean_accepted"]
+
+
+def test_harvested_training_never_exceeds_the_idle_time_that_existed(shipped):
+    tlt = run(shipped, "tlt")
+    tl = tlt.timeline
+    for (step, w), g in tl.groupby(["step", "worker"]):
+        barrier = tlt.steps.set_index("step").loc[step]
+        end_rollout = barrier.t_start + barrier.rollout_s
+        rollout = g[g.state.isin(["prefill", "decode", "spec_decode"])]
+        done = rollout.t_end.max() if len(rollout) else barrier.t_start
+        spare = g[g.state.isin(["idle", "drafter_train"])]
+        assert (spare.t_start >= done - 1e-9).all() and (spare.t_end <= end_rollout + 1e-9).all()
+        assert spare.eval("t_end - t_start").sum() == pytest.approx(end_rollout - done, abs=1e-9)
+    harvested = tl[tl.state == "drafter_train"].eval("t_end - t_start").sum() * 4
+    assert harvested == pytest.approx(tlt.summary["drafter_train_gpu_seconds"])
+    assert tlt.summary["drafter_train_gpu_seconds"] > 0
+
+
+def test_min_idle_of_all_workers_means_no_training(shipped):
+    res = run(shipped, "tlt", steps="0:3", min_idle=8)
+    assert res.summary["drafter_train_gpu_seconds"] == 0.0
+
+
+def test_dedicated_gpus_train_all_rollout_and_do_not_roll_out(shipped):
+    res = run(shipped, "tlt-dedicated", steps="0:2", dedicated_gpus=8)
+    tl = res.timeline
+    assert set(res.requests["engine"]) == set(range(6))
+    for w in (6, 7):
+        states = tl[(tl.worker == w) & (tl.step == 0)].state.tolist()
+        assert states == ["drafter_train", "reward", "train", "weight_sync"]
+    with pytest.raises(TltsimError, match="dedicated_gpus = 6 must be a multiple of tp = 4"):
+        run(shipped, "tlt-dedicated", steps="0:1", dedicated_gpus=6)
+
+
+def test_ideal_is_a_lower_bound_on_plain_rollout(shipped):
+    assert run(shipped, "ideal").summary["rollout_s"] < run(shipped, "verl").summary["rollout_s"]
+
+
+def test_fast_path_tracks_exact_with_speculation(shipped):
+    fast = run(shipped, "tlt", steps="0:2", gpus=16)
+    exact = run(shipped, "tlt", steps="0:2", gpus=16, exact=True)
+    assert fast.summary["rollout_s"] == pytest.approx(exact.summary["rollout_s"], rel=0.03)
+    assert fast.summary["mean_accepted"] == pytest.approx(exact.summary["mean_accepted"], rel=0.03)
+
+
+def test_policy_knob_errors():
+    with pytest.raises(TltsimError, match="unknown knob\\(s\\) thresh; its knobs are"):
+        make_policy("tlt", {"thresh": 3})
+    with pytest.raises(TltsimError, match="threshold = 0 must be an integer >= 1"):
+        make_policy("tlt", {"threshold": 0})
+    with pytest.raises(TltsimError, match="spot = True needs drafter = 'adaptive'"):
+        make_policy("static-sd", {"spot": True})
+    with pytest.raises(TltsimError, match="expected depth_topk_verify"):
+        make_policy("tlt", {"arms": ["8-4-48"]})
+
+
+def test_compare_json_has_speedup_vs_the_first(tmp_path, capsys):
+    rc = main(["compare", "--trace", SHIPPED, "--policies", "verl,tlt,tlt-base", "--gpus", "32", "--tp", "4",
+               "--steps", "0:3", "-o", str(tmp_path), "--json", "--no-progress", "--no-report"])
+    assert rc == 0
+    rows = json.loads(capsys.readouterr().out)["policies"]
+    assert [r["policy"] for r in rows] == ["verl", "tlt", "tlt-base"]
+    assert rows[0]["speedup"] == 1.0 and rows[1]["speedup"] > 1.0
+    assert rows[1]["speedup"] == pytest.approx(rows[0]["makespan_s"] / rows[1]["makespan_s"])
