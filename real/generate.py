@@ -21,8 +21,9 @@ import torch
 
 from real.kvcache import RaggedCache
 from real.sampling import SamplingParams, next_tokens, verify_tree
-from real.spec import DraftState, DraftTree, Strategy
+from real.spec import DraftState, DraftTree, draftable
 from tltsim.errors import TltsimError
+from tltsim.policy.strategy import Strategy
 
 DEFAULT_STRATEGY = "4_1_4"
 
@@ -154,7 +155,7 @@ class Engine:
         elif mode == "spec":
             if self.drafter is None:
                 raise TltsimError("step(mode='spec') needs a drafter; pass drafter= to the engine")
-            strat = strategy if isinstance(strategy, Strategy) else Strategy.parse(strategy or DEFAULT_STRATEGY)
+            strat = draftable(strategy or DEFAULT_STRATEGY)
             if self._draft is None:
                 self._draft, reprefill = DraftState(self.drafter, self.running), True
             g_root = self._draft.ingest(self.tokens, self.cache.features)

@@ -48,7 +48,10 @@ class SamplingParams:
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """p for logits [..., V]: softmax(logits / temperature) cut to the top-p nucleus, renormalised."""
+    """p for logits [..., V]: softmax(logits / temperature) cut to the top-p nucleus, renormalised
+    (in float32 at least, whatever the model's dtype)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
     probs = torch.softmax(logits / params.temperature, dim=-1)
     if params.top_p < 1:
         sorted_p, order = probs.sort(dim=-1, descending=True)

@@ -1,9 +1,9 @@
 """Drafting (chain and EAGLE-2 tree) and the tree the target verifies in one forward.
 
-A strategy is the tuner's string "depth_topk_verify": the drafter runs `depth` steps ahead,
-expanding the `topk` best tokens of each of the `topk` best nodes per step (EAGLE-2), and the
-`verify` best draft nodes overall (by cumulative draft log-probability) go to the target together
-with the root. "4_1_4" is a chain of 4 drafts. A row's tree has 1 + verify nodes; node 0 is the
+A strategy is the tuner's "depth_topk_verify" (tltsim.policy.Strategy): the drafter runs `depth`
+steps ahead, expanding the `topk` best tokens of each of the `topk` best nodes per step (EAGLE-2),
+and the `verify` best draft nodes overall (by cumulative draft log-probability) go to the target
+together with the root. "4_1_4" is a chain of 4 drafts. A row's tree has 1 + verify nodes; node 0 is the
 root, the row's last committed token (the target has not seen it yet); a node at depth d sits at
 position (root position + d), and attends to the committed prefix, its ancestors and itself.
 """
@@ -15,30 +15,17 @@ import torch
 
 from real.kvcache import RaggedCache
 from tltsim.errors import TltsimError
+from tltsim.policy.strategy import Strategy
 
 
-@dataclass(frozen=True)
-class Strategy:
-    """A drafting strategy; `Strategy.parse("8_4_48")`."""
-
-    depth: int  # draft steps ahead (longest path of drafts)
-    topk: int  # children per expanded node, and nodes expanded per step
-    verify: int  # draft nodes sent to the target (the root comes on top)
-
-    @classmethod
-    def parse(cls, text: str) -> "Strategy":
-        parts = str(text).split("_")
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise TltsimError(f"strategy {text!r}: expected depth_topk_verify with positive integers, e.g. '4_1_4'")
-        depth, topk, verify = map(int, parts)
-        most = topk + (depth - 1) * topk * topk
-        if verify > most:
-            raise TltsimError(f"strategy {text!r}: verify={verify} exceeds the {most} nodes depth {depth} and "
-                              f"top-k {topk} can draft; lower verify")
-        return cls(depth, topk, verify)
-
-    def __str__(self) -> str:
-        return f"{self.depth}_{self.topk}_{self.verify}"
+def draftable(strategy: str | Strategy) -> Strategy:
+    """The strategy (a "depth_topk_verify" string or a Strategy), checked against what drafting can produce."""
+    strategy = Strategy.parse(strategy)
+    most = strategy.topk + (strategy.depth - 1) * strategy.topk**2
+    if strategy.verify > most:
+        raise TltsimError(f"strategy {strategy}: verify={strategy.verify} exceeds the {most} nodes that depth "
+                          f"{strategy.depth} and top-k {strategy.topk} draft; lower verify")
+    return strategy
 
 
 @dataclass

@@ -7,7 +7,7 @@ from tiny_lm import MAX_NEW, PROMPTS, VOCAB, hf_greedy, ragged_eos, reference, t
 
 import real
 from real.generate import Engine
-from real.spec import DraftTree, Strategy
+from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 
 ARCHS = ["llama", "qwen2"]
@@ -131,7 +131,7 @@ def test_tree_visibility_is_ancestors_and_self():
 @pytest.mark.parametrize("text", ["4_1", "0_1_1", "a_b_c", "2_2_9"])
 def test_bad_strategy_strings_are_user_errors(text):
     with pytest.raises(TltsimError, match="strategy"):
-        Strategy.parse(text)
+        draftable(text)
 
 
 def test_bad_prompts_and_modes_are_user_errors():
