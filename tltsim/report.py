@@ -1,6 +1,6 @@
 """One self-contained HTML page about one or several runs: tables, figures (embedded PNGs), configs.
 
-    write_report([Result, ...], "report.html")
+    write_report([Result, ...], "report.html")                  # figures_dir="figs" also saves each PNG
 
 The page needs nothing but itself (no scripts, no links): images are base64 data URIs, configs sit
 in collapsible blocks. With several results the first is the baseline: a comparison section
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from tltsim import plots
-from tltsim.io import write_text
+from tltsim.io import atomic_path, write_text
 from tltsim.plots.style import labelled
 from tltsim.records import Result
 
@@ -41,6 +42,7 @@ tr:nth-child(even) td { background: #fafafa; }
 figure { margin: 1.2em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.9em; }
 details { margin: 0.8em 0; } summary { cursor: pointer; color: #2c5d8a; }
+.scroll { overflow-x: auto; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
 """
 
@@ -50,23 +52,32 @@ def load_results(dirs) -> list[Result]:
     return [Result.load(d) for d in dirs]
 
 
-def write_report(results, path: str | Path, title: str | None = None) -> Path:
-    """Render the report of `results` (the first is the baseline) and write it to `path` atomically."""
+def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None) -> Path:
+    """Render the report of `results` (the first is the baseline) and write it to `path` atomically.
+
+    With `figures_dir`, every figure of the page is also written there as a PNG (atomically each).
+    """
     path = Path(path)
-    write_text(path, build_report(results, title))
+    pngs: dict[str, bytes] = {}
+    write_text(path, build_report(results, title, pngs))
+    if figures_dir is not None:
+        for name, data in pngs.items():
+            with atomic_path(Path(figures_dir) / name) as tmp:
+                tmp.write_bytes(data)
     return path
 
 
-def build_report(results, title: str | None = None) -> str:
-    """The report as one HTML string."""
+def build_report(results, title: str | None = None, pngs: dict | None = None) -> str:
+    """The report as one HTML string; `pngs`, when given, receives each figure as file name -> PNG bytes."""
     runs = labelled(results)
+    pngs = {} if pngs is None else pngs
     title = title or ("Comparison: " + ", ".join(label for label, _ in runs) if len(runs) > 1 else runs[0][0])
     parts = [f"<h1>{_e(title)}</h1>", f'<p class="meta">{_e(_setup(runs))}</p>']
     if len(runs) > 1:
-        parts += _comparison(runs)
-    parts += _lengths(runs)
+        parts += _comparison(runs, pngs)
+    parts += _lengths(runs, pngs)
     for label, r in runs:
-        parts += _run_section(label, r, single=len(runs) == 1)
+        parts += _run_section(label, r, len(runs) == 1, pngs)
     body = "\n".join(parts)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f"<style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
@@ -94,46 +105,50 @@ def comparison_table(results) -> pd.DataFrame:
     return table
 
 
-def _comparison(runs) -> list[str]:
+def _comparison(runs, pngs: dict) -> list[str]:
     results = [r for _, r in runs]
     out = ["<h2>Comparison</h2>",
            f"<p>Baseline: <b>{_e(runs[0][0])}</b>. Speedup = baseline makespan / run makespan.</p>",
            _table(comparison_table(results)),
-           _figure(plots.speedup(results), "Speedup over the baseline: end to end and rollout alone."),
-           _figure(plots.step_breakdown(results), "Mean time per step, by phase."),
-           _figure(plots.gantt(results), "Each engine's states during the baseline's slowest rollout step, per run.")]
-    out.append(_figure(plots.idle_per_step(results), "GPU-seconds spent idle in each step."))
+           _figure(plots.speedup(results), "Speedup over the baseline: end to end and rollout alone.",
+                   "speedup", pngs),
+           _figure(plots.step_breakdown(results), "Mean time per step, by phase.", "step_breakdown", pngs),
+           _figure(plots.gantt(results), "Each engine's states during the baseline's slowest rollout step, per run.",
+                   "gantt", pngs),
+           _figure(plots.idle_per_step(results), "GPU-seconds spent idle in each step.", "idle_per_step", pngs)]
     if any(_speculates(r) for r in results):
-        out.append(_figure(plots.drafter(results), "Speculative decoding over steps (runs that speculate)."))
+        out.append(_figure(plots.drafter(results), "Speculative decoding over steps (runs that speculate).",
+                           "drafter", pngs))
     return out
 
 
-def _lengths(runs) -> list[str]:
+def _lengths(runs, pngs: dict) -> list[str]:
     out = []
-    seen = set()
-    for label, r in runs:
-        trace = r.config.get("trace", label)
-        if trace in seen:
-            continue
-        seen.add(trace)
+    traces = list(dict.fromkeys(r.config.get("trace", label) for label, r in runs))
+    for i, trace in enumerate(traces):
+        r = next(r for label, r in runs if r.config.get("trace", label) == trace)
         out += [f"<h2>Response lengths: {_e(trace)}</h2>",
                 _figure(plots.length_distribution(r, title="Response lengths"),
-                        "Generated tokens per response: histogram over all steps, CDF of each step.")]
+                        "Generated tokens per response: histogram over all steps, CDF of each step.",
+                        "lengths" if len(traces) == 1 else f"lengths_{i}", pngs)]
     return out
 
 
-def _run_section(label: str, r: Result, single: bool) -> list[str]:
+def _run_section(label: str, r: Result, single: bool, pngs: dict) -> list[str]:
     out = [f"<h2>Run: {_e(label)}</h2>", _table(_summary_frame(r))]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+    figures = []  # (figure function, caption, file name suffix)
     if single:
-        out += [_figure(plots.gantt(r), "Each engine's states during the slowest rollout step."),
-                _figure(plots.step_breakdown(r), "Mean time per step, by phase."),
-                _figure(plots.idle_per_step(r), "GPU-seconds spent idle in each step.")]
-    out += [_figure(plots.batch_size(r), "Running requests per engine in the slowest rollout step."),
-            _figure(plots.utilisation(r), "GPUs in each state over the whole run.")]
+        figures += [(plots.gantt, "Each engine's states during the slowest rollout step.", "gantt"),
+                    (plots.step_breakdown, "Mean time per step, by phase.", "step_breakdown"),
+                    (plots.idle_per_step, "GPU-seconds spent idle in each step.", "idle_per_step")]
+    figures += [(plots.batch_size, "Running requests per engine in the slowest rollout step.", "batch_size"),
+                (plots.utilisation, "GPUs in each state over the whole run.", "utilisation")]
     if _speculates(r):
         if single:
-            out.append(_figure(plots.drafter(r), "Speculative decoding over steps."))
-        out.append(_figure(plots.tuner_choices(r), "Strategies the tuner ran."))
+            figures.append((plots.drafter, "Speculative decoding over steps.", "drafter"))
+        figures.append((plots.tuner_choices, "Strategies the tuner ran.", "tuner"))
+    out += [_figure(draw(r), caption, f"{slug}_{suffix}", pngs) for draw, caption, suffix in figures]
     cfg = json.dumps(r.config, indent=2, sort_keys=True, default=str)
     out.append(f"<details><summary>config of {_e(label)}</summary><pre>{_e(cfg)}</pre></details>")
     return out
@@ -154,12 +169,16 @@ def _fmt(v) -> str:
 
 
 def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, border=0, na_rep="-", formatters={
-        c: _fmt for c in df.columns if pd.api.types.is_float_dtype(df[c])})
+    formatters = {c: _fmt for c in df.columns if pd.api.types.is_float_dtype(df[c])}
+    if "speedup" in df.columns:
+        formatters["speedup"] = lambda v: f"{v:.2f}×"
+    return '<div class="scroll">' + df.to_html(index=False, border=0, na_rep="-", formatters=formatters) + "</div>"
 
 
-def _figure(fig, caption: str) -> str:
-    data = base64.b64encode(plots.png_bytes(fig)).decode("ascii")
+def _figure(fig, caption: str, name: str, pngs: dict) -> str:
+    """The figure as an embedded image with its caption; its PNG also goes to pngs[name + ".png"]."""
+    png = pngs[f"{name}.png"] = plots.png_bytes(fig)
+    data = base64.b64encode(png).decode("ascii")
     return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(caption)}">'
             f"<figcaption>{_e(caption)}</figcaption></figure>")
 

@@ -57,11 +57,17 @@ def test_report_cli_from_result_dirs(base, tlt, tmp_path, capsys):
     base.save(tmp_path / "a")
     tlt.save(tmp_path / "b")
     assert main(["report", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path / "out.html"),
-                 "--title", "A <b> test"]) == 0
+                 "--title", "A <b> test", "--figures", str(tmp_path / "figs")]) == 0
     page = (tmp_path / "out.html").read_text()
     assert "<h1>A &lt;b&gt; test</h1>" in page
     assert "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page
     assert f"wrote {tmp_path / 'out.html'}" in capsys.readouterr().out
+    figs = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert figs == sorted(["speedup.png", "step_breakdown.png", "gantt.png", "idle_per_step.png", "drafter.png",
+                           "lengths.png", "verl_batch_size.png", "verl_utilisation.png", "tlt_batch_size.png",
+                           "tlt_utilisation.png", "tlt_tuner.png"])
+    embedded = set(images(page))  # the files are the page's images
+    assert {base64.b64encode((tmp_path / "figs" / f).read_bytes()).decode() for f in figs} == embedded
 
 
 def test_report_cli_on_a_missing_result_is_one_line_error(tmp_path, capsys):

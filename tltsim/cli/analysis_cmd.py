@@ -15,6 +15,7 @@ def register(sub) -> None:
                    "the first is the baseline")
     p.add_argument("-o", "--out", required=True, help="HTML file to write")
     p.add_argument("--title", help="page title (default: the run names)")
+    p.add_argument("--figures", metavar="DIR", help="also write each figure as a PNG into DIR")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="run a grid or list of configs in parallel, cached; one results table")
@@ -31,8 +32,8 @@ def register(sub) -> None:
 def cmd_report(args) -> int:
     from tltsim.report import load_results, write_report
 
-    path = write_report(load_results(args.results), args.out, args.title)
-    print(f"wrote {path}")
+    path = write_report(load_results(args.results), args.out, args.title, args.figures)
+    print(f"wrote {path}" + (f" and its figures in {args.figures}/" if args.figures else ""))
     return 0
 
 

@@ -142,14 +142,14 @@ def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.nd
 
 @styled
 def utilisation(result, bins: int = 800):
-    """GPUs in each state over the whole run, stacked (mean over `bins` time bins, exact per bin)."""
+    """GPUs in each state over the whole run, stacked, idle on top (mean over `bins` time bins, exact per bin)."""
     (label, r), = labelled(result)
     tl, per = r.timeline, gpus_per_worker(r)
     edges = np.linspace(float(tl["t_start"].min()), float(tl["t_end"].max()), bins + 1)
     mid = (edges[:-1] + edges[1:]) / 2
     fig, ax = new_figure(10, 3.8)
     bottom = np.zeros(bins)
-    for state in STATES:
+    for state in [s for s in STATES if s != "idle"] + ["idle"]:
         rows = tl[tl["state"] == state]
         if rows.empty:
             continue
