@@ -102,7 +102,8 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-COMPARE_COLUMNS = ["policy", "mean_step_s", "rollout_s", "idle_fraction", "speedup"]
+COMPARE_COLUMNS = ["policy", "mean_step_s", "rollout_s", "idle_fraction", "speedup",
+                   "staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction"]
 
 
 def policy_dir(out: Path, name: str) -> Path:

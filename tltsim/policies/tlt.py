@@ -187,9 +187,9 @@ class Speculative(Policy):
         for w in self.trainer.worker_done(engine, t):
             self.train_start.setdefault(w, t)
 
-    def end_rollout(self, step: int, t: float, rollouts: dict, response_len: np.ndarray) -> StepOutcome:
+    def end_rollout(self, step: int, t: float, df: dict, sr) -> StepOutcome:
         self.trainer.preempt(t)
-        self.buffer.add(step, response_len)
+        self.buffer.add(step, sr.generated[sr.generated > 0])  # the sequences whose hidden states the step made
         data = self.buffer.samples(step)
         spans = {w: (a, t) for w, a in self.train_start.items() if t > a}
         tp = self.sim.cfg.cluster.tp
@@ -203,7 +203,7 @@ class Speculative(Policy):
         quality_trained = self.drafter.quality
         self.drafter.policy_update()
         return StepOutcome(
-            train_spans=spans,
+            spans={w: ("drafter_train", a, b) for w, (a, b) in spans.items()},
             columns={
                 "drafter_quality": self.quality_now,
                 "drafter_quality_trained": quality_trained,

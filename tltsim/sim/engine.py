@@ -81,6 +81,12 @@ class EngineRollout:
     strategies: Counter = field(default_factory=Counter)  # strategy -> iterations
     switch_at: float | None = None  # when SD switched on, relative to rollout start
     iterations: list[dict] | None = None  # exact mode only
+    # the token clock against wall time: tau(t) = interp(t, clock_t, clock_tau); request i has generated
+    # min(tau(t) - tau_a[i], response_len[i]) tokens at t (exact for plain decoding; in speculative
+    # stretches tau advances by the mean accepted length). Used to stop a rollout early (sim/rollout.py).
+    clock_t: np.ndarray | None = None
+    clock_tau: np.ndarray | None = None
+    tau_a: np.ndarray | None = None
 
 
 def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation | None = None) -> EngineRollout:
@@ -99,9 +105,24 @@ def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation 
         end = t_event[-1]
         intervals = [Interval("prefill", 0.0, pre[0], seg.batch[0], 0.0)]
         intervals.append(Interval("decode", pre[0], end, seg.batch[0], float(np.sum(seg.batch * seg.length))))
-        out = EngineRollout(end, *_request_times(seg, t_event, tau_a, response_len), intervals)
-        return out
+        bounds = np.concatenate([seg.start, [seg.start[-1] + seg.length[-1]]])
+        return _timed(end, t_event, bounds, pre, tau_a, response_len, intervals)
     return _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split)
+
+
+def _timed(end, t_event, bounds, pre, tau_a, response_len, intervals, **spec_fields) -> EngineRollout:
+    """An EngineRollout from the wall time at each segment boundary on the token clock.
+
+    The token clock stands still during a segment's admission prefill (pre[j] after t_event[j])."""
+    ia = np.searchsorted(bounds, tau_a)
+    iff = np.searchsorted(bounds, tau_a + response_len)
+    n = len(pre)
+    clock_t = np.empty(2 * n + 1)
+    clock_t[0:-1:2], clock_t[1:-1:2], clock_t[-1] = t_event[:-1], t_event[:-1] + pre, t_event[-1]
+    clock_tau = np.empty(2 * n + 1)
+    clock_tau[0:-1:2], clock_tau[1:-1:2], clock_tau[-1] = bounds[:-1], bounds[:-1], bounds[-1]
+    return EngineRollout(float(end), t_event[ia], t_event[iff], intervals, **spec_fields,
+                         clock_t=clock_t, clock_tau=clock_tau.astype(float), tau_a=np.asarray(tau_a, dtype=float))
 
 
 def _find_switch(seg, switch) -> tuple[int, int] | None:
@@ -111,14 +132,6 @@ def _find_switch(seg, switch) -> tuple[int, int] | None:
         if switch.on:
             return j, k
     return None
-
-
-def _request_times(seg, t_at_start, tau_a, response_len):
-    """Admission and finish wall times from the wall time at each segment boundary on the token clock."""
-    bounds = np.concatenate([seg.start, [seg.start[-1] + seg.length[-1]]])
-    ia = np.searchsorted(bounds, tau_a)
-    iff = np.searchsorted(bounds, tau_a + response_len)
-    return t_at_start[ia], t_at_start[iff]
 
 
 def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
@@ -180,9 +193,8 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
         t = t_spec
     t_event = np.concatenate([[0.0], np.cumsum(seg_times)])
     bounds = np.concatenate([start, [start[-1] + length[-1]]])
-    ia = np.searchsorted(bounds, tau_a)
-    iff = np.searchsorted(bounds, tau_a + response_len)
-    return EngineRollout(float(t_event[-1]), t_event[ia], t_event[iff], _merge(log), sd_iters, sd_acc, strategies, switch_at)
+    return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, _merge(log), sd_iterations=sd_iters,
+                  sd_accepted=sd_acc, strategies=strategies, switch_at=switch_at)
 
 
 def _split(seg, pre, split):
@@ -209,6 +221,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     admitted_at = np.full(n, np.nan)
     finished_at = np.full(n, np.nan)
     generated = np.zeros(n)  # tokens so far (fractional never: exact rows gain whole tokens)
+    tau, tau_a = 0.0, np.full(n, np.nan)  # token clock: mean tokens gained per running row
+    clock = [(0.0, 0.0)]  # (t, tau) after every admission, re-prefill and iteration
     running: list[int] = []
     nxt, used = 0, 0
     cap = cost.kv_capacity_tokens
@@ -232,8 +246,10 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             p = prompt_len[new].astype(float)
             dt = float(cost.prefill_time(p.sum(), (p * p).sum()))
             admitted_at[new] = env.now - t0
+            tau_a[new] = tau
             running.extend(new)
             yield env.timeout(dt)
+            clock.append((env.now - t0, tau))
             # the first admission is a prefill interval; later ones fold into the current mode
             state_log.append((mode, env.now - t0 - dt, env.now - t0, len(running), 0.0, np.nan, "", 0.0))
         b = len(running)
@@ -247,6 +263,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             switch_at = env.now - t0
             dt = float(cost.prefill_time(ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
             yield env.timeout(dt)
+            clock.append((env.now - t0, tau))
             state_log.append(("prefill", env.now - t0 - dt, env.now - t0, b, 0.0, np.nan, "", 0.0))
         if speculate:
             s = spec.tuner.choose(b)
@@ -264,8 +281,10 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             dt = float(cost.decode_time(b, ctx))
             mode, strat, acc, w = "decode", "", np.nan, 0.0
         generated[rows] += gain
+        tau += float(gain.mean())
         yield env.timeout(dt)
         now = env.now - t0
+        clock.append((now, tau))
         records.append({"batch_size": b, "mode": mode, "strategy": strat, "accepted": acc, "wall_s": dt, "t_end": now})
         state_log.append((mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
         done = [r for r in running if generated[r] >= response_len[r]]
@@ -273,8 +292,10 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             finished_at[r] = now
             used -= int(footprint[r])
         running = [r for r in running if generated[r] < response_len[r]]
+    clock_t, clock_tau = np.array(clock).T
     out["rollout"] = EngineRollout(
-        env.now - t0, admitted_at, finished_at, _merge(state_log), sd_iters, sd_acc, strategies, switch_at, records
+        env.now - t0, admitted_at, finished_at, _merge(state_log), sd_iters, sd_acc, strategies, switch_at, records,
+        clock_t, clock_tau, tau_a,
     )
 
 

@@ -49,52 +49,55 @@ class Simulator:
         env = simpy.Environment()
         self._timeline: list[tuple] = []
         self._steps: list[dict] = []
-        self._requests: list[tuple] = []  # (step, per-engine request arrays)
+        self._requests: list[dict] = []  # per step: column arrays of the requests frame
         self._iterations: list[pd.DataFrame] = []
+        self._staleness: Counter = Counter()  # policy versions behind -> trained samples
         bar = tqdm(total=len(self.trace.steps), desc=f"simulating {self.policy.name}", unit="step", disable=not progress)
-        env.process(self._run(env, bar))
+        env.process(self.policy.loop(self, env, bar) or self._run(env, bar))
         env.run()
         bar.close()
         return self._result(float(env.now))
 
     # --- processes ---------------------------------------------------------------------------
-    def _run(self, env, bar):
-        df = self.trace.df  # sorted by step, prompt_id, sample
+    def step_columns(self):
+        """(step, column arrays) of each trace step in order (the trace is sorted by step, prompt_id, sample)."""
+        df = self.trace.df
         cols = {c: df[c].to_numpy() for c in ("step", "prompt_id", "sample", "prompt_len", "response_len")}
         if self.split == "trace":
             cols["engine"] = df["engine"].to_numpy()
         bounds = np.flatnonzero(np.diff(cols["step"])) + 1
         starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(df)]])
-        for a, b in zip(starts, ends):
-            step = int(cols["step"][a])
-            yield env.process(self._step(env, step, {c: v[a:b] for c, v in cols.items()}))
+        return [(int(cols["step"][a]), {c: v[a:b] for c, v in cols.items()}) for a, b in zip(starts, ends)]
+
+    def _run(self, env, bar):
+        for step, cols in self.step_columns():
+            yield env.process(self._step(env, step, cols))
             bar.update(1)
 
     def _step(self, env, step: int, df: dict):
         t0 = env.now
         df = self.policy.prepare_step(step, df)
-        shares = self._shares(df)
+        shares = self.policy.split(df, self.engines) or self._shares(df)
         self.policy.begin_step(step, t0)
-        outs: dict[int, dict] = {e: {} for e in range(self.engines)}
-        procs = [env.process(self._engine(env, e, shares[e], outs[e])) for e in range(self.engines)]
-        yield simpy.AllOf(env, procs)
+        sr = self.policy.rollout(step, df, shares, self.run_engine)
+        yield simpy.AllOf(env, [env.process(self._engine(env, e, sr)) for e in range(self.engines)])
         barrier = env.now
-        rollouts = {e: o["rollout"] for e, o in outs.items() if "rollout" in o}
-        outcome = self.policy.end_rollout(step, barrier, rollouts, df["response_len"])
-        tokens = float(df["prompt_len"].sum() + df["response_len"].sum())
+        outcome = self.policy.end_rollout(step, barrier, df, sr)
+        trained = outcome.trained if outcome.trained is not None else sr.finished
+        tokens = float(df["prompt_len"][trained].sum() + df["response_len"][trained].sum())
         gpus = self.cfg.cluster.gpus
+        logprob = float(self.cost.logprob_time(tokens, gpus))
         phases = [
-            ("reward", self.cfg.rl.reward_s + float(self.cost.logprob_time(tokens, gpus))),
+            ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / gpus)),
             ("train", float(self.cost.train_time(tokens, gpus))),
             ("weight_sync", float(self.cost.sync_time())),
         ]
-        self._record_rollout(step, t0, barrier, shares, rollouts, outcome, df)
+        self._record_rollout(step, t0, barrier, df, sr, outcome)
         for state, dt in phases:
             t = env.now
             yield env.timeout(dt)
             self._timeline.extend((step, w, state, t, env.now, np.nan, 0.0, np.nan, "") for w in range(self.workers))
-        reqs = self._requests[-1][1]
-        finished = np.concatenate([r[-1] for r in reqs]) - t0 if reqs else np.array([])
+        finished = sr.finished_at[sr.finished]
         t90 = float(np.quantile(finished, 0.9, method="inverted_cdf")) if len(finished) else 0.0
         self._steps.append(
             {
@@ -105,45 +108,63 @@ class Simulator:
                 "train_s": phases[1][1],
                 "sync_s": phases[2][1],
                 "total_s": env.now - t0,
-                "responses": len(df["step"]),
-                "response_tokens": int(df["response_len"].sum()),
+                "responses": int(trained.sum()),
+                "response_tokens": int(sr.generated.sum()),
                 "tail_s": (barrier - t0) - t90,
-                **self._spec_columns(rollouts, barrier - t0),
+                **self.off_policy_columns(step, df, trained, outcome.dropped),
+                **self._spec_columns(sr.rollouts, barrier - t0),
                 **outcome.columns,
             }
         )
 
-    def _engine(self, env, e: int, share: dict, out: dict):
-        if len(share["step"]) == 0:
-            self.policy.worker_done(e, env.now)
-            return
-        p, r = share["prompt_len"], share["response_len"]
+    def run_engine(self, e: int, prompt_len, response_len):
+        """One EngineRollout of these requests on engine e from time 0, fast or exact, with the policy's speculation."""
         spec = self.policy.speculation(e)
-        if self.cfg.exact:
-            yield env.process(exact_rollout(env, p, r, self.cost, self.cfg.cluster.max_running, spec, out))
-        else:
-            ro = fast_rollout(p, r, self.cost, self.cfg.cluster.max_running, spec)
+        if not self.cfg.exact:
+            return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
+        env, out = simpy.Environment(), {}  # engines do not interact within a rollout: each runs in its own clock
+        env.process(exact_rollout(env, prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec, out))
+        env.run()
+        return out["rollout"]
+
+    def _engine(self, env, e: int, sr):
+        ro = sr.rollouts.get(e)
+        if ro is not None:
             yield env.timeout(ro.duration)
-            out["rollout"] = ro
         self.policy.worker_done(e, env.now)
 
+    def off_policy_columns(self, step: int, df: dict, trained: np.ndarray, dropped: int) -> dict:
+        """Staleness (policy versions between a trained sample's first tokens and the step that trains on it),
+        resumed (trained samples begun in an earlier step) and dropped responses of one step."""
+        origin = df.get("origin")
+        stale = (step - origin[trained]).astype(np.int64) if origin is not None else np.zeros(int(trained.sum()), np.int64)
+        self._staleness.update(dict(zip(*np.unique(stale, return_counts=True))))
+        carried = df.get("carried")
+        return {
+            "staleness_mean": float(stale.mean()) if len(stale) else 0.0,
+            "staleness_max": int(stale.max()) if len(stale) else 0,
+            "resumed": int(np.sum(carried[trained] > 0)) if carried is not None else 0,
+            "dropped": int(dropped),
+        }
+
     # --- records -----------------------------------------------------------------------------
-    def _shares(self, df: dict) -> list[dict]:
-        """Each engine's responses, in admission order: contiguous chunks of prompt groups (verl), or by `engine`."""
+    def _shares(self, df: dict) -> list[np.ndarray]:
+        """Each engine's rows, in admission order: contiguous chunks of prompt groups (verl), or by `engine`."""
+        n = len(df["step"])
         if self.split == "trace":
             order = np.argsort(df["engine"], kind="stable")
             cuts = np.searchsorted(df["engine"][order], np.arange(1, self.engines))
-            return [{c: v[idx] for c, v in df.items()} for idx in np.split(order, cuts)]
-        first = np.concatenate([[True], np.diff(df["prompt_id"]) != 0])  # first row of each prompt group
+            return np.split(order, cuts)
+        group = df.get("group", df["prompt_id"])
+        first = np.concatenate([[True], np.diff(group) != 0])  # first row of each prompt group
         group_starts = np.flatnonzero(first)
         chunks = np.array_split(np.arange(len(group_starts)), self.engines)
-        edges = [group_starts[c[0]] if len(c) else len(first) for c in chunks[1:]]
-        return [{c: v[a:b] for c, v in df.items()} for a, b in zip([0, *edges], [*edges, len(first)])]
+        edges = [group_starts[c[0]] if len(c) else n for c in chunks[1:]]
+        return [np.arange(a, b) for a, b in zip([0, *edges], [*edges, n])]
 
-    def _record_rollout(self, step, t0, barrier, shares, rollouts, outcome, df):
-        reqs = []
+    def _record_rollout(self, step, t0, barrier, df, sr, outcome):
         for e in range(self.workers):
-            ro = rollouts.get(e)
+            ro = sr.rollouts.get(e)
             end = t0 + (ro.duration if ro else 0.0)
             if ro:
                 self._timeline.extend(
@@ -151,26 +172,29 @@ class Simulator:
                     for iv in ro.intervals
                     if iv.t_end > iv.t_start
                 )
-                share = shares[e]
-                reqs.append((share["prompt_id"], share["sample"], np.full(len(share["step"]), e), share["prompt_len"],
-                             share["response_len"], t0 + ro.admitted_at, t0 + ro.finished_at))
                 if ro.iterations:
                     it = pd.DataFrame(ro.iterations)
                     it.insert(0, "worker", e)
                     it.insert(0, "step", step)
                     it["t_end"] += t0
                     self._iterations.append(it)
-            # after its share: drafter training (if the policy harvested this worker) or idle
-            span = outcome.train_spans.get(e)
-            if span and span[1] > span[0]:
-                a, b = span
+            # after its share: what the policy used this worker for (e.g. drafter training), else idle
+            span = outcome.spans.get(e)
+            if span and span[2] > span[1]:
+                state, a, b = span
                 if a > end:
                     self._timeline.append((step, e, "idle", end, a, np.nan, 0.0, np.nan, ""))
-                self._timeline.append((step, e, "drafter_train", a, b, np.nan, 0.0, np.nan, ""))
+                self._timeline.append((step, e, state, a, b, np.nan, 0.0, np.nan, ""))
                 end = b
             if barrier > end:
                 self._timeline.append((step, e, "idle", end, barrier, np.nan, 0.0, np.nan, ""))
-        self._requests.append((step, reqs))
+        ran = sr.engine >= 0
+        self._requests.append({
+            "step": np.full(int(ran.sum()), step), "prompt_id": df["prompt_id"][ran], "sample": df["sample"][ran],
+            "engine": sr.engine[ran], "prompt_len": df["prompt_len"][ran], "response_len": sr.generated[ran],
+            "admitted_at": t0 + sr.admitted_at[ran], "finished_at": t0 + sr.finished_at[ran],
+            "finished": sr.finished[ran],
+        })
 
     def _spec_columns(self, rollouts: dict, rollout_s: float) -> dict:
         sd_time = sum(iv.t_end - iv.t_start for ro in rollouts.values() for iv in ro.intervals if iv.state == "spec_decode")
@@ -184,6 +208,18 @@ class Simulator:
             "sd_share": sd_time / engine_time if engine_time else 0.0,
             "mean_accepted": acc / iters if iters else np.nan,
             "strategies": ",".join(f"{s}:{n:.0f}" for s, n in strategies.most_common()),
+        }
+
+    def _off_policy_summary(self, steps: pd.DataFrame) -> dict:
+        samples = int(steps["responses"].sum())
+        dropped = int(steps["dropped"].sum())
+        stale = sorted(self._staleness.items())
+        return {
+            "staleness_mean": sum(int(k) * n for k, n in stale) / samples if samples else 0.0,
+            "staleness_max": int(max((k for k, n in stale if n), default=0)),
+            "staleness_counts": {str(int(k)): int(n) for k, n in stale},
+            "resumed_fraction": float(steps["resumed"].sum()) / samples if samples else 0.0,
+            "dropped_fraction": dropped / (samples + dropped) if samples + dropped else 0.0,
         }
 
     def _result(self, makespan: float) -> Result:
@@ -213,6 +249,7 @@ class Simulator:
             "tokens_per_s": float(steps["response_tokens"].sum()) / makespan if makespan else 0.0,
             "sd_share": float((steps["sd_share"] * steps["rollout_s"]).sum()) / rollout if rollout else 0.0,
             "drafter_train_gpu_seconds": float(dur[tl["state"] == "drafter_train"].sum()) * tp,
+            **self._off_policy_summary(steps),
         }
         for k in ("mean_accepted",):
             if steps[k].notna().any():
@@ -225,14 +262,11 @@ class Simulator:
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
 
 
-def _requests_frame(per_step: list) -> pd.DataFrame:
-    parts = [(step, r) for step, reqs in per_step for r in reqs]
-    if not parts:
-        return pd.DataFrame(columns=REQUEST_COLUMNS)
-    cols = {"step": np.concatenate([np.full(len(r[0]), step) for step, r in parts])}
-    for i, name in enumerate(REQUEST_COLUMNS[1:]):
-        cols[name] = np.concatenate([r[i] for _, r in parts])
-    return pd.DataFrame(cols)
+def _requests_frame(per_step: list[dict]) -> pd.DataFrame:
+    """REQUEST_COLUMNS plus `finished` (False: stopped unfinished; response_len = tokens generated that step)."""
+    if not per_step:
+        return pd.DataFrame(columns=REQUEST_COLUMNS + ["finished"])
+    return pd.DataFrame({c: np.concatenate([r[c] for r in per_step]) for c in per_step[0]})
 
 
 def _choose_split(trace: Trace, split: str, engines: int) -> str:
