@@ -143,7 +143,8 @@ def _run_section(label: str, r: Result, single: bool, pngs: dict) -> list[str]:
                     (plots.step_breakdown, "Mean time per step, by phase.", "step_breakdown"),
                     (plots.idle_per_step, "GPU-seconds spent idle in each step.", "idle_per_step")]
     figures += [(plots.batch_size, "Running requests per engine in the slowest rollout step.", "batch_size"),
-                (plots.utilisation, "GPUs in each state over the whole run.", "utilisation")]
+                (plots.utilisation, "GPUs in each state over time (the first 10 steps of a longer run).",
+                 "utilisation")]
     if _speculates(r):
         if single:
             figures.append((plots.drafter, "Speculative decoding over steps.", "drafter"))

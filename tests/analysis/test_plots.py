@@ -94,6 +94,18 @@ def test_utilisation_stacks_states_up_to_all_gpus(tlt, tmp_path):
     assert len(ax.collections) == len(present)
     top = ax.collections[-1].get_paths()[0].vertices[:, 1].max()
     assert top == pytest.approx(8.0)  # every GPU is in some state at every moment
+    assert "steps" not in ax.get_title(loc="left")  # all 3 steps shown
+
+
+def test_utilisation_of_a_long_run_shows_its_first_steps(base):
+    ax = plots.utilisation(base, max_steps=2).axes[0]
+    assert ax.get_title(loc="left").endswith("steps 0-1 of 3)")
+    t1 = base.steps.loc[base.steps["step"] == 1]
+    assert ax.get_xlim() == pytest.approx((0.0, float(t1["t_start"].iloc[0] + t1["total_s"].iloc[0])))
+    idle = f"idle {base.summary['idle_fraction']:.0%}"
+    assert plots.utilisation(base).axes[0].get_title(loc="left") == f"verl: GPUs by state over time ({idle} of GPU time)"
+    with pytest.raises(TltsimError, match="none of the steps"):
+        plots.utilisation(base, steps=[7])
 
 
 def test_length_distribution_from_result_trace_and_frame(base, tmp_path):
@@ -208,3 +220,14 @@ def test_sweep_bars_when_no_swept_key_is_numeric(tmp_path):
                                                            "policy=tlt, tuner=ucb"]
     assert [p.get_width() for p in ax.patches] == [4.0, 3.0, 3.5]
     assert ax.get_xlabel() == "mean step time (s)"
+
+
+def test_many_steps_are_thinned_or_pooled(tlt):
+    from tests.analysis.conftest import tiny_trace
+
+    fig = plots.length_distribution(tiny_trace(steps=5), max_cdfs=3)
+    assert len(fig.axes[1].get_lines()) == 3 + 1
+    assert fig.axes[1].get_title(loc="left") == "CDF per step (3 of 5 steps) and overall"
+    share, xlabel = tuner_table(tlt, max_rows=2)
+    assert xlabel == "RL steps" and share.index.tolist() == ["0-1", "2"]
+    assert np.allclose(share.sum(axis=1), 1.0)

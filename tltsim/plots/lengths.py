@@ -22,10 +22,11 @@ def _lengths(source) -> pd.DataFrame:
 
 
 @styled
-def length_distribution(source, steps=None, title: str = "Response lengths"):
+def length_distribution(source, steps=None, title: str = "Response lengths", max_cdfs: int = 40):
     """Histogram of all response lengths (median, p90, p99 marked) and the CDF of each step and of all.
 
-    `source`: Result, Trace or DataFrame; `steps`: the steps to include (default all).
+    `source`: Result, Trace or DataFrame; `steps`: the steps to include (default all); with more
+    steps than `max_cdfs`, the CDFs of `max_cdfs` evenly spaced steps are drawn.
     """
     df = _lengths(source)
     if steps is not None:
@@ -49,22 +50,26 @@ def length_distribution(source, steps=None, title: str = "Response lengths"):
     ax_h.legend(loc="upper right")
 
     step_ids = sorted(df["step"].unique())
+    drawn = step_ids
+    if len(step_ids) > max_cdfs:
+        drawn = [step_ids[i] for i in np.linspace(0, len(step_ids) - 1, max_cdfs).astype(int)]
+    norm = mpl.colors.Normalize(min(step_ids), max(step_ids) if len(step_ids) > 1 else min(step_ids) + 1)
     cmap = mpl.colormaps["viridis"]
-    for i, (s, g) in enumerate(df.groupby("step", sort=True)):
-        x = np.sort(g["response_len"].to_numpy(float))
-        ax_c.step(x, np.arange(1, len(x) + 1) / len(x), where="post", lw=0.8, alpha=0.6,
-                  color=cmap(i / max(len(step_ids) - 1, 1)))
+    groups = dict(tuple(df[df["step"].isin(drawn)].groupby("step", sort=True)))
+    for s in drawn:
+        x = np.sort(groups[s]["response_len"].to_numpy(float))
+        ax_c.step(x, np.arange(1, len(x) + 1) / len(x), where="post", lw=0.8, alpha=0.6, color=cmap(norm(s)))
     x = np.sort(lengths)
     ax_c.step(x, np.arange(1, len(x) + 1) / len(x), where="post", lw=2.2, color="k")
     _log_length_axis(ax_c)
     ax_c.set_ylim(0, 1.01)
-    ax_c.set_title(f"CDF per step ({len(step_ids)} steps) and overall", loc="left")
+    some = "" if len(drawn) == len(step_ids) else f"{len(drawn)} of "
+    ax_c.set_title(f"CDF per step ({some}{len(step_ids)} steps) and overall", loc="left")
     ax_c.set_xlabel("response length (tokens, log scale)")
     ax_c.set_ylabel("fraction of responses ≤ length")
     ax_c.legend(handles=[Line2D([], [], color="k", lw=2.2, label="all steps"),
                          Line2D([], [], color=cmap(0.5), lw=0.8, label="one step")], loc="lower right")
     if len(step_ids) > 1:
-        norm = mpl.colors.Normalize(min(step_ids), max(step_ids))
         cb = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax_c, label="RL step", pad=0.01)
         cb.locator = MaxNLocator(integer=True)
         cb.update_ticks()

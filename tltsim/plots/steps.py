@@ -129,11 +129,12 @@ def _batch_bin(b: np.ndarray) -> np.ndarray:
     return np.floor(np.log2(np.maximum(b, 1))).astype(int)
 
 
-def tuner_table(result) -> tuple[pd.DataFrame, str]:
+def tuner_table(result, max_rows: int = 60) -> tuple[pd.DataFrame, str]:
     """Share of speculative iterations per strategy (columns) per batch-size bin or per step (rows).
 
     Per batch size from the per-iteration records when the run has them, else per step from the
-    steps' 'strategies' column. Returns (table, x-axis label); the table is empty when nothing speculated.
+    steps' 'strategies' column (more steps than `max_rows` are pooled into that many ranges "a-b").
+    Returns (table, x-axis label); the table is empty when nothing speculated.
     """
     it = result.iterations
     if it is not None and "strategy" in it.columns and (it["strategy"].fillna("") != "").any():
@@ -146,6 +147,11 @@ def tuner_table(result) -> tuple[pd.DataFrame, str]:
         counts = pd.DataFrame.from_dict(rows, orient="index").fillna(0.0)
         counts = counts[counts.sum(axis=1) > 0]
         xlabel = "RL step"
+        if len(counts) > max_rows:
+            group = np.arange(len(counts)) * max_rows // len(counts)
+            names = [f"{g.index[0]}-{g.index[-1]}" if len(g) > 1 else f"{g.index[0]}" for _, g in counts.groupby(group)]
+            counts = counts.groupby(group).sum().set_axis(names)
+            xlabel = "RL steps"
     else:
         return pd.DataFrame(), ""
     if counts.empty:
@@ -169,8 +175,9 @@ def tuner_choices(result):
     for color, strategy in zip(colors, share.columns):
         ax.bar(x, share[strategy].to_numpy(), 0.8, bottom=bottom, color=color, label=strategy)
         bottom += share[strategy].to_numpy()
-    step = max(1, len(x) // 20)
-    ax.set_xticks(x[::step], [str(v) for v in share.index[::step]])
+    names = [str(v) for v in share.index]
+    step = -(-len(x) // max(1, 90 // (max(map(len, names)) + 2)))  # as many labels as fit side by side
+    ax.set_xticks(x[::step], names[::step])
     ax.set_ylim(0, 1)
     ax.grid(axis="x", visible=False)
     ax.set_title(f"{label}: tuner choices (depth_topk_verify)", loc="left")

@@ -141,10 +141,18 @@ def _occupancy(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.nd
 
 
 @styled
-def utilisation(result, bins: int = 800):
-    """GPUs in each state over the whole run, stacked, idle on top (mean over `bins` time bins, exact per bin)."""
+def utilisation(result, steps=None, bins: int = 800, max_steps: int = 10):
+    """GPUs in each state over time, stacked, idle on top (mean over `bins` time bins, exact per bin).
+
+    `steps`: the steps to show (default all, or the first `max_steps` of a longer run, where a whole
+    run's steps would be too thin to read); the title names them.
+    """
     (label, r), = labelled(result)
-    tl, per = r.timeline, gpus_per_worker(r)
+    all_steps = r.steps["step"].tolist()
+    shown = all_steps[:max_steps] if steps is None else [s for s in all_steps if s in set(steps)]
+    if not shown:
+        raise TltsimError(f"utilisation: none of the steps {list(steps)} is in the result of {label!r}")
+    tl, per = r.timeline[r.timeline["step"].isin(shown)], gpus_per_worker(r)
     edges = np.linspace(float(tl["t_start"].min()), float(tl["t_end"].max()), bins + 1)
     mid = (edges[:-1] + edges[1:]) / 2
     fig, ax = new_figure(10, 3.8)
@@ -156,11 +164,13 @@ def utilisation(result, bins: int = 800):
         gpus = per * _occupancy(rows["t_start"].to_numpy(float), rows["t_end"].to_numpy(float), edges)
         ax.fill_between(mid, bottom, bottom + gpus, color=STATE_COLORS[state], lw=0, label=state.replace("_", " "))
         bottom = bottom + gpus
-    total = per * (int(tl["worker"].max()) + 1)
-    idle = float(r.summary.get("idle_fraction", np.nan))
+    total = per * (int(r.timeline["worker"].max()) + 1)
+    dur = tl["t_end"] - tl["t_start"]
+    idle = float(dur[tl["state"] == "idle"].sum() / dur.sum())
+    which = "" if len(shown) == len(all_steps) else f", steps {shown[0]}-{shown[-1]} of {len(all_steps)}"
     ax.set_xlim(edges[0], edges[-1])
     ax.set_ylim(0, total)
-    ax.set_title(f"{label}: GPUs by state over time (idle {idle:.0%} of GPU time)", loc="left")
+    ax.set_title(f"{label}: GPUs by state over time (idle {idle:.0%} of GPU time{which})", loc="left")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("GPUs")
     legend_right(fig, ax, reverse=True)
