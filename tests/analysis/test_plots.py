@@ -231,3 +231,12 @@ def test_many_steps_are_thinned_or_pooled(tlt):
     share, xlabel = tuner_table(tlt, max_rows=2)
     assert xlabel == "RL steps" and share.index.tolist() == ["0-1", "2"]
     assert np.allclose(share.sum(axis=1), 1.0)
+
+
+def test_sd_always_draws_no_threshold():
+    from tests.analysis.conftest import run
+
+    r = run("sd-always", steps=1)
+    assert (r.timeline["state"] == "spec_decode").any()
+    labels = legend_texts(plots.batch_size(r))
+    assert not any(t.startswith("SD threshold") or t.startswith("SD switch") for t in labels)

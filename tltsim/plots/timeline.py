@@ -63,13 +63,13 @@ def gantt(results, step: int | None = None):
 def running_batch(requests: pd.DataFrame) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """engine -> (times, running requests from each time on), from admitted_at / finished_at.
 
-    At equal times finishes count before admissions, so a freed slot refilled at once shows no spike.
+    Events at one time count together, so a freed slot refilled at once shows no spike.
     """
     out = {}
     for engine, df in requests.groupby("engine", sort=True):
         t = np.concatenate([df["admitted_at"].to_numpy(float), df["finished_at"].to_numpy(float)])
         d = np.concatenate([np.ones(len(df)), -np.ones(len(df))])
-        order = np.lexsort((d, t))
+        order = np.argsort(t, kind="stable")
         t, n = t[order], np.cumsum(d[order])
         last = np.append(t[1:] != t[:-1], True)  # the count after all events at one time
         out[int(engine)] = (t[last], n[last])
@@ -86,9 +86,11 @@ def switch_points(timeline: pd.DataFrame) -> pd.DataFrame:
     return tl[mask]
 
 
-def sd_threshold(result) -> int:
-    """The batch size at or below which the policy may speculate (policy knob `threshold`, default 32)."""
-    return int(result.config.get("policy_knobs", {}).get("threshold", 32))
+def sd_threshold(result) -> int | None:
+    """The batch size at or below which the policy may speculate (policy knob `threshold`, default 32);
+    None when it speculates whatever the batch (knob sd = "always")."""
+    knobs = result.config.get("policy_knobs", {})
+    return None if knobs.get("sd") == "always" else int(knobs.get("threshold", 32))
 
 
 @styled
@@ -106,7 +108,7 @@ def batch_size(result, step: int | None = None):
     cmap = mpl.colormaps["viridis"]
     n = max(len(curves), 1)
     peak = 1.0
-    for i, (engine, (t, b)) in enumerate(curves.items()):
+    for i, (t, b) in enumerate(curves.values()):
         shown = np.where(b > 0, b, np.nan)  # the log axis has no zero: a finished engine's line ends
         ax.step(t - t0, shown, where="post", color=cmap(i / max(n - 1, 1)), lw=1.1, alpha=0.85)
         peak = max(peak, float(np.nanmax(shown)) if np.isfinite(shown).any() else 1.0)
@@ -115,8 +117,8 @@ def batch_size(result, step: int | None = None):
     ax.set_ylim(0.8, peak * 1.3)
     handles = [Line2D([], [], color=cmap(0.5), lw=1.1, label=f"one line per engine ({len(curves)})")]
     tl = r.timeline[r.timeline["step"] == step]
-    if (tl["state"] == "spec_decode").any():
-        thr = sd_threshold(r)
+    thr = sd_threshold(r)
+    if (tl["state"] == "spec_decode").any() and thr is not None:
         ax.axhline(thr, color="k", ls="--", lw=1)
         handles.append(Line2D([], [], color="k", ls="--", lw=1, label=f"SD threshold ({thr})"))
         sw = switch_points(tl)
