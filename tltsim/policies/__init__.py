@@ -1,15 +1,30 @@
 """Named policies: what `--policy` / `--policies` accept.
 
-A name maps to a factory `(knobs: dict) -> Policy`. Combinations are written
-`A+B` and built by composing policy objects (see `make_policy`).
+A name maps to a factory `(**knobs) -> Policy` whose `knobs` attribute lists the knob names.
+Combinations are written `A+B` and built by composing the two policy objects
+(`tltsim.policies.compose.Composite`); knobs go to every part that has them. Any two
+registered single policies may be combined; the combinations that make sense are
+registered too, so `tltsim compare` runs them by default.
 """
 from __future__ import annotations
 
 from tltsim.errors import TltsimError
 from tltsim.policies.base import Ideal, Policy, StepOutcome
+from tltsim.policies.compose import Composite
+from tltsim.policies.partial import PartialRollout
 from tltsim.policies.tlt import VARIANTS, variant_factory
 
-REGISTRY: dict = {"verl": Policy, **{name: variant_factory(name) for name in VARIANTS}, "ideal": Ideal}
+SINGLE: dict = {
+    "verl": Policy,
+    **{name: variant_factory(name) for name in VARIANTS},
+    "ideal": Ideal,
+    "partial": PartialRollout,
+}
+# combinations with TLT, and knob defaults a combination changes in its parts
+COMBINATIONS: dict[str, dict] = {
+    "partial+tlt": {},
+}
+REGISTRY: dict = {**SINGLE, **{name: None for name in COMBINATIONS}}
 
 
 def policy_names() -> list[str]:
@@ -17,12 +32,26 @@ def policy_names() -> list[str]:
 
 
 def make_policy(name: str, knobs: dict | None = None) -> Policy:
-    """Build the policy registered under `name` with `knobs` (unknown names and knobs raise TltsimError)."""
+    """Build the policy registered under `name` (or `A+B` of two) with `knobs`; unknown names and knobs raise."""
     knobs = dict(knobs or {})
     key = name.strip().lower()
-    if key not in REGISTRY:
-        raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(REGISTRY)}")
-    cls = REGISTRY[key]
+    parts = key.split("+")
+    if len(parts) > 2 or any(p not in SINGLE for p in parts):
+        raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(REGISTRY)} (or A+B of two single ones)")
+    if len(parts) == 1:
+        return _single(key, knobs, name)
+    preset = {**COMBINATIONS.get(key, {}), **knobs}
+    allowed = {p: set(getattr(SINGLE[p], "knobs", {})) for p in parts}
+    unknown = sorted(set(knobs) - set().union(*allowed.values()))
+    if unknown:
+        raise TltsimError(f"policy {name!r}: unknown knob(s) {', '.join(unknown)}; "
+                          f"its knobs are {', '.join(sorted(set().union(*allowed.values())))}")
+    a, b = (_single(p, {k: v for k, v in preset.items() if k in allowed[p]}, p) for p in parts)
+    return Composite(a, b)
+
+
+def _single(key: str, knobs: dict, name: str) -> Policy:
+    cls = SINGLE[key]
     allowed = set(getattr(cls, "knobs", {}))
     unknown = sorted(set(knobs) - allowed)
     if unknown:
