@@ -28,6 +28,7 @@ from tltsim.records import Result
 COMPARISON_METRICS = [
     "makespan_s", "mean_step_s", "rollout_s", "rollout_share", "idle_fraction", "idle_gpu_seconds",
     "tail_share", "tokens_per_s", "sd_share", "mean_accepted", "drafter_train_gpu_seconds",
+    "staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction",
 ]
 
 CSS = """

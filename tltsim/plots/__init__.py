@@ -6,7 +6,7 @@ when present. Save with `save_png(fig, path)` (atomic) or embed with `png_bytes(
 
     gantt(results, step)            per-engine states of one step, one panel per run
     batch_size(result, step)        running batch per engine, SD threshold and switches
-    utilisation(result)             GPUs by state over time
+    utilisation(result, steps)      GPUs by state over time (the first 10 steps of a long run)
     length_distribution(source)     response-length histogram and per-step CDFs
     step_breakdown(results)         rollout / reward / train / sync per step, stacked
     speedup(results)                speedup over the first run
