@@ -240,3 +240,15 @@ def test_sd_always_draws_no_threshold():
     assert (r.timeline["state"] == "spec_decode").any()
     labels = legend_texts(plots.batch_size(r))
     assert not any(t.startswith("SD threshold") or t.startswith("SD switch") for t in labels)
+
+
+def test_unfinished_requests_run_until_the_rollout_stops():
+    from tests.analysis.conftest import run
+
+    r = run("partial", steps=1)  # partial rollout stops once enough groups finished
+    stopped = r.requests["finished_at"].isna()
+    assert stopped.any()
+    ax = plots.batch_size(r, step=0).axes[0]
+    ends = [line.get_xdata()[-1] for line in ax.get_lines()]
+    busy = r.requests[stopped]["engine"].nunique()
+    assert sum(e == pytest.approx(r.steps["rollout_s"].iloc[0]) for e in ends) == busy

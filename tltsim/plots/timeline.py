@@ -36,7 +36,7 @@ def gantt(results, step: int | None = None):
     runs = labelled(results)
     step = slowest_step(runs[0][1]) if step is None else step
     engines = max(int(r.timeline["worker"].max()) + 1 for _, r in runs)
-    height = min(max(1.4, 0.16 * engines + 0.9), 6.0)
+    height = min(max(1.4, 0.16 * engines + 0.9), 6.0, max(1.4, 24.0 / len(runs)))  # many runs: flatter panels
     fig, axes = new_figure(10, height * len(runs) + 0.6, nrows=len(runs), sharex=True, squeeze=False)
     present: set[str] = set()
     for ax, (label, r) in zip(axes[:, 0], runs):
@@ -103,7 +103,10 @@ def batch_size(result, step: int | None = None):
     (label, r), = labelled(result)
     step = slowest_step(r) if step is None else step
     t0 = _step_start(r, step)
-    curves = running_batch(r.requests[r.requests["step"] == step])
+    requests = r.requests[r.requests["step"] == step]
+    # a request left unfinished (partial rollout) ran until the rollout stopped
+    end = t0 + float(r.steps.loc[r.steps["step"] == step, "rollout_s"].iloc[0])
+    curves = running_batch(requests.assign(finished_at=requests["finished_at"].fillna(end)))
     fig, ax = new_figure(10, 4.2)
     cmap = mpl.colormaps["viridis"]
     n = max(len(curves), 1)
