@@ -164,7 +164,7 @@ def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers
     """Simulate the runs whose result is not yet in `out`/runs/, then write and return the results table."""
     if executor not in EXECUTORS:
         raise TltsimError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
-    workers = workers or os.cpu_count() or 1
+    workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise TltsimError(f"workers = {workers}: must be >= 1")
     runs_dir = Path(out) / "runs"

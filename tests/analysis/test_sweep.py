@@ -185,6 +185,13 @@ def test_sweep_process_killed_and_restarted_runs_only_what_did_not_finish(tmp_pa
     assert sorted(resumed.executed) == sorted(r.key for r in runs if r.key not in done)
 
 
+def test_bad_executor_or_workers(grid_runs, tmp_path):
+    with pytest.raises(TltsimError, match="executor 'dask': choose one of local, ray"):
+        run_sweep(grid_runs, tmp_path / "out", executor="dask", progress=False)
+    with pytest.raises(TltsimError, match="workers = 0: must be >= 1"):
+        run_sweep(grid_runs, tmp_path / "out", workers=0, progress=False)
+
+
 def test_ray_missing_is_a_one_line_message(grid_runs, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(TltsimError, match=r"needs Ray: pip install tltsim\[sweep\]"):
