@@ -1,0 +1,28 @@
+"""`tltsim real profile`: one row per timed step of each kind, and the simulator can fit it."""
+import pandas as pd
+
+from tltsim.cli import main
+from tltsim.cost.profiled import KINDS, Profiled, read_profile
+
+
+def test_profile_cli_writes_a_profile_the_cost_model_fits(tmp_path):
+    out = tmp_path / "p.csv"
+    rc = main(["real", "profile", "--model", "test-llama", "--batches", "1,3", "--contexts", "8,16",
+               "--strategies", "4_1_4,2_2_3", "--repeats", "2", "-o", str(out)])
+    assert rc == 0
+    df = read_profile(out)
+    assert set(df.kind) == set(KINDS)
+    assert (df.seconds > 0).all()
+    dec = df[df.kind == "decode"]
+    assert sorted(set(dec.batch)) == [1, 3] and len(dec) == 2 * 2 * 2
+    spec = df[df.kind == "spec"]
+    assert set(zip(spec.depth, spec.topk, spec.verify)) == {(4, 1, 4), (2, 2, 3)}
+    # contexts are the batch's KV tokens when the step starts: at least batch x prompt length
+    assert (dec.context >= dec.batch * 8).all()
+    fit = Profiled.fit(df)
+    assert float(fit.decode_time(1, 10)) > 0 and fit.drafter_train_tokens_per_s(1) > 0
+
+
+def test_profile_rejects_bad_grid(tmp_path, capsys):
+    rc = main(["real", "profile", "--model", "test-llama", "--batches", "0,x", "-o", str(tmp_path / "p.csv")])
+    assert rc == 2 and "--batches '0,x': expected comma-separated positive integers" in capsys.readouterr().err
