@@ -11,7 +11,10 @@ from __future__ import annotations
 from tltsim.errors import TltsimError
 from tltsim.policies.base import Ideal, Policy, StepOutcome
 from tltsim.policies.compose import Composite
+from tltsim.policies.length_aware import LongestFirst
+from tltsim.policies.migrate import Migrate
 from tltsim.policies.partial import PartialRollout
+from tltsim.policies.tail_batching import TailBatching
 from tltsim.policies.tlt import VARIANTS, variant_factory
 
 SINGLE: dict = {
@@ -19,10 +22,16 @@ SINGLE: dict = {
     **{name: variant_factory(name) for name in VARIANTS},
     "ideal": Ideal,
     "partial": PartialRollout,
+    "tail-batching": TailBatching,
+    "longest-first": LongestFirst,
+    "migrate": Migrate,
 }
 # combinations with TLT, and knob defaults a combination changes in its parts
 COMBINATIONS: dict[str, dict] = {
     "partial+tlt": {},
+    "tail-batching+tlt": {},
+    "longest-first+tlt": {},
+    "migrate+tlt": {"release": "drafter"},
 }
 REGISTRY: dict = {**SINGLE, **{name: None for name in COMBINATIONS}}
 

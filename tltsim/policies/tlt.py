@@ -99,6 +99,11 @@ KNOB_NAMES = [f.name for f in fields(TLTKnobs)]
 class Speculative(Policy):
     """Speculative rollout with a drafter-quality model; see the module docstring for the variants."""
 
+    @property
+    def trains_drafter(self) -> bool:
+        """Whether workers handed to the spot trainer (worker_done) train the drafter."""
+        return self.k.spot
+
     def __init__(self, name: str = "tlt", **knobs):
         preset = dict(VARIANTS[name])
         preset.update(knobs)
