@@ -9,6 +9,7 @@ registered too, so `tltsim compare` runs them by default.
 from __future__ import annotations
 
 from tltsim.errors import TltsimError
+from tltsim.policies.async_rl import AsyncRL
 from tltsim.policies.base import Ideal, Policy, StepOutcome
 from tltsim.policies.compose import Composite
 from tltsim.policies.length_aware import LongestFirst
@@ -25,6 +26,7 @@ SINGLE: dict = {
     "tail-batching": TailBatching,
     "longest-first": LongestFirst,
     "migrate": Migrate,
+    "async": AsyncRL,
 }
 # combinations with TLT, and knob defaults a combination changes in its parts
 COMBINATIONS: dict[str, dict] = {

@@ -2,10 +2,11 @@
 
     Composite(PartialRollout(), Speculative("tlt"))   # registry name "partial+tlt"
 
-Order: hooks that transform or decide (prepare_step, split, rollout, speculation,
-loop) go to A first; a transforming hook (prepare_step) chains A then B; a deciding
-hook takes the first answer that is not the default (split, speculation, loop), and
-`rollout` is the one of the part that overrides it (at most one may). Hooks that
+Order: hooks that transform or decide (prepare_step, split, rollout, speculation)
+go to A first; a transforming hook (prepare_step) chains A then B; a deciding hook
+takes the first answer that is not the default (split, speculation), and `rollout`
+is the one of the part that overrides it (at most one may). A policy that owns the
+step loop (async) does not combine. Hooks that
 observe (bind, begin_step, worker_done) go to A then B. `end_rollout` asks both and
 merges their outcomes: spans and columns united (a worker claimed by both is an
 error), trained masks intersected, dropped counts and pre-work added.
@@ -25,6 +26,10 @@ class Composite(Policy):
         self.parts = (a, b)
         self.name = f"{a.name}+{b.name}"
         self.knobs = {**getattr(b, "knobs", {}), **getattr(a, "knobs", {})}
+        loops = [p.name for p in self.parts if type(p).loop is not Policy.loop]
+        if loops:
+            raise TltsimError(f"policy {self.name!r}: {loops[0]!r} runs its own step loop and does not combine "
+                              f"with another policy; run it alone")
         owners = [p for p in self.parts if type(p).rollout is not Policy.rollout]
         if len(owners) > 1:
             raise TltsimError(f"policy {self.name!r}: both {a.name!r} and {b.name!r} decide how a rollout runs; "
@@ -64,9 +69,6 @@ class Composite(Policy):
     def worker_done(self, engine: int, t: float) -> None:
         for p in self.parts:
             p.worker_done(engine, t)
-
-    def loop(self, sim, env, bar):
-        return next((g for g in (p.loop(sim, env, bar) for p in self.parts) if g is not None), None)
 
     def end_rollout(self, step: int, t: float, df: dict, sr) -> StepOutcome:
         a, b = (p.end_rollout(step, t, df, sr) for p in self.parts)

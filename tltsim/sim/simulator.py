@@ -53,8 +53,8 @@ class Simulator:
         self._iterations: list[pd.DataFrame] = []
         self._staleness: Counter = Counter()  # policy versions behind -> trained samples
         bar = tqdm(total=len(self.trace.steps), desc=f"simulating {self.policy.name}", unit="step", disable=not progress)
-        env.process(self.policy.loop(self, env, bar) or self._run(env, bar))
-        env.run()
+        main = env.process(self.policy.loop(self, env, bar) or self._run(env, bar))
+        env.run(until=main)  # processes a policy leaves behind (async engines mid-update) end with the run
         bar.close()
         return self._result(float(env.now))
 

@@ -1,0 +1,239 @@
+"""Bounded-staleness asynchronous RL as simpy processes: rollout engines and a trainer on separate GPUs.
+
+    rollout engines (workers 0..R-1)          trainer (workers R..W-1)
+    take prompt groups from the stream,       waits for a batch of finished groups,
+    decode continuously; pause on updates     reward + log-prob + train, weight sync -> version + 1
+
+Rollout never waits for the trainer except at the staleness gate (AReaL): a new
+prompt group may start only while groups started < (version + max_staleness + 1)
+x the batch, so a sample starts at most `max_staleness` versions ahead of the
+trainer. The trainer takes the oldest finished groups first; a group whose first
+tokens are more than `max_staleness` versions old when it would be trained is
+dropped (it started under a policy too old; counted in `dropped`). A weight update
+interrupts generation on every engine: the engine loads the weights
+(`update_s`) and re-prefills every running request (prompt + tokens so far) with the
+new weights; the requests then continue (they are `resumed`).
+
+Between events an engine's batch is constant: it decodes until its next request
+finishes, in closed form (cost.segment_time), or until an update interrupts it, in
+which case the iterations done are the elapsed share of the stretch, rounded down.
+"""
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from tltsim.policies.groups import PromptStream
+from tltsim.sim.schedule import check_footprints
+
+NAN = np.nan
+
+
+class AsyncRun:
+    """One asynchronous training run; `process()` is the simpy process the simulator runs."""
+
+    def __init__(self, sim, env, bar, rollout_engines: int, max_staleness: int, update_s: float):
+        self.sim, self.env, self.bar = sim, env, bar
+        self.cost, self.cfg = sim.cost, sim.cfg
+        self.R, self.eta, self.update_s = rollout_engines, max_staleness, update_s
+        trace = sim.trace.df
+        self.stream = PromptStream(trace, ["prompt_id", "sample", "prompt_len", "response_len"])
+        self.batches = [len(np.unique(cols["prompt_id"])) for _, cols in sim.step_columns()]  # groups per step
+        self.steps = [s for s, _ in sim.step_columns()]
+        self.version = 0
+        self.updated = env.event()  # triggered (and replaced) at every weight update and at the end
+        self.finished_group = env.event()
+        self.started_groups = 0
+        self.pending: list[int] = []  # sample ids of started groups waiting for a slot
+        self.done_groups: list[int] = []  # finished groups not yet trained
+        self.over = False  # the last step has trained: engines stop
+        self.closed = False  # the run's timeline is complete
+        # per sample: filled as groups start
+        self.s_group: list[int] = []
+        self.s_prompt: list[int] = []
+        self.s_sample: list[int] = []
+        self.s_plen: list[int] = []
+        self.s_rlen: list[int] = []
+        self.s_version: list[int] = []  # version at admission (its first tokens)
+        self.s_engine: list[int] = []
+        self.s_admit: list[float] = []
+        self.s_finish: list[float] = []
+        self.s_resumed: list[bool] = []
+        self.group_rows: dict[int, list[int]] = {}
+        self.group_left: dict[int, int] = {}
+        self.group_version: dict[int, int] = {}  # finished group -> version of its oldest first token
+        self.cap = self.cost.kv_capacity_tokens
+        self._last: dict[int, int] = {}  # worker -> index of its last timeline row
+        self._doing: dict[int, str] = {}  # engine -> state of what it is waiting on
+
+    # --- shared queue ------------------------------------------------------------------------
+    def _batch(self) -> int:
+        return self.batches[min(self.version, len(self.batches) - 1)]
+
+    def _refill(self) -> None:
+        """Start new groups while the staleness gate allows and nothing is waiting."""
+        while not self.pending and self.started_groups < (self.version + self.eta + 1) * self._batch():
+            g = self.stream.take(1, self.version)
+            gid = int(g["group"][0])
+            ids = list(range(len(self.s_group), len(self.s_group) + len(g["group"])))
+            check_footprints(g["prompt_len"], g["response_len"], self.cap)
+            for c, v in (("group", self.s_group), ("prompt_id", self.s_prompt), ("sample", self.s_sample),
+                         ("prompt_len", self.s_plen), ("response_len", self.s_rlen)):
+                v.extend(g[c].tolist())
+            n = len(ids)
+            self.s_version += [-1] * n
+            self.s_engine += [-1] * n
+            self.s_admit += [NAN] * n
+            self.s_finish += [NAN] * n
+            self.s_resumed += [False] * n
+            self.group_rows[gid] = ids
+            self.group_left[gid] = n
+            self.pending.extend(ids)
+            self.started_groups += 1
+
+    # --- processes ---------------------------------------------------------------------------
+    def process(self):
+        for e in range(self.R):
+            self.env.process(self._engine(e))
+        yield self.env.process(self._trainer())
+        for e in range(self.R):  # engines still in a prefill or an update when the last step ends
+            self._log(e, self._doing.get(e, "idle"), self._end_of(e), self.env.now)
+        self.closed = True  # events left at this instant record nothing
+
+    def _step_now(self) -> int:
+        return self.steps[min(self.version, len(self.steps) - 1)]
+
+    def _log(self, worker, state, a, b, batch=NAN, tokens=0.0):
+        if b <= a or self.closed:
+            return
+        tl = self.sim._timeline
+        last = self._last.get(worker)
+        if last is not None and tl[last][2] == state and tl[last][0] == self._step_now() and tl[last][4] == a:
+            row = tl[last]
+            tl[last] = (row[0], row[1], row[2], row[3], b, row[5], row[6] + tokens, row[7], row[8])
+            return
+        self._last[worker] = len(tl)
+        tl.append((self._step_now(), worker, state, a, b, batch, tokens, NAN, ""))
+
+    def _engine(self, e: int):
+        env, cost = self.env, self.cost
+        rows: list[int] = []  # running sample ids
+        rem = np.zeros(0)  # tokens left per running row
+        ctx = np.zeros(0)  # context per running row (prompt + generated)
+        used = 0
+        max_running = self.cfg.cluster.max_running
+        while not self.over:
+            self._refill()
+            new = []
+            while self.pending and len(rows) + len(new) < max_running:
+                i = self.pending[0]
+                if used + self.s_plen[i] + self.s_rlen[i] > self.cap:
+                    break
+                new.append(self.pending.pop(0))
+                used += self.s_plen[i] + self.s_rlen[i]
+                self._refill()
+            if new:
+                p = np.array([self.s_plen[i] for i in new], dtype=float)
+                for i in new:
+                    self.s_version[i], self.s_engine[i], self.s_admit[i] = self.version, e, env.now
+                t, state = env.now, "prefill" if not rows else "decode"
+                self._doing[e] = state
+                yield env.timeout(float(cost.prefill_time(p.sum(), (p * p).sum())))
+                self._log(e, state, t, env.now, len(rows) + len(new))
+                rows += new
+                rem = np.concatenate([rem, [self.s_rlen[i] for i in new]])
+                ctx = np.concatenate([ctx, p])
+            if not rows:
+                t, self._doing[e] = env.now, "idle"
+                yield self.updated
+                self._log(e, "idle", t, env.now)
+                continue
+            b, n = len(rows), float(rem.min())
+            dt = float(cost.segment_time(b, 1, ctx.sum(), b, n))
+            t, update = env.now, self.updated
+            self._doing[e] = "decode"
+            yield env.any_of([env.timeout(dt), update])
+            k = n if env.now >= t + dt else np.floor(n * (env.now - t) / dt)
+            rem -= k
+            ctx += k
+            self._log(e, "decode", t, env.now, b, b * k)
+            done = rem <= 0
+            for j in np.flatnonzero(done):
+                i = rows[j]
+                self.s_finish[i] = env.now
+                used -= self.s_plen[i] + self.s_rlen[i]
+                gid = self.s_group[i]
+                self.group_left[gid] -= 1
+                if self.group_left[gid] == 0:
+                    self.group_version[gid] = min(self.s_version[j] for j in self.group_rows[gid])
+                    self.done_groups.append(gid)
+                    self.finished_group.succeed()
+                    self.finished_group = env.event()
+            rows = [r for r, d in zip(rows, done) if not d]
+            rem, ctx = rem[~done], ctx[~done]
+            if update.triggered and rows and not self.over:  # new weights: load them, re-prefill the running
+                for i in rows:
+                    self.s_resumed[i] = True
+                self._doing[e], t = "weight_sync", env.now
+                yield env.timeout(self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))
+                self._log(e, "weight_sync", t, env.now, b)
+        self._log(e, "idle", self._end_of(e), env.now)
+
+    def _end_of(self, worker) -> float:
+        last = self._last.get(worker)
+        return self.sim._timeline[last][4] if last is not None else 0.0
+
+    def _trainer(self):
+        env, cost, sim = self.env, self.cost, self.sim
+        tp = self.cfg.cluster.tp
+        trainers = range(self.R, sim.workers)
+        gpus = len(trainers) * tp
+        for k, step in enumerate(self.steps):
+            t0 = env.now
+            need = self.batches[k]
+            dropped = 0
+            while True:
+                self.done_groups.sort(key=lambda g: (self.group_version[g], g))
+                fresh = [g for g in self.done_groups if k - self.group_version[g] <= self.eta]
+                dropped += sum(len(self.group_rows[g]) for g in self.done_groups if k - self.group_version[g] > self.eta)
+                self.done_groups = fresh
+                if len(fresh) >= need:
+                    break
+                yield self.finished_group
+            take, self.done_groups = self.done_groups[:need], self.done_groups[need:]
+            ids = np.array([i for g in take for i in self.group_rows[g]])
+            waited = env.now
+            tokens = float(sum(self.s_plen[i] + self.s_rlen[i] for i in ids))
+            phases = [("reward", self.cfg.rl.reward_s + float(cost.logprob_time(tokens, gpus))),
+                      ("train", float(cost.train_time(tokens, gpus))), ("weight_sync", float(cost.sync_time()))]
+            for w in trainers:
+                self._log(w, "idle", t0, waited)
+            for state, dt in phases:
+                t = env.now
+                yield env.timeout(dt)
+                for w in trainers:
+                    self._log(w, state, t, env.now)
+            self._record(k, step, t0, waited, phases, ids, dropped)
+            self.version += 1
+            self.over = k == len(self.steps) - 1
+            self.updated.succeed()
+            self.updated = env.event()
+            self.bar.update(1)
+
+    def _record(self, k, step, t0, waited, phases, ids, dropped) -> None:
+        sim = self.sim
+        pick = lambda v: np.asarray(v)[ids]  # noqa: E731
+        df = {"origin": pick(self.s_version), "carried": pick(self.s_resumed).astype(np.int64)}
+        trained = np.ones(len(ids), dtype=bool)
+        sim._requests.append({
+            "step": np.full(len(ids), step), "prompt_id": pick(self.s_prompt), "sample": pick(self.s_sample),
+            "engine": pick(self.s_engine), "prompt_len": pick(self.s_plen), "response_len": pick(self.s_rlen),
+            "admitted_at": pick(self.s_admit), "finished_at": pick(self.s_finish), "finished": trained,
+        })
+        sim._steps.append({
+            "step": step, "t_start": t0, "rollout_s": waited - t0, "reward_s": phases[0][1], "train_s": phases[1][1],
+            "sync_s": phases[2][1], "total_s": self.env.now - t0, "responses": len(ids),
+            "response_tokens": int(pick(self.s_rlen).sum()), "tail_s": 0.0,
+            **sim.off_policy_columns(k, df, trained, dropped),
+            "sd_share": 0.0, "mean_accepted": NAN, "strategies": "",
+        })
