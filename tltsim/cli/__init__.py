@@ -9,7 +9,7 @@ from tltsim.errors import TltsimError
 
 # Command modules, in the order `tltsim --help` lists them. Each defines
 # register(subparsers) and sets `func=` on its parsers.
-COMMANDS = ["tltsim.cli.trace_cmd", "tltsim.cli.sim_cmd", "tltsim.cli.analysis_cmd"]
+COMMANDS = ["tltsim.cli.trace_cmd", "tltsim.cli.sim_cmd", "tltsim.cli.analysis_cmd", "tltsim.cli.validate_cmd", "tltsim.cli.real_cmd"]
 
 
 def build_parser() -> argparse.ArgumentParser:

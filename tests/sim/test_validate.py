@@ -1,0 +1,46 @@
+"""Validation pieces that need no real run: quality inversion, step metrics, errors."""
+import pytest
+
+from tltsim.config import ClusterConfig, SimConfig
+from tltsim.errors import TltsimError
+from tltsim.policies import make_policy
+from tltsim.policy import AcceptanceModel, Strategy
+from tltsim.sim.simulator import Simulator
+from tltsim.trace import load, save
+from tltsim.validate import invert_quality, step_metrics, validate
+
+
+@pytest.mark.parametrize("strategy", ["8_4_48", "4_1_4", "12_8_16"])
+@pytest.mark.parametrize("q", [0.1, 0.5, 0.85, 0.95])
+def test_invert_quality_recovers_the_quality(strategy, q):
+    model = AcceptanceModel()
+    s = Strategy.parse(strategy)
+    assert invert_quality(model, s, model.mean(s, q)) == pytest.approx(q, abs=1e-9)
+
+
+def test_invert_quality_clamps_outside_the_models_range():
+    model, s = AcceptanceModel(), Strategy.parse("4_1_4")
+    assert invert_quality(model, s, 0.5) == 0.0 and invert_quality(model, s, 99.0) == 1.0
+
+
+def test_step_metrics_agree_with_the_summary():
+    trace = load("traces/dapo_like.parquet")
+    res = Simulator(trace, SimConfig(cluster=ClusterConfig(gpus=16, tp=4), steps="0:3"), make_policy("tlt")).run()
+    m = step_metrics(res)
+    assert list(m.index) == [0, 1, 2]
+    total = res.summary["makespan_s"] * 4  # worker-seconds (16 GPUs / tp 4)
+    assert (m["idle_fraction"] * m["total_s"] * 4).sum() == pytest.approx(res.summary["idle_gpu_seconds"] / 4)
+    assert m["drafter_train_s"].sum() * 4 == pytest.approx(res.summary["drafter_train_gpu_seconds"])
+    assert m["total_s"].sum() == pytest.approx(res.summary["makespan_s"]) and total > 0
+
+
+def test_validate_needs_a_profile(tmp_path):
+    res = Simulator(load("traces/dapo_like.parquet"), SimConfig(cluster=ClusterConfig(gpus=4, tp=4), steps="0:1")).run()
+    res.save(tmp_path / "run")
+    with pytest.raises(TltsimError, match="no trace.parquet"):
+        validate([tmp_path / "run"], tmp_path / "p.csv")
+    save(load("traces/dapo_like.parquet"), tmp_path / "run" / "trace.parquet")
+    with pytest.raises(TltsimError, match="p.csv: profile not found"):
+        validate([tmp_path / "run"], tmp_path / "p.csv")
+    with pytest.raises(TltsimError, match="no profile given and none in the run directory"):
+        validate([tmp_path / "run"])

@@ -1,0 +1,41 @@
+"""`tltsim validate RUN_DIR... --profile PROFILE.csv`: the simulator's prediction next to a real run."""
+from __future__ import annotations
+
+import json
+
+from tltsim.table import format_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="replay real runs in the simulator and compare predicted with measured")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories written by `tltsim real run` "
+                   "(give the baseline first, e.g. a verl run, then a tlt run, for the speedup check)")
+    p.add_argument("--profile", help="profile CSV from `tltsim real profile` (default: RUN_DIR/profile.csv)")
+    p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, validation.json and the predicted results here")
+    p.add_argument("--json", action="store_true", help="print the overall figures as JSON")
+    p.set_defaults(func=cmd_validate)
+
+
+def cmd_validate(args) -> int:
+    from tltsim.validate import validate, write
+
+    v = validate(args.runs, args.profile)
+    if args.out:
+        write(v, args.out)
+    if args.json:
+        print(json.dumps({"overall": v.overall.to_dict(orient="records"), "speedup": v.speedup}, default=float, indent=2))
+        return 0
+    for run, g in v.per_step.groupby("run", sort=False):
+        wide = g.set_index(["step", "metric"])[["measured", "predicted"]].unstack("metric")
+        rows = [[int(s)] + [wide.at[s, (k, m)] for m in ("rollout_s", "total_s", "idle_fraction", "sd_share", "mean_accepted")
+                            for k in ("measured", "predicted")] for s in wide.index]
+        print(f"\n{run}: per step, measured | predicted")
+        print(format_table(["step", "rollout", "pred", "step_s", "pred", "idle", "pred", "sd_share", "pred", "accepted", "pred"], rows))
+    print("\noverall")
+    print(format_table(["run", "metric", "measured", "predicted", "error"],
+                       [[r.run, r.metric, r.measured, r.predicted, r.error] for r in v.overall.itertuples()]))
+    if v.speedup:
+        s = v.speedup
+        print(f"\nspeedup of {s['run']} over {s['baseline']}: measured {s['measured']:.3f}, predicted "
+              f"{s['predicted']:.3f} ({s['error']:+.1%})")
+    return 0

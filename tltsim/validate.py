@@ -1,0 +1,197 @@
+"""Replay a real run in the simulator and compare: is the simulator right about this machine?
+
+    tltsim validate RUN_DIR... --profile PROFILE.csv
+
+For each run directory written by `tltsim real run`: its recorded trace (with the `engine` column, so
+every response lands on the worker that served it) goes through the simulator with the same policy and
+knobs, one engine per worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv. The
+drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
+for that step's most-used strategy equals the measured one (so this checks the timing model, not the
+drafter-staleness model; `calibrate_staleness` fits that one). Both sides then go through one function,
+`step_metrics`, so predicted and measured figures are computed the same way.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tltsim.config import ClusterConfig, RLConfig, SimConfig
+from tltsim.cost.profiled import Profiled
+from tltsim.errors import TltsimError
+from tltsim.policies import make_policy
+from tltsim.policies.tlt import Speculative
+from tltsim.policy import AcceptanceModel, Strategy
+from tltsim.records import Result
+from tltsim.sim.simulator import Simulator
+from tltsim.trace import load as load_trace
+
+METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
+FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
+TRACE_FILE = "trace.parquet"
+PROFILE_FILE = "profile.csv"
+
+
+def step_metrics(result: Result) -> pd.DataFrame:
+    """Per step: rollout and step seconds, idle fraction, SD share, drafter-training seconds, accepted length."""
+    tl = result.timeline.assign(d=result.timeline["t_end"] - result.timeline["t_start"])
+    workers = tl["worker"].nunique()
+    by_state = tl.pivot_table(index="step", columns="state", values="d", aggfunc="sum", fill_value=0.0)
+    steps = result.steps.set_index("step")
+    out = pd.DataFrame(index=steps.index)
+    out["rollout_s"] = steps["rollout_s"]
+    out["total_s"] = steps["total_s"]
+    out["idle_fraction"] = by_state.get("idle", 0.0) / (workers * steps["total_s"])
+    out["sd_share"] = steps["sd_share"] if "sd_share" in steps else 0.0
+    out["drafter_train_s"] = by_state.get("drafter_train", 0.0)
+    out["mean_accepted"] = steps["mean_accepted"] if "mean_accepted" in steps else np.nan
+    return out.fillna({"idle_fraction": 0.0, "drafter_train_s": 0.0})
+
+
+@dataclass
+class Validation:
+    per_step: pd.DataFrame  # run, step, metric, measured, predicted, error
+    overall: pd.DataFrame  # run, metric, measured, predicted, error
+    speedup: dict | None  # measured / predicted speedup of the second run over the first (e.g. tlt over verl)
+    predicted: dict  # run name -> simulated Result
+
+    def to_json(self) -> dict:
+        return {"overall": self.overall.to_dict(orient="records"), "speedup": self.speedup,
+                "per_step": self.per_step.to_dict(orient="records")}
+
+
+def load_run(run_dir: str | Path) -> tuple[Result, object]:
+    run_dir = Path(run_dir)
+    result = Result.load(run_dir)
+    if not (run_dir / TRACE_FILE).exists():
+        raise TltsimError(f"{run_dir}: no {TRACE_FILE}; validate needs a run directory written by `tltsim real run`")
+    return result, load_trace(run_dir / TRACE_FILE)
+
+
+def replay(run_dir: str | Path, cost) -> tuple[Result, Result]:
+    """(measured, predicted) for one run directory, with the given cost model."""
+    measured, trace = load_run(run_dir)
+    cfg = measured.config
+    workers = int(cfg.get("workers", measured.timeline["worker"].nunique()))
+    per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
+    sim_cfg = SimConfig(
+        trace=str(Path(run_dir) / TRACE_FILE),
+        policy=cfg.get("policy", "verl"),
+        cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine), split="trace"),
+        rl=RLConfig(reward_s=0.0),
+        seed=int(cfg.get("seed", 0)),
+    )
+    policy = make_policy(sim_cfg.policy, cfg.get("knobs") or {})
+    if isinstance(policy, Speculative):
+        policy = ReplayedQuality(policy, measured_qualities(measured))
+    predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
+    return measured, predicted
+
+
+class ReplayedQuality(Speculative):
+    """A speculative policy whose drafter quality at each step is the one measured in the real run."""
+
+    def __init__(self, inner: Speculative, qualities: dict[int, float]):
+        self.__dict__.update(inner.__dict__)
+        self.qualities = qualities
+
+    def begin_step(self, step: int, t: float) -> None:
+        super().begin_step(step, t)
+        if step in self.qualities:
+            self.quality_now = self.qualities[step]
+
+
+def measured_qualities(result: Result) -> dict[int, float]:
+    """Per step, the drafter quality that gives the measured mean accepted length for the most-used strategy."""
+    it = result.iterations
+    if it is None or "mode" not in it:
+        return {}
+    spec = it[it["mode"] == "spec_decode"]
+    model = AcceptanceModel()
+    out = {}
+    for step, g in spec.groupby("step"):
+        strategy = Strategy.parse(Counter(g["strategy"]).most_common(1)[0][0])
+        target = float(g["accepted"].mean())
+        out[int(step)] = invert_quality(model, strategy, target)
+    return out
+
+
+def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) -> float:
+    """The q in [0, 1] with model.mean(strategy, q) == accepted (clamped at the ends), by bisection."""
+    lo, hi = 0.0, 1.0
+    if accepted <= model.mean(strategy, lo):
+        return lo
+    if accepted >= model.mean(strategy, hi):
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if model.mean(strategy, mid) < accepted else (lo, mid)
+    return (lo + hi) / 2
+
+
+def validate(run_dirs: list[str | Path], profile: str | Path | None = None) -> Validation:
+    if not run_dirs:
+        raise TltsimError("validate: name at least one run directory (written by `tltsim real run`)")
+    per_step, overall, predicted = [], [], {}
+    runs = {}
+    for d in run_dirs:
+        d = Path(d)
+        load_run(d)  # a clear error for a directory that is not a run, before anything else
+        prof = Path(profile) if profile else d / PROFILE_FILE
+        if profile is None and not prof.exists():
+            raise TltsimError(f"{d}: no profile given and none in the run directory; measure one with "
+                              f"`tltsim real profile -o profile.csv` on the same machine and pass --profile profile.csv")
+        measured, pred = replay(d, Profiled.fit(prof))
+        name = f"{measured.config.get('policy', d.name)} ({d.name})"
+        runs[name] = (measured, pred)
+        predicted[name] = pred
+        m, p = step_metrics(measured), step_metrics(pred)
+        for metric in METRICS:
+            for step in m.index:
+                mv, pv = float(m.at[step, metric]), float(p.at[step, metric]) if step in p.index else np.nan
+                per_step.append({"run": name, "step": int(step), "metric": metric, "measured": mv, "predicted": pv,
+                                 "error": _error(metric, mv, pv)})
+        for metric, mv, pv in [
+            ("makespan_s", measured.summary["makespan_s"], pred.summary["makespan_s"]),
+            ("rollout_s", measured.summary["rollout_s"], pred.summary["rollout_s"]),
+            ("idle_fraction", measured.summary["idle_fraction"], pred.summary["idle_fraction"]),
+            ("sd_share", measured.summary.get("sd_share", 0.0), pred.summary.get("sd_share", 0.0)),
+            ("drafter_train_s", float(m["drafter_train_s"].sum()), float(p["drafter_train_s"].sum())),
+        ]:
+            overall.append({"run": name, "metric": metric, "measured": mv, "predicted": pv, "error": _error(metric, mv, pv)})
+        errs = pd.DataFrame([r for r in per_step if r["run"] == name and r["metric"] == "rollout_s"])["error"].abs()
+        overall.append({"run": name, "metric": "median |error| of per-step rollout", "measured": np.nan,
+                        "predicted": np.nan, "error": float(errs.median())})
+    speedup = None
+    if len(runs) >= 2:
+        (a, (ma, pa)), (b, (mb, pb)) = list(runs.items())[:2]
+        meas = ma.summary["makespan_s"] / mb.summary["makespan_s"]
+        pred_ = pa.summary["makespan_s"] / pb.summary["makespan_s"]
+        speedup = {"baseline": a, "run": b, "measured": meas, "predicted": pred_, "error": pred_ / meas - 1}
+    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted)
+
+
+def _error(metric: str, measured: float, predicted: float) -> float:
+    """Relative error, or absolute difference for fractions (and where the measured value is zero)."""
+    if metric in FRACTIONS or not measured:
+        return predicted - measured
+    return predicted / measured - 1
+
+
+def write(validation: Validation, out: str | Path) -> Path:
+    from tltsim.io import atomic_path, write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "per_step.csv") as tmp:
+        validation.per_step.to_csv(tmp, index=False)
+    with atomic_path(out / "overall.csv") as tmp:
+        validation.overall.to_csv(tmp, index=False)
+    write_json(out / "validation.json", json.loads(json.dumps(validation.to_json(), default=float)))
+    for name, res in validation.predicted.items():
+        res.save(out / "predicted" / name.split(" ")[0])
+    return out
