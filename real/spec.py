@@ -45,10 +45,15 @@ class DraftTree:
     def visible(self) -> torch.Tensor:
         """bool [B, N, N]: node i attends node j iff j is i or an ancestor of i."""
         batch, n = self.tokens.shape
-        vis = torch.eye(n, dtype=torch.bool, device=self.tokens.device).repeat(batch, 1, 1)
-        rows = torch.arange(batch, device=self.tokens.device)
-        for i in range(1, n):  # parents precede children, so a parent's row is final
-            vis[:, i] |= vis[rows, self.parents[:, i].clamp(min=0)]
+        device = self.tokens.device
+        vis = torch.eye(n, dtype=torch.bool, device=device).repeat(batch, 1, 1)
+        rows = torch.arange(batch, device=device)[:, None].expand(batch, n)
+        nodes = torch.arange(n, device=device)[None].expand(batch, n)
+        up = nodes  # each node's ancestor one level further up per pass (-1 past the root)
+        for _ in range(int(self.depth.max())):
+            up = torch.where(up >= 0, self.parents.gather(1, up.clamp(min=0)), up)
+            hit = up >= 0
+            vis[rows[hit], nodes[hit], up[hit]] = True
         return vis
 
 
