@@ -28,6 +28,8 @@ def test_compare_runs_every_registered_policy_and_reports_off_policy_cost(tmp_pa
     for name in on_policy:
         assert [rows[name][c] for c in OFF_POLICY] == [0.0, 0, 0.0, 0.0], name
     assert rows["partial"]["staleness_max"] >= 1 and rows["partial"]["resumed_fraction"] > 0
+    # the sample mix: verl trains the trace as it is; partial rollout trains short responses first
+    assert rows["verl"]["trained_len_ratio"] == pytest.approx(1.0) and rows["partial"]["trained_len_ratio"] < 1.0
     assert rows["tail-batching"]["dropped_fraction"] > 0 and rows["tail-batching"]["staleness_max"] == 0
     assert 1 <= rows["async"]["staleness_max"] <= 4
     assert set(OFF_POLICY) <= set(COMPARE_COLUMNS)

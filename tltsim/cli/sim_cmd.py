@@ -103,7 +103,7 @@ def cmd_simulate(args) -> int:
 
 
 COMPARE_COLUMNS = ["policy", "mean_step_s", "rollout_s", "idle_fraction", "speedup",
-                   "staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction"]
+                   "staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction", "trained_len_ratio"]
 
 
 def policy_dir(out: Path, name: str) -> Path:

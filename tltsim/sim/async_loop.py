@@ -223,7 +223,7 @@ class AsyncRun:
     def _record(self, k, step, t0, waited, phases, ids, dropped) -> None:
         sim = self.sim
         pick = lambda v: np.asarray(v)[ids]  # noqa: E731
-        df = {"origin": pick(self.s_version), "carried": pick(self.s_resumed).astype(np.int64)}
+        df = {"origin": pick(self.s_version), "resumed": pick(self.s_resumed), "response_len": pick(self.s_rlen)}
         trained = np.ones(len(ids), dtype=bool)
         sim._requests.append({
             "step": np.full(len(ids), step), "prompt_id": pick(self.s_prompt), "sample": pick(self.s_sample),

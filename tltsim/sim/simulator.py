@@ -134,17 +134,25 @@ class Simulator:
         self.policy.worker_done(e, env.now)
 
     def off_policy_columns(self, step: int, df: dict, trained: np.ndarray, dropped: int) -> dict:
-        """Staleness (policy versions between a trained sample's first tokens and the step that trains on it),
-        resumed (trained samples begun in an earlier step) and dropped responses of one step."""
+        """The statistical cost of one step: staleness (policy versions between a trained sample's first tokens
+        and the step that trains on it), resumed (trained samples continued across a weight change), dropped
+        responses, and the mean full length of the trained responses (a changed sample mix shows here).
+
+        `df` holds the step's rows: `response_len` and optionally `origin` (version of the first tokens),
+        `carried` (tokens from earlier steps, part of the full length) and `resumed` (default: carried > 0)."""
+        n = int(trained.sum())
         origin = df.get("origin")
-        stale = (step - origin[trained]).astype(np.int64) if origin is not None else np.zeros(int(trained.sum()), np.int64)
+        stale = (step - origin[trained]).astype(np.int64) if origin is not None else np.zeros(n, np.int64)
         self._staleness.update(dict(zip(*np.unique(stale, return_counts=True))))
-        carried = df.get("carried")
+        carried = df["carried"][trained] if "carried" in df else np.zeros(n, np.int64)
+        resumed = df["resumed"][trained] if "resumed" in df else carried > 0
+        lengths = df["response_len"][trained] + carried
         return {
-            "staleness_mean": float(stale.mean()) if len(stale) else 0.0,
-            "staleness_max": int(stale.max()) if len(stale) else 0,
-            "resumed": int(np.sum(carried[trained] > 0)) if carried is not None else 0,
+            "staleness_mean": float(stale.mean()) if n else 0.0,
+            "staleness_max": int(stale.max()) if n else 0,
+            "resumed": int(np.sum(resumed)),
             "dropped": int(dropped),
+            "trained_len_mean": float(lengths.mean()) if n else np.nan,
         }
 
     # --- records -----------------------------------------------------------------------------
@@ -220,6 +228,9 @@ class Simulator:
             "staleness_counts": {str(int(k)): int(n) for k, n in stale},
             "resumed_fraction": float(steps["resumed"].sum()) / samples if samples else 0.0,
             "dropped_fraction": dropped / (samples + dropped) if samples + dropped else 0.0,
+            # mean length of the responses trained on / of the trace's responses: 1 unless the mix changed
+            "trained_len_ratio": float((steps["trained_len_mean"] * steps["responses"]).sum()) / samples
+            / float(self.trace.df["response_len"].mean()) if samples else np.nan,
         }
 
     def _result(self, makespan: float) -> Result:
