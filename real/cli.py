@@ -45,6 +45,7 @@ def add_evaluate(sub) -> None:
     p.add_argument("--problems", type=int, default=200, help="held-out problems (default %(default)s)")
     p.add_argument("--samples", type=int, default=8, help="sampled responses per problem at --temperature")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap (default: the task's longest)")
     p.add_argument("--seed", type=int, default=0, help="problem draws and sampling")
     p.add_argument("--device", default="cpu", help="torch device")
     p.set_defaults(func=_evaluate)
@@ -89,7 +90,83 @@ def _profile(args) -> int:
     return 0
 
 
-SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile]
+def add_run(sub) -> None:
+    from real.grpo import GRPOConfig
+    from real.run import POLICIES, RunConfig
+
+    d = {f.name: f.default for f in fields(RunConfig)}
+    g = GRPOConfig()
+    p = sub.add_parser("run", help="run a policy for real: N workers, adaptive engines, spot-trained drafter, GRPO",
+                       description="An RL run on worker processes (gloo on CPU, NCCL on GPU), recorded in the "
+                                   "simulator's schema in RUN_DIR (Result files + trace.parquet) after every step, "
+                                   "with a checkpoint to --resume from. Under torchrun each process is one worker.")
+    p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
+    p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="(default %(default)s)")
+    p.add_argument("--workers", type=int, default=d["workers"], help="worker processes (default %(default)s)")
+    p.add_argument("--steps", type=int, default=d["steps"], help="RL steps (default %(default)s)")
+    p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory or a preset")
+    p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: warm one up)")
+    p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
+    p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))
+    p.add_argument("--prompts", type=int, default=d["prompts"], help="prompts per step (default %(default)s)")
+    p.add_argument("--group", type=int, default=d["group"], help="samples per prompt (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d["seed"])
+    p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
+    p.add_argument("--temperature", type=float, default=d["temperature"])
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="response cap (default %(default)s)")
+    p.add_argument("--max-running", type=int, default=None, help="rows an engine runs at once (default: its share)")
+    p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
+                   help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
+    p.add_argument("--lr", type=float, default=g.lr, help="GRPO learning rate (default %(default)s)")
+    p.add_argument("--kl", type=float, default=g.kl, help="KL weight to the initial target (default %(default)s)")
+    p.add_argument("--warmup-steps", type=int, default=d["warmup_steps"],
+                   help="drafter warm-up AdamW steps without --drafter (default %(default)s)")
+    p.add_argument("--probe", type=int, default=d["probe"],
+                   help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
+    p.add_argument("--resume", action="store_true", help="continue RUN_DIR from its last checkpoint")
+    p.set_defaults(func=_run)
+
+
+def _run_command(args) -> str:
+    """The run's command line with every option spelled out (its provenance)."""
+    import shlex
+
+    words = ["tltsim", "real", "run", "-o", args.out]
+    for key, value in sorted(vars(args).items()):
+        if key in ("func", "out", "real_command", "threads", "resume") or value in (None, False, []):
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            words.append(flag)
+        elif key == "knob":
+            words += [w for kv in value for w in ("--knob", kv)]
+        else:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def _run(args) -> int:
+    from dataclasses import replace as dc_replace
+
+    from real.grpo import GRPOConfig
+    from real.run import RunConfig, launch
+    from tltsim.cli.sim_cmd import _knobs
+
+    config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
+                       drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
+                       group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
+                       max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=_knobs(args.knob),
+                       grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
+                       probe=args.probe)
+    out = launch(config, args.out, resume=args.resume, command=_run_command(args))
+    summary = json.loads((out / "summary.json").read_text())
+    print(f"wrote {out}: {summary['steps']} steps, makespan {summary['makespan_s']:.1f} s, "
+          f"rollout share {summary['rollout_share']:.2f}, idle fraction {summary['idle_fraction']:.2f}, "
+          f"mean reward {summary['mean_reward']:.3f}")
+    return 0
+
+
+SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,19 +195,21 @@ def _pretrain(args) -> int:
     print(f"wrote {args.out}: {result.steps} steps in {result.seconds:.0f} s, "
           f"final loss {np.mean(result.losses[-10:]):.4f} (mean of the last 10 steps)")
     if args.eval:
-        _report(args.out, args.eval, samples=8, temperature=1.0, seed=args.seed, device="cpu")
+        _report(args.out, args.eval, samples=8, temperature=1.0, max_new_tokens=None, seed=args.seed, device="cpu")
     return 0
 
 
 def _evaluate(args) -> int:
-    _report(args.target, args.problems, args.samples, args.temperature, args.seed, args.device)
+    _report(args.target, args.problems, args.samples, args.temperature, args.max_new_tokens, args.seed, args.device)
     return 0
 
 
-def _report(target, problems: int, samples: int, temperature: float, seed: int, device: str) -> None:
+def _report(target, problems: int, samples: int, temperature: float, max_new_tokens: int | None, seed: int,
+            device: str) -> None:
     model, task = load_target(target, device), GcdTask.load(target)
     held_out = task.sample(np.random.default_rng(seed), problems, split="test")
-    greedy = evaluate(model, task, held_out, greedy=True)
+    greedy = evaluate(model, task, held_out, greedy=True, max_new_tokens=max_new_tokens)
     print("greedy ", json.dumps(greedy.summary()))
-    sampled = evaluate(model, task, held_out, greedy=False, temperature=temperature, samples=samples, seed=seed)
+    sampled = evaluate(model, task, held_out, greedy=False, temperature=temperature, samples=samples,
+                       max_new_tokens=max_new_tokens, seed=seed)
     print("sampled", json.dumps(sampled.summary()))

@@ -1,0 +1,92 @@
+"""Target models: named config presets (Llama and Qwen2) and loading from a local directory.
+
+No hub access: a preset builds a transformers config in code and a randomly
+initialised model from it; a directory is one written by `save_pretrained`
+(e.g. by `tltsim real pretrain`). Every preset uses grouped-query attention
+(fewer key/value heads than query heads), as the models TLT targets do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+from real.task import Tokenizer
+from tltsim.errors import TltsimError
+
+
+@dataclass(frozen=True)
+class Preset:
+    arch: str  # "llama" or "qwen2"
+    hidden: int  # model width
+    layers: int  # decoder layers
+    heads: int  # query heads; head dim = hidden / heads
+    kv_heads: int  # key/value heads (< heads: grouped-query attention)
+    ffn: int  # MLP inner width
+    max_len: int = 1024  # longest prompt + response the positions are meant for (task cap: ~530)
+    note: str = ""  # what the preset is for
+
+
+PRESETS = {
+    # the default target: trains from scratch on 2 CPU cores in about 3 minutes
+    "tiny-llama": Preset("llama", 128, 4, 4, 2, 384, note="default target (CPU pretrain)"),
+    "tiny-qwen2": Preset("qwen2", 128, 4, 4, 2, 384, note="the default's Qwen2 twin"),
+    # for tests: builds and runs in milliseconds
+    "test-llama": Preset("llama", 32, 2, 4, 2, 64, note="unit tests"),
+    "test-qwen2": Preset("qwen2", 32, 2, 4, 2, 64, note="unit tests"),
+    # for a GPU: big enough that a forward is compute-bound at moderate batch sizes
+    "small-llama": Preset("llama", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
+    "small-qwen2": Preset("qwen2", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
+}
+
+
+def _unknown(name: str) -> TltsimError:
+    return TltsimError(f"target {name!r}: neither a save_pretrained directory nor a preset; "
+                       f"presets: {', '.join(PRESETS)}")
+
+
+def target_config(preset: str, vocab_size: int | None = None):
+    """The transformers config of preset `preset`, for the task tokenizer's vocabulary by default."""
+    if preset not in PRESETS:
+        raise _unknown(preset)
+    p = PRESETS[preset]
+    tok = Tokenizer()
+    common = dict(
+        vocab_size=vocab_size or tok.vocab_size, hidden_size=p.hidden, intermediate_size=p.ffn,
+        num_hidden_layers=p.layers, num_attention_heads=p.heads, num_key_value_heads=p.kv_heads,
+        max_position_embeddings=p.max_len, tie_word_embeddings=True,
+        pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id,
+    )
+    if p.arch == "llama":
+        return LlamaConfig(**common)
+    return Qwen2Config(**common, use_sliding_window=False)
+
+
+def build_target(preset: str, seed: int = 0, vocab_size: int | None = None) -> torch.nn.Module:
+    """A randomly initialised model of `preset`; the same seed gives the same weights.
+
+    The global torch RNG is forked, so building a model leaves it as it was.
+    """
+    config = target_config(preset, vocab_size)
+    cls = LlamaForCausalLM if isinstance(config, LlamaConfig) else Qwen2ForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(config)
+    return model.eval()
+
+
+def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
+    """A model from a `save_pretrained` directory, or a fresh one of a named preset (weights from `seed`).
+
+    A directory wins over a preset of the same name. Returned in eval mode on `device`.
+    """
+    path = Path(path_or_preset)
+    if (path / "config.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(path)
+    elif str(path_or_preset) in PRESETS:
+        model = build_target(str(path_or_preset), seed)
+    else:
+        raise _unknown(str(path_or_preset))
+    return model.to(device).eval()

@@ -1,0 +1,147 @@
+"""Supervised pretraining of a target from scratch on the task's reference solutions.
+
+`pretrain(config, out)` trains a preset on freshly drawn training problems (loss on
+response tokens only), writes the checkpoint with `save_pretrained` plus the task
+file, and returns the loss curve. Deterministic by seed when bounded by steps; a
+`seconds` budget stops earlier on a slow machine and then depends on its speed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from real.models import build_target
+from real.task import GcdTask, Problem, TaskConfig
+from tltsim.errors import TltsimError
+from tltsim.io import write_json
+
+PRETRAIN_FILE = "tltsim_pretrain.json"  # the run's config and loss curve, beside the checkpoint
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    preset: str = "tiny-llama"  # model architecture and size (real.models.PRESETS)
+    steps: int = 300  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
+    seconds: float | None = None  # stop after this much training time even if steps remain (not deterministic)
+    batch_tokens: int = 8192  # padded tokens per batch; problems of similar length are batched together
+    lr: float = 3e-3  # peak AdamW learning rate, reached after `warmup` steps, cosine-decayed to 10%
+    warmup: int = 30  # linear warm-up steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    seed: int = 0  # model init and problem draws
+    task: TaskConfig = field(default_factory=TaskConfig)  # the problems trained on
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise TltsimError(f"pretrain steps {self.steps}: must be >= 1")
+        if self.seconds is not None and self.seconds <= 0:
+            raise TltsimError(f"pretrain seconds {self.seconds}: must be > 0")
+        if self.batch_tokens < 8 * self.task.max_steps + 32:
+            raise TltsimError(f"batch_tokens {self.batch_tokens}: must hold the longest problem, "
+                              f">= {8 * self.task.max_steps + 32}")
+
+
+@dataclass
+class PretrainResult:
+    losses: list[float]  # mean response-token cross-entropy of each step
+    steps: int  # steps run (fewer than config.steps when the seconds budget ran out)
+    seconds: float  # wall time of the training loop
+
+
+def batches(task: GcdTask, rng: np.random.Generator, batch_tokens: int, pool: int = 512):
+    """Endless (input_ids, labels) batches: right-padded, labels -100 on prompt and padding.
+
+    A pool of problems is sorted by length and cut into batches of at most
+    `batch_tokens` padded tokens, so a batch wastes little on padding; batches
+    come out in a random order.
+    """
+    tok = task.tokenizer
+    while True:
+        seqs = [(task.prompt_ids(p), task.solution_ids(p)) for p in task.sample(rng, pool)]
+        seqs.sort(key=lambda s: len(s[0]) + len(s[1]))
+        groups, start = [], 0
+        while start < len(seqs):
+            end = start + 1
+            while end < len(seqs) and (end + 1 - start) * sum(map(len, seqs[end])) <= batch_tokens:
+                end += 1
+            groups.append(seqs[start:end])
+            start = end
+        for i in rng.permutation(len(groups)):
+            group = groups[i]
+            width = max(len(p) + len(r) for p, r in group)
+            ids = torch.full((len(group), width), tok.pad_id)
+            labels = torch.full((len(group), width), -100)
+            for row, (p, r) in enumerate(group):
+                ids[row, : len(p) + len(r)] = torch.tensor(p + r)
+                labels[row, len(p) : len(p) + len(r)] = torch.tensor(r)
+            yield ids, labels
+
+
+def _lr_scale(step: int, config: PretrainConfig) -> float:
+    if step < config.warmup:
+        return (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(1, config.steps - config.warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(1.0, progress)))
+
+
+def train(config: PretrainConfig, log=None) -> tuple[torch.nn.Module, GcdTask, PretrainResult]:
+    """Train `config.preset` from scratch; `log(step, loss)` is called every 10 steps if given."""
+    task = GcdTask(config.task)
+    model = build_target(config.preset, seed=config.seed, vocab_size=task.tokenizer.vocab_size).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_scale(s, config))
+    data = batches(task, np.random.default_rng(config.seed), config.batch_tokens)
+    losses, t0 = [], time.perf_counter()
+    for step in range(config.steps):
+        ids, labels = next(data)
+        loss = model(input_ids=ids, attention_mask=(ids != task.tokenizer.pad_id).long(), labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if log is not None and (step % 10 == 9 or step == config.steps - 1):
+            log(step + 1, losses[-1])
+        if config.seconds is not None and time.perf_counter() - t0 >= config.seconds:
+            break
+    return model.eval(), task, PretrainResult(losses, len(losses), time.perf_counter() - t0)
+
+
+def save_checkpoint(model: torch.nn.Module, task: GcdTask, out: str | Path, record: dict) -> Path:
+    """Write the model (save_pretrained), the task file and `record` into `out`, atomically as a directory.
+
+    The files go into a temporary directory beside `out` that then replaces it, so
+    `out` holds either the previous checkpoint or the new one, never a mix.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        task.save(tmp)
+        write_json(tmp / PRETRAIN_FILE, record)
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / out.name)
+            os.replace(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out
+
+
+def pretrain(config: PretrainConfig, out: str | Path, log=None) -> PretrainResult:
+    """Train and save to `out`; returns the loss curve."""
+    model, task, result = train(config, log)
+    save_checkpoint(model, task, out, {"config": asdict(config), **asdict(result)})
+    return result
