@@ -65,3 +65,22 @@ def test_knob_errors():
         make_policy("partial", {"ratio": "two"})
     with pytest.raises(TltsimError, match="policy 'partial\\+tlt': unknown knob\\(s\\) nope"):
         make_policy("partial+tlt", {"nope": 1})
+
+
+def test_knobs_from_flags_and_config_file(tmp_path, capsys):
+    import json
+
+    from tltsim.cli import main
+
+    shipped = "traces/dapo_like.parquet"
+    common = ["--trace", shipped, "--gpus", "8", "--tp", "4", "--steps", "0:2", "--json", "--no-progress"]
+    assert main(["simulate", "--policy", "partial", "--knob", "ratio=1.5", "-o", str(tmp_path / "a"), *common]) == 0
+    assert json.loads(capsys.readouterr().out)["resumed_fraction"] > 0
+    f = tmp_path / "c.toml"
+    f.write_text('policy = "partial"\n[policy_knobs]\nunfinished = "drop"\n')
+    assert main(["simulate", "--config", str(f), "-o", str(tmp_path / "b"), *common]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["dropped_fraction"] > 0 and out["resumed_fraction"] == 0
+    assert main(["simulate", "--policy", "partial", "--knob", "ratio=0", "-o", str(tmp_path / "c"), *common]) == 2
+    err = capsys.readouterr().err
+    assert "policy 'partial': ratio = 0 must be in [1.0, 16.0]" in err and err.count("\n") == 1

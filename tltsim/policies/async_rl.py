@@ -14,6 +14,10 @@ of simpy processes (tltsim.sim.async_loop), not the synchronous step loop. Knobs
                    interruptible generation; then it re-prefills its running requests); -1 = the cost
                    model's weight-sync time
 
+The engines step from batch change to batch change in both modes: `exact` does not
+change an asynchronous run. Speculative decoding is not modelled here (`async+tlt` is
+refused): a continuously refilled batch rarely gets small enough for SD to pay.
+
 Steps report the staleness of every trained sample (`staleness_mean`, `staleness_max`,
 summary `staleness_counts` = the distribution), `resumed` (samples interrupted by an
 update and continued under newer weights) and `dropped` (too stale when finished).

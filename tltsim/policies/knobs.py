@@ -42,8 +42,10 @@ def as_dict(k) -> dict:
 
 
 def _check(policy: str, key: str, v, default, meta):
+    given = v
+
     def bad(why):
-        return TltsimError(f"policy {policy!r}: {key} = {v!r} {why}")
+        return TltsimError(f"policy {policy!r}: {key} = {given!r} {why}")
 
     if isinstance(default, bool):
         if not isinstance(v, bool):
