@@ -15,12 +15,12 @@ import numpy as np
 
 from tltsim.sim.rollout import StepRollout, truncate
 
-# columns a step's rows carry besides the trace's own
-EXTRA = ("group", "origin", "carried")
-
 
 class PromptStream:
-    def __init__(self, trace_df, columns: list[str]):
+    """The trace's prompt groups (rows of one step and prompt_id) in trace order, served k at a time."""
+
+    def __init__(self, trace_df):
+        columns = ["prompt_id", "sample", "prompt_len", "response_len"] + (["engine"] if "engine" in trace_df else [])
         self.cols = {c: trace_df[c].to_numpy() for c in columns}
         key = trace_df["step"].to_numpy() * (int(trace_df["prompt_id"].max()) + 1) + trace_df["prompt_id"].to_numpy()
         self.starts = np.flatnonzero(np.concatenate([[True], np.diff(key) != 0]))

@@ -48,7 +48,7 @@ class PartialRollout(Policy):
 
     def bind(self, sim) -> None:
         super().bind(sim)
-        self.stream = PromptStream(sim.trace.df, [c for c in sim.trace.df.columns if c in ("prompt_id", "sample", "prompt_len", "response_len", "engine")])
+        self.stream = PromptStream(sim.trace.df)
         self.carry: dict = {}
 
     def prepare_step(self, step: int, df: dict) -> dict:
@@ -78,7 +78,7 @@ class PartialRollout(Policy):
             carry["carried"] = carry["carried"] + g
             self.carry = carry
         else:
-            dropped = int(np.sum(left & ((sr.generated > 0) | (df["carried"] > 0))))
+            dropped = int(np.sum(left & (sr.generated > 0)))  # nothing is ever carried in this mode
         return StepOutcome(trained=self.done, dropped=dropped, columns={
             "launched_groups": self.launched,
             "carried_groups": groups_in(self.carry) if self.carry else 0,

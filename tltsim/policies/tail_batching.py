@@ -44,8 +44,7 @@ class TailBatching(Policy):
 
     def bind(self, sim) -> None:
         super().bind(sim)
-        cols = [c for c in sim.trace.df.columns if c in ("prompt_id", "sample", "prompt_len", "response_len", "engine")]
-        self.stream = PromptStream(sim.trace.df, cols)
+        self.stream = PromptStream(sim.trace.df)
         self.parked: dict = {}
         self.short_rounds = 0  # since the last long round
 

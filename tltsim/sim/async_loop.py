@@ -36,10 +36,10 @@ class AsyncRun:
         self.sim, self.env, self.bar = sim, env, bar
         self.cost, self.cfg = sim.cost, sim.cfg
         self.R, self.eta, self.update_s = rollout_engines, max_staleness, update_s
-        trace = sim.trace.df
-        self.stream = PromptStream(trace, ["prompt_id", "sample", "prompt_len", "response_len"])
-        self.batches = [len(np.unique(cols["prompt_id"])) for _, cols in sim.step_columns()]  # groups per step
-        self.steps = [s for s, _ in sim.step_columns()]
+        self.stream = PromptStream(sim.trace.df)
+        trace_steps = sim.step_columns()
+        self.batches = [len(np.unique(cols["prompt_id"])) for _, cols in trace_steps]  # groups each step trains on
+        self.steps = [s for s, _ in trace_steps]
         self.version = 0
         self.updated = env.event()  # triggered (and replaced) at every weight update and at the end
         self.finished_group = env.event()
