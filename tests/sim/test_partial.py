@@ -44,6 +44,7 @@ def test_stop_at_enough_groups_and_resume_keeping_tokens():
     s = res.steps
     assert s["staleness_mean"].tolist() == [0.0, 0.5] and s["staleness_max"].tolist() == [0, 1]
     assert s["resumed"].tolist() == [0, 1] and s["dropped"].tolist() == [0, 0]
+    assert s["resumed_fraction"].tolist() == [0.0, 0.5] and s["dropped_fraction"].tolist() == [0.0, 0.0]
     assert res.summary["staleness_counts"] == {"0": 3, "1": 1}
     assert res.summary["resumed_fraction"] == 0.25 and res.summary["staleness_max"] == 1
 

@@ -60,3 +60,20 @@ def test_unknown_combination_names_are_clear():
         make_policy("partial+nope")
     with pytest.raises(TltsimError, match="both 'partial' and 'migrate' decide how a rollout runs"):
         make_policy("partial+migrate")
+
+
+@pytest.fixture(scope="module")
+def three_steps():
+    return load(SHIPPED).select_steps([0, 1, 2])
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_every_policy_accounts_for_every_gpu_second(three_steps, name):
+    """Each worker's intervals tile [0, makespan] with no gap or overlap, so busy + idle = GPUs x makespan."""
+    res = Simulator(three_steps, SimConfig(cluster=ClusterConfig(gpus=16, tp=4)), make_policy(name)).run()
+    s = res.summary
+    assert s["busy_gpu_seconds"] + s["idle_gpu_seconds"] == pytest.approx(16 * s["makespan_s"], rel=1e-9)
+    for _, w in res.timeline.sort_values(["worker", "t_start"], kind="stable").groupby("worker"):
+        assert w["t_start"].iloc[0] == 0.0 and w["t_end"].iloc[-1] == pytest.approx(s["makespan_s"], rel=1e-12)
+        assert w["t_start"].to_numpy()[1:] == pytest.approx(w["t_end"].to_numpy()[:-1], abs=1e-9)
+    assert sum(s["staleness_counts"].values()) == res.steps["responses"].sum()

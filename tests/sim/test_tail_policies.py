@@ -32,6 +32,7 @@ def test_tail_batching_parks_the_long_prompt_and_runs_it_in_a_long_round():
     assert s["rollout_s"].tolist() == [4.5, 6.5, 2.5]
     assert s["long_round"].tolist() == [False, True, False]
     assert s["dropped"].tolist() == [1, 0, 1] and s["parked_groups"].tolist() == [1, 0, 1]
+    assert s["dropped_fraction"].tolist() == [1 / 3, 0.0, 1 / 3]
     req = res.requests
     long = req[req.step == 1]
     assert long[["prompt_len", "response_len", "finished"]].values.tolist() == [[10, 6, True], [10, 5, True]]

@@ -7,7 +7,9 @@ With exactly as many groups launched as each trace step holds, step s gets exact
 trace step s.
 
 `rollout_until_groups` runs a step's rollout and stops every engine once `target`
-groups have finished (a group finishes with its last sample).
+groups have finished (a group finishes with its last sample). Each engine's rollout
+is computed to completion and then cut (tltsim.sim.rollout.truncate), so with
+speculation (`partial+tlt`) the tuner has also seen the iterations after the cut.
 """
 from __future__ import annotations
 

@@ -117,7 +117,7 @@ class AsyncRun:
 
     def _engine(self, e: int):
         env, cost = self.env, self.cost
-        rows: list[int] = []  # running sample ids
+        rows = np.zeros(0, dtype=np.int64)  # running sample ids
         rem = np.zeros(0)  # tokens left per running row
         ctx = np.zeros(0)  # context per running row (prompt + generated)
         used = 0
@@ -136,14 +136,14 @@ class AsyncRun:
                 p = np.array([self.s_plen[i] for i in new], dtype=float)
                 for i in new:
                     self.s_version[i], self.s_engine[i], self.s_admit[i] = self.version, e, env.now
-                t, state = env.now, "prefill" if not rows else "decode"
+                t, state = env.now, "prefill" if not len(rows) else "decode"
                 self._doing[e] = state
                 yield env.timeout(float(cost.prefill_time(p.sum(), (p * p).sum())))
                 self._log(e, state, t, env.now, len(rows) + len(new))
-                rows += new
+                rows = np.concatenate([rows, new])
                 rem = np.concatenate([rem, [self.s_rlen[i] for i in new]])
                 ctx = np.concatenate([ctx, p])
-            if not rows:
+            if not len(rows):
                 t, self._doing[e] = env.now, "idle"
                 yield self.updated
                 self._log(e, "idle", t, env.now)
@@ -159,7 +159,7 @@ class AsyncRun:
             self._log(e, "decode", t, env.now, b, b * k)
             done = rem <= 0
             for j in np.flatnonzero(done):
-                i = rows[j]
+                i = int(rows[j])
                 self.s_finish[i] = env.now
                 used -= self.s_plen[i] + self.s_rlen[i]
                 gid = self.s_group[i]
@@ -169,10 +169,10 @@ class AsyncRun:
                     self.done_groups.append(gid)
                     self.finished_group.succeed()
                     self.finished_group = env.event()
-            rows = [r for r, d in zip(rows, done) if not d]
+            rows = rows[~done]
             rem, ctx = rem[~done], ctx[~done]
-            if update.triggered and rows and not self.over:  # new weights: load them, re-prefill the running
-                for i in rows:
+            if update.triggered and len(rows) and not self.over:  # new weights: load them, re-prefill the running
+                for i in rows.tolist():
                     self.s_resumed[i] = True
                 self._doing[e], t = "weight_sync", env.now
                 yield env.timeout(self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))

@@ -152,6 +152,8 @@ class Simulator:
             "staleness_max": int(stale.max()) if n else 0,
             "resumed": int(np.sum(resumed)),
             "dropped": int(dropped),
+            "resumed_fraction": float(np.sum(resumed)) / n if n else 0.0,
+            "dropped_fraction": dropped / (n + dropped) if n + dropped else 0.0,
             "trained_len_mean": float(lengths.mean()) if n else np.nan,
         }
 
