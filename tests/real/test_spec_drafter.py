@@ -32,7 +32,7 @@ def test_initialisation_is_seeded():
 
 
 def _pairs(arch="llama", n=8):
-    run = real.generate(tiny_target(arch), PROMPTS[:n], max_new_tokens=16, eos_token_id=[], collect_features=True)
+    run = real.generate(tiny_target(arch), PROMPTS["random"][:n], max_new_tokens=16, eos_token_id=[], collect_features=True)
     return [(f.prompt + f.tokens, f.features) for f in run.finished]
 
 
