@@ -1,0 +1,170 @@
+"""A real run's records, in the simulator's schema (tltsim.records), written after every step.
+
+Each worker describes its step in a `WorkerStep` (intervals, engine calls, responses); rank 0
+merges them into a `Recorder` and rewrites RUN_DIR: the Result files (timeline, steps, requests,
+iterations, config, summary last) and trace.parquet, each atomically, so a run killed at any
+moment leaves every finished step readable.
+
+Clock: seconds since the run began, one origin for every worker. A step runs from its start (all
+workers past a barrier) to the end of the last worker's weight sync; each worker's intervals tile
+that span (a worker done early with its sync waits `idle` until the step's end). Bookkeeping
+between steps (these records, the checkpoint, the drafter probe) belongs to no step, so the
+makespan is the sum of the step times and busy + idle = workers x makespan, as in the simulator.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from real.adaptive import Step
+from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.summary import summarize
+from tltsim.trace import Trace, TraceMeta, save as save_trace
+
+ITERATION_COLUMNS = ["step", "worker", "batch_size", "mode", "strategy", "accepted", "wall_s", "t_end", "tokens",
+                     "reprefill"]
+TRACE_FILE = "trace.parquet"
+
+
+@dataclass
+class WorkerStep:
+    """One worker's account of one RL step (picklable: it travels to rank 0)."""
+
+    worker: int
+    calls: list[Step]  # engine calls of its rollout, in order
+    phases: list[tuple[str, float, float]]  # (state, t_start, t_end) after its rollout: idle, drafter_train, reward, ...
+    responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at
+    done_at: float  # run clock when its share was generated
+    drafter_batches: int = 0  # spot-training batches it ran this step
+    extra: dict = field(default_factory=dict)  # per-worker figures summed into the step row (e.g. GRPO stats)
+
+
+def intervals(calls: list[Step]) -> list[tuple]:
+    """Timeline rows (state, t_start, t_end, batch_size, tokens, accepted, strategy) of a rollout.
+
+    Consecutive calls in one state at one batch size with one strategy merge into one interval;
+    `tokens` adds up, `accepted` is the mean over the merged speculative calls.
+    """
+    out: list[list] = []
+    n_acc = 0
+    for c in calls:
+        last = out[-1] if out else None
+        if last is not None and (last[0], last[3], last[6]) == (c.mode, c.batch_size, c.strategy):
+            last[2] = c.t_end
+            last[4] += c.tokens
+            if c.mode == "spec_decode":
+                n_acc += 1
+                last[5] += (c.accepted - last[5]) / n_acc
+            continue
+        n_acc = 1
+        out.append([c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted, c.strategy])
+    return [tuple(r) for r in out]
+
+
+class Recorder:
+    """Every finished step's rows, and how to write them as a Result directory plus trace.parquet."""
+
+    def __init__(self, config: dict, meta: TraceMeta):
+        self.config = config
+        self.meta = meta
+        self.timeline: list[tuple] = []
+        self.steps: list[dict] = []
+        self.requests: list[dict] = []
+        self.iterations: list[dict] = []
+        self.trace: list[dict] = []
+        self.extra_summary: dict = {}
+
+    @classmethod
+    def resume(cls, out: str | Path, config: dict, meta: TraceMeta, last_step: int) -> "Recorder":
+        """A recorder holding the rows of steps <= `last_step` already in `out` (later steps are dropped:
+        their checkpoint was never written, so they run again)."""
+        rec = cls(config, meta)
+        old = Result.load(out)
+        keep = lambda df: df[df["step"] <= last_step]  # noqa: E731
+        rec.timeline = list(keep(old.timeline)[TIMELINE_COLUMNS].itertuples(index=False, name=None))
+        rec.steps = keep(old.steps).to_dict("records")
+        rec.requests = keep(old.requests).to_dict("records")
+        rec.iterations = keep(old.iterations).to_dict("records") if old.iterations is not None else []
+        rec.trace = keep(pd.read_parquet(Path(out) / TRACE_FILE)).to_dict("records")
+        rec.extra_summary = {k: old.summary[k] for k in ("drafter_warmup_s",) if k in old.summary}
+        return rec
+
+    @property
+    def clock_end(self) -> float:
+        """Where the run clock stood at the end of the last recorded step (0 before any)."""
+        return max((r[4] for r in self.timeline), default=0.0)
+
+    def add(self, step: int, t0: float, reports: list[WorkerStep], columns: dict) -> dict:
+        """Record step `step` (started at t0) from every worker's report; returns its steps row."""
+        reports = sorted(reports, key=lambda r: r.worker)
+        end = max(r.phases[-1][2] if r.phases else r.done_at for r in reports)
+        barrier = max(r.done_at for r in reports)
+        phase_end = {s: max((b for r in reports for st, _, b in r.phases if st == s), default=barrier)
+                     for s in ("reward", "train", "weight_sync")}
+        for r in reports:
+            rows = [(step, r.worker, *iv) for iv in intervals(r.calls)]
+            rows += [(step, r.worker, s, a, b, math.nan, 0.0, math.nan, "") for s, a, b in r.phases if b > a]
+            last = max((row[4] for row in rows), default=t0)
+            if end > last:
+                rows.append((step, r.worker, "idle", last, end, math.nan, 0.0, math.nan, ""))
+            self.timeline += rows
+            self.iterations += [{"step": step, "worker": r.worker, "batch_size": c.batch_size, "mode": c.mode,
+                                 "strategy": c.strategy, "accepted": c.accepted, "wall_s": c.wall_s, "t_end": c.t_end,
+                                 "tokens": c.tokens, "reprefill": c.reprefill} for c in r.calls if c.mode != "prefill"]
+            for resp in r.responses:
+                self.requests.append({"step": step, "engine": r.worker, **{k: resp[k] for k in REQUEST_COLUMNS
+                                                                           if k in resp}, "finished": resp["finished"]})
+                self.trace.append({"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
+                                   "prompt_len": resp["prompt_len"], "response_len": resp["response_len"],
+                                   "reward": resp["reward"], "finished": resp["finished"], "engine": r.worker})
+        responses = [resp for r in reports for resp in r.responses]
+        finished_at = np.array([resp["finished_at"] for resp in responses]) - t0
+        t90 = float(np.quantile(finished_at, 0.9, method="inverted_cdf")) if len(finished_at) else 0.0
+        calls = [c for r in reports for c in r.calls]
+        spec = [c for c in calls if c.mode == "spec_decode"]
+        engine_s = sum(r.done_at - t0 for r in reports)
+        strategies = Counter(c.strategy for c in spec)
+        rewards = np.array([resp["reward"] for resp in responses], dtype=float)
+        row = {
+            "step": step, "t_start": t0, "rollout_s": barrier - t0, "reward_s": phase_end["reward"] - barrier,
+            "train_s": phase_end["train"] - phase_end["reward"], "sync_s": end - phase_end["train"], "total_s": end - t0,
+            "responses": len(responses), "response_tokens": int(sum(resp["response_len"] for resp in responses)),
+            "tail_s": (barrier - t0) - t90,
+            "sd_share": sum(c.t_end - c.t_start for c in spec) / engine_s if engine_s else 0.0,
+            "mean_accepted": float(np.mean([c.accepted for c in spec])) if spec else math.nan,
+            "strategies": ",".join(f"{s}:{n}" for s, n in strategies.most_common()),
+            "mean_reward": float(rewards.mean()) if rewards.size else math.nan,
+            "accuracy": float((rewards >= 1.0).mean()) if rewards.size else math.nan,
+            "drafter_train_s": sum(b - a for r in reports for s, a, b in r.phases if s == "drafter_train"),
+            "drafter_train_batches": sum(r.drafter_batches for r in reports),
+            **columns,
+        }
+        self.steps.append(row)
+        return row
+
+    def result(self) -> Result:
+        steps = pd.DataFrame(self.steps)
+        steps = steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]]
+        timeline = pd.DataFrame(self.timeline, columns=TIMELINE_COLUMNS)
+        workers = int(self.config["workers"])
+        makespan = float(steps["total_s"].sum())
+        summary = {"policy": self.config["policy"], "trace": "real", **summarize(timeline, steps, makespan, workers),
+                   "mean_reward": float(steps["mean_reward"].mean()), **self.extra_summary}
+        if steps["drafter_accepted"].notna().any():
+            summary["drafter_accepted"] = float(steps["drafter_accepted"].mean())
+        requests = pd.DataFrame(self.requests, columns=REQUEST_COLUMNS + ["finished"])
+        iterations = pd.DataFrame(self.iterations, columns=ITERATION_COLUMNS)
+        return Result(timeline, steps, requests, summary, self.config, iterations)
+
+    def save(self, out: str | Path) -> Result:
+        """Write trace.parquet, then the Result (summary.json last); each file atomically."""
+        trace = Trace.from_frame(pd.DataFrame(self.trace), self.meta)
+        save_trace(trace, Path(out) / TRACE_FILE)
+        result = self.result()
+        result.save(out)
+        return result
