@@ -25,6 +25,7 @@ from tltsim.hardware import load_gpu, load_model
 from tltsim.policies.base import Policy
 from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.sim.engine import exact_rollout, fast_rollout
+from tltsim.summary import summarize
 from tltsim.trace import Trace
 
 
@@ -238,35 +239,12 @@ class Simulator:
     def _result(self, makespan: float) -> Result:
         tl = pd.DataFrame(self._timeline, columns=TIMELINE_COLUMNS)
         steps = pd.DataFrame(self._steps)
-        tp = self.cfg.cluster.tp
-        dur = tl["t_end"] - tl["t_start"]
-        idle = float(dur[tl["state"] == "idle"].sum()) * tp
-        gpu_s = makespan * self.cfg.cluster.gpus
-        rollout = float(steps["rollout_s"].sum())
         summary = {
             "policy": self.policy.name,
             "trace": self.trace.meta.source,
-            "steps": len(steps),
-            "makespan_s": makespan,
-            "mean_step_s": makespan / max(len(steps), 1),
-            "rollout_s": rollout,
-            "reward_s": float(steps["reward_s"].sum()),
-            "train_s": float(steps["train_s"].sum()),
-            "sync_s": float(steps["sync_s"].sum()),
-            "rollout_share": rollout / makespan if makespan else 0.0,
-            "gpu_seconds": gpu_s,
-            "idle_gpu_seconds": idle,
-            "idle_fraction": idle / gpu_s if gpu_s else 0.0,
-            "busy_gpu_seconds": float(dur[tl["state"] != "idle"].sum()) * tp,
-            "tail_share": float(steps["tail_s"].sum()) / rollout if rollout else 0.0,
-            "tokens_per_s": float(steps["response_tokens"].sum()) / makespan if makespan else 0.0,
-            "sd_share": float((steps["sd_share"] * steps["rollout_s"]).sum()) / rollout if rollout else 0.0,
-            "drafter_train_gpu_seconds": float(dur[tl["state"] == "drafter_train"].sum()) * tp,
+            **summarize(tl, steps, makespan, self.cfg.cluster.gpus, self.cfg.cluster.tp),
             **self._off_policy_summary(steps),
         }
-        for k in ("mean_accepted",):
-            if steps[k].notna().any():
-                summary[k] = float(steps[k].mean())
         requests = _requests_frame(self._requests)
         iterations = pd.concat(self._iterations, ignore_index=True) if self._iterations else None
         config = self.cfg.to_dict()
