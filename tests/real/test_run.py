@@ -1,0 +1,208 @@
+"""`tltsim real run` end to end on 2 CPU workers: records in the simulator's schema, spot training only
+on finished workers, lossless speculation across policies, the drafter kept fresh by spot training,
+and resume after a kill."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from real.grpo import GRPO, GRPOConfig, group_advantages, response_logprobs, token_losses
+from real.models import build_target
+from real.pretrain import PretrainConfig, save_checkpoint, train
+from real.run import RunConfig, launch
+from real.task import TaskConfig
+from tltsim.errors import TltsimError
+from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.trace import load as load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> Path:
+    """test-llama pretrained briefly on short gcd problems: it ends responses at varied lengths and
+    is sometimes right, so groups have reward variance (GRPO moves it) and workers finish apart."""
+    torch.set_num_threads(2)
+    config = PretrainConfig(preset="test-llama", steps=120, batch_tokens=2048, lr=1e-2, warmup=10,
+                            task=TaskConfig(max_steps=12))
+    model, task, _ = train(config)
+    return save_checkpoint(model, task, tmp_path_factory.mktemp("target") / "test-llama", {})
+
+
+def base(target, **kw) -> RunConfig:
+    return RunConfig(**{"workers": 2, "steps": 3, "model": str(target), "prompts": 4, "group": 2,
+                        "max_new_tokens": 48, "warmup_steps": 20, "warmup_prompts": 16, "probe": 4,
+                        "knobs": {"threshold": 4, "patience": 2, "arms": "4_2_8,4_1_4"}, **kw})
+
+
+@pytest.fixture(scope="module")
+def greedy_runs(target, tmp_path_factory):
+    """tlt and verl from one seed, greedy, float64 (no argmax ties between tree and plain forwards)."""
+    out = tmp_path_factory.mktemp("greedy")
+    cfg = base(target, greedy=True, dtype="float64")
+    launch(cfg, out / "tlt")
+    launch(replace(cfg, policy="verl", knobs={}), out / "verl", command="verl-run")
+    return out
+
+
+@pytest.mark.slow
+def test_records_follow_the_schema(greedy_runs):
+    for policy in ("tlt", "verl"):
+        res = Result.load(greedy_runs / policy)
+        assert list(res.timeline.columns) == TIMELINE_COLUMNS
+        assert set(STEP_COLUMNS + ["mean_reward", "accuracy", "sd_share", "mean_accepted", "drafter_train_s",
+                                   "drafter_accepted"]) <= set(res.steps.columns)
+        assert set(REQUEST_COLUMNS) <= set(res.requests.columns)
+        assert set(res.iterations.columns) >= {"step", "worker", "batch_size", "mode", "strategy", "accepted",
+                                               "wall_s", "t_end"}
+        assert set(res.timeline["state"]) <= set(STATES)
+        assert res.steps["step"].tolist() == [0, 1, 2]
+        assert res.config["policy"] == policy and res.config["workers"] == 2
+        s = res.summary
+        for key in ("makespan_s", "rollout_s", "train_s", "rollout_share", "gpu_seconds", "idle_gpu_seconds",
+                    "idle_fraction", "tail_share", "tokens_per_s", "steps"):
+            assert key in s
+        assert s["gpu_seconds"] == pytest.approx(2 * s["makespan_s"])
+        # every worker's intervals tile each step: contiguous, non-overlapping, from the step's start to its end
+        tl = res.timeline
+        assert (tl["t_end"] >= tl["t_start"]).all()
+        for (step, worker), iv in tl.sort_values("t_start").groupby(["step", "worker"]):
+            row = res.steps.set_index("step").loc[step]
+            assert iv["t_start"].iloc[0] == pytest.approx(row["t_start"], abs=0.05)
+            assert iv["t_end"].iloc[-1] == pytest.approx(row["t_start"] + row["total_s"])
+            assert np.allclose(iv["t_start"].to_numpy()[1:], iv["t_end"].to_numpy()[:-1])
+        busy_idle = float((tl["t_end"] - tl["t_start"]).sum())
+        assert busy_idle == pytest.approx(s["gpu_seconds"], rel=1e-6)
+        trace = load_trace(greedy_runs / policy / "trace.parquet")
+        assert trace.meta.source == "real" and trace.meta.group_size == 2 and len(trace.df) == 3 * 4 * 2
+        assert set(trace.df["engine"]) == {0, 1}
+        # contiguous chunks of prompt groups: prompts 0-1 on worker 0, 2-3 on worker 1
+        assert (trace.df["engine"] == (trace.df["prompt_id"] >= 2)).all()
+
+
+@pytest.mark.slow
+def test_speculation_is_lossless_across_policies(greedy_runs):
+    tlt = load_trace(greedy_runs / "tlt" / "trace.parquet").df
+    verl = load_trace(greedy_runs / "verl" / "trace.parquet").df
+    res = Result.load(greedy_runs / "tlt")
+    assert (res.timeline["state"] == "spec_decode").any()  # tlt did speculate
+    assert not (Result.load(greedy_runs / "verl").timeline["state"] == "spec_decode").any()
+    assert tlt[["step", "prompt_id", "sample", "response_len", "reward"]].equals(
+        verl[["step", "prompt_id", "sample", "response_len", "reward"]])
+
+
+@pytest.mark.slow
+def test_drafter_trains_only_on_workers_done_with_their_share(greedy_runs):
+    res = Result.load(greedy_runs / "tlt")
+    tl = res.timeline
+    train = tl[tl["state"] == "drafter_train"]
+    assert len(train) > 0
+    rollout = tl[tl["state"].isin(["prefill", "decode", "spec_decode"])]
+    done = rollout.groupby(["step", "worker"])["t_end"].max()
+    barrier = res.steps.set_index("step")["t_start"] + res.steps.set_index("step")["rollout_s"]
+    for _, iv in train.iterrows():
+        assert iv["t_start"] >= done[(iv["step"], iv["worker"])] - 1e-9
+        assert iv["t_start"] < barrier[iv["step"]]  # it started while another worker was still generating
+    assert not (Result.load(greedy_runs / "verl").timeline["state"] == "drafter_train").any()
+
+
+@pytest.mark.slow
+def test_spot_training_raises_the_drafters_accepted_length_over_a_static_one(target, tmp_path):
+    """Same weak warm-up drafter, same seed, sampled rollouts: two steps in, the drafter that trained on
+    idle workers accepts clearly more than the one trained once. (The test target rarely earns a
+    reward, so GRPO barely moves it: this checks what spot training adds, not recovery from drift.)
+    One worker holds 1 prompt group and the other 2, so the first always idles long enough to train."""
+    knobs = {"threshold": 4, "patience": 2, "arms": "4_2_8,4_1_4", "buffer_steps": 2}
+    cfg = base(target, steps=4, prompts=3, group=4, max_new_tokens=96, warmup_steps=10, drafter_batch=4, probe=8,
+               knobs=knobs)
+    launch(cfg, tmp_path / "tlt")
+    launch(replace(cfg, policy="static-sd", drafter=str(tmp_path / "tlt" / "drafter_init.pt")), tmp_path / "static")
+    tlt = Result.load(tmp_path / "tlt").steps
+    static = Result.load(tmp_path / "static").steps
+    assert tlt["drafter_accepted"].iloc[0] == pytest.approx(static["drafter_accepted"].iloc[0])  # same start
+    assert tlt["drafter_train_batches"].sum() > 0 and static["drafter_train_batches"].sum() == 0
+    assert static["drafter_accepted"].nunique() == 1 or abs(static["drafter_accepted"].diff()).max() < 0.3
+    assert tlt["drafter_accepted"].iloc[2:].mean() > static["drafter_accepted"].iloc[2:].mean() + 0.2
+
+
+@pytest.mark.slow
+def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
+    out = tmp_path / "verl"
+    cmd = [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
+           "--model", str(target), "--prompts", "4", "--group", "2", "--max-new-tokens", "48", "--greedy",
+           "--dtype", "float64", "--probe", "4", "-o", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    state = out / "checkpoint" / "state.json"
+    deadline = time.time() + 120
+    while not state.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = json.loads(state.read_text())["step"]
+    assert killed_at < 2, "the run finished before it could be killed"
+    assert Result.load(out).steps["step"].max() <= killed_at + 1  # finished steps are readable
+    with pytest.raises(TltsimError, match="--resume"):
+        launch(replace(base(target, greedy=True, dtype="float64"), policy="verl", knobs={}), out)
+    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    res = Result.load(out)
+    assert res.steps["step"].tolist() == [0, 1, 2]
+    assert (res.steps["t_start"].diff().dropna() > 0).all()
+    # greedy verl is deterministic: the resumed run generated what the uninterrupted one did
+    resumed = load_trace(out / "trace.parquet").df
+    whole = load_trace(greedy_runs / "verl" / "trace.parquet").df
+    cols = ["step", "prompt_id", "sample", "engine", "response_len", "reward"]
+    assert resumed[cols].equals(whole[cols])
+
+
+def test_bad_runs_are_refused_before_any_worker_starts(tmp_path):
+    with pytest.raises(TltsimError, match="tlt-base"):
+        launch(base("test-llama", policy="tlt-base"), tmp_path / "a")
+    with pytest.raises(TltsimError, match="only shape the simulator"):
+        launch(base("test-llama", knobs={"drift": 0.1}), tmp_path / "b")
+    with pytest.raises(TltsimError, match="no knobs"):
+        launch(base("test-llama", policy="verl"), tmp_path / "c")
+    with pytest.raises(TltsimError, match="no checkpoint"):
+        launch(base("test-llama"), tmp_path / "d", resume=True)
+
+
+# --- GRPO ------------------------------------------------------------------------------------------
+
+def test_group_advantages_are_normalised_per_group():
+    adv = group_advantages(np.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]]))
+    assert adv[0] == pytest.approx([1, -1, -1, 1], abs=1e-5)
+    assert adv[1] == pytest.approx([0, 0, 0, 0])
+
+
+def test_clipped_loss_stops_the_gradient_beyond_the_clip():
+    logp = torch.tensor([[0.5, -0.5]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    loss = token_losses(logp, old, torch.tensor([1.0]), mask, clip=0.2).sum()
+    loss.backward()
+    # ratio e^0.5 > 1.2 with A > 0: clipped, no gradient; ratio e^-0.5 < 0.8 with A > 0: unclipped
+    assert logp.grad[0, 0] == 0 and logp.grad[0, 1] < 0
+
+
+def test_grpo_update_raises_the_likelihood_of_rewarded_responses():
+    model = build_target("test-llama", seed=0).float()
+    prompts = [[1, 5, 6], [1, 5, 6]]
+    responses = [[7, 8, 9, 2], [10, 11, 12, 13]]
+    grpo = GRPO(model, GRPOConfig(lr=1e-2))
+    before = response_logprobs(model, prompts, responses)[0].sum(dim=1).detach()
+    adv = group_advantages(np.array([[1.0, 0.0]])).ravel()
+    for _ in range(3):
+        old, ref = grpo.old_logprobs(prompts, responses)
+        grpo.update(prompts, responses, adv, old, ref)
+    after = response_logprobs(model, prompts, responses)[0].sum(dim=1).detach()
+    assert after[0] > before[0] and after[1] < before[1]
