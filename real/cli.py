@@ -159,6 +159,8 @@ def _run(args) -> int:
                        grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
                        probe=args.probe)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args))
+    if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
+        return 0
     summary = json.loads((out / "summary.json").read_text())
     print(f"wrote {out}: {summary['steps']} steps, makespan {summary['makespan_s']:.1f} s, "
           f"rollout share {summary['rollout_share']:.2f}, idle fraction {summary['idle_fraction']:.2f}, "

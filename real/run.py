@@ -54,7 +54,7 @@ from tltsim.trace import TraceMeta
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always")
 # TLTKnobs fields that only the simulator's models use; setting one for a real run is an error
-SIM_ONLY_KNOBS = ("dedicated_gpus", "drift", "tau_samples", "q_start", "chunk_iters")
+SIM_ONLY_KNOBS = ("dedicated_gpus", "drift", "tau_samples", "q_start", "q_max", "chunk_iters")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 CHECKPOINT = "checkpoint"
 
@@ -66,7 +66,7 @@ class RunConfig:
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = "tiny-llama"  # save_pretrained directory (with the task file) or a preset name (random weights)
     drafter: str | None = None  # drafter checkpoint to start from; None: warm one up on the target's own outputs
-    device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count)
+    device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
     prompts: int = 8  # prompts per step
     group: int = 4  # samples per prompt (GRPO group size)
@@ -186,11 +186,14 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str) -> None:
+    backend = "gloo"
     if config.device == "cpu":
         torch.set_num_threads(1)
     else:
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    dist.init_process_group("gloo" if config.device == "cpu" else "nccl", rank=rank, world_size=config.workers)
+        if torch.cuda.device_count() >= config.workers:
+            backend = "nccl"  # NCCL needs one GPU per rank; several workers sharing a GPU talk through gloo
+    dist.init_process_group(backend, rank=rank, world_size=config.workers)
     try:
         Worker(rank, config, out, resume, command).run()
     finally:
