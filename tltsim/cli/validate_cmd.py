@@ -14,6 +14,7 @@ def register(sub) -> None:
     p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, validation.json and the predicted results here")
     p.add_argument("--json", action="store_true", help="print the overall figures as JSON")
     p.set_defaults(func=cmd_validate)
+    register_calibrate(sub)
 
 
 def cmd_validate(args) -> int:
@@ -38,4 +39,27 @@ def cmd_validate(args) -> int:
         s = v.speedup
         print(f"\nspeedup of {s['run']} over {s['baseline']}: measured {s['measured']:.3f}, predicted "
               f"{s['predicted']:.3f} ({s['error']:+.1%})")
+    return 0
+
+
+def register_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the simulator's drafter drift and recovery to two real runs")
+    p.add_argument("--adaptive", required=True, metavar="RUN_DIR", help="a run whose drafter was spot-trained (tlt)")
+    p.add_argument("--static", required=True, metavar="RUN_DIR", help="the same config without drafter training (static-sd)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args) -> int:
+    from tltsim.validate import calibrate_staleness
+
+    fit = calibrate_staleness(args.adaptive, args.static)
+    if args.json:
+        print(json.dumps({**fit.knobs(), "rms_error": fit.rms_error}, indent=2))
+        return 0
+    print(format_table(["run", "step", "measured q", "modelled q"],
+                       [[r.run, int(r.step), r.measured_q, r.modelled_q] for r in fit.qualities.itertuples()]))
+    print(f"\nq_start {fit.q_start:.4f}  drift {fit.drift:.4f} per update  tau_samples {fit.tau_samples:.1f}  "
+          f"(RMS error {fit.rms_error:.4f})")
+    print("use in the simulator: " + " ".join(f"--knob {k}={v:.6g}" for k, v in fit.knobs().items()))
     return 0

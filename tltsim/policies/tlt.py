@@ -59,6 +59,7 @@ class TLTKnobs:
     drift: float = DrafterConfig.drift  # drafter quality lost per policy update
     tau_samples: float = DrafterConfig.tau_samples  # samples that close 63% of the quality gap
     q_start: float = DrafterConfig.q_start  # drafter quality when RL starts
+    q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
     chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
 
     def validate(self, name: str) -> "TLTKnobs":
@@ -131,7 +132,7 @@ class Speculative(Policy):
         seed = sim.cfg.seed
         k = self.k
         self.acceptance = AcceptanceModel()
-        cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, DrafterConfig.q_max), drift=k.drift,
+        cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, k.q_max), drift=k.drift,
                             q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
         if k.drafter == "ngram":
             self.drafter = NgramDrafter()

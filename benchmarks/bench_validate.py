@@ -1,0 +1,58 @@
+"""Sim vs real: real CPU runs of verl and tlt, then the simulator's prediction of both, in one run.
+
+    python benchmarks/bench_validate.py | tee benchmarks/results/bench_validate.txt
+
+Steps (each a `tltsim` command a user would type; run on a quiet machine, the timings are the data):
+1. the default target: `tltsim real pretrain` into out/bench_validate/target (skipped when present);
+2. `tltsim real profile` of the engine on this machine;
+3. `tltsim real run` of verl and of tlt (2 workers, --steps each, same seed);
+4. `tltsim validate verl_run tlt_run --profile profile.csv`: per-step and overall errors, the speedup.
+Targets (issue 8): median |error| of per-step rollout time < 10%; predicted tlt/verl speedup within 15%.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TLTSIM = [sys.executable, "-m", "tltsim"]
+
+
+def sh(args: list[str]) -> None:
+    print(f"$ tltsim {' '.join(shlex.quote(a) for a in args)}", flush=True)
+    t = time.perf_counter()
+    subprocess.run(TLTSIM + args, check=True)
+    print(f"  ({time.perf_counter() - t:.0f} s)", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="out/bench_validate")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--prompts", type=int, default=8)
+    p.add_argument("--group", type=int, default=4)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+    out = Path(args.out)
+    target = out / "target"
+    if not (target / "config.json").exists():
+        sh(["real", "pretrain", "-o", str(target)])
+    sh(["real", "profile", "--model", str(target), "--device", args.device, "-o", str(out / "profile.csv")])
+    runs = []
+    for policy in ("verl", "tlt"):
+        run = out / policy
+        shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
+        sh(["real", "run", "--policy", policy, "--workers", str(args.workers), "--steps", str(args.steps),
+            "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
+            "--seed", "0", "-o", str(run)])
+        runs.append(str(run))
+    sh(["validate", *runs, "--profile", str(out / "profile.csv"), "-o", str(out / "validation")])
+
+
+if __name__ == "__main__":
+    main()
