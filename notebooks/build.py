@@ -739,9 +739,15 @@ VALIDATE = [
         d = v.per_step[v.per_step["run"] == name]
         for ax, (metric, label) in zip(row, PANELS):
             m = d[d["metric"] == metric]
+            ax.set_title(f"{name}: {label}", fontsize=9, loc="left")
+            if m["measured"].isna().all():
+                ax.text(0.5, 0.5, "no speculative decoding", ha="center", va="center", transform=ax.transAxes)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                continue
             ax.plot(m["step"], m["measured"], "o-", color="k", ms=4, label="measured")
             ax.plot(m["step"], m["predicted"], "s--", color="#2c7bb6", ms=4, label="predicted")
-            ax.set_title(f"{name}: {label}", fontsize=9, loc="left")
+            ax.set_ylim(bottom=0)
             ax.set_xlabel("step")
             ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0, 0].legend();
