@@ -18,7 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 
 HERE = Path(__file__).resolve().parent
-TIMEOUT_S = 600  # per cell; the defaults run each notebook in well under a minute on 2 CPU cores
+TIMEOUT_S = 600  # per cell; the default parameters need a small fraction of it
 
 # Every notebook's first code cell after the parameters: figures inline as small PNGs, compact tables.
 SETUP = """\
@@ -35,11 +35,13 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_columns", 30)"""
 
 
-def md(text: str) -> tuple[str, str]:
-    return "markdown", textwrap.dedent(text).strip()
+def md(text: str) -> tuple[str, str, tuple[str, ...]]:
+    """A markdown cell: (kind, source, tags)."""
+    return "markdown", textwrap.dedent(text).strip(), ()
 
 
 def code(text: str, tags: tuple[str, ...] = ()) -> tuple[str, str, tuple[str, ...]]:
+    """A code cell: (kind, source, tags)."""
     return "code", textwrap.dedent(text).strip(), tags
 
 
@@ -791,11 +793,11 @@ def notebook(name: str) -> nbformat.NotebookNode:
         "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"},
         "language_info": {"name": "python"},
     }
-    for i, (kind, source, *tags) in enumerate(NOTEBOOKS[name]):
+    for i, (kind, source, tags) in enumerate(NOTEBOOKS[name]):
         cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
         cell.id = f"{name}-{i}"
-        if tags and tags[0]:
-            cell.metadata["tags"] = list(tags[0])
+        if tags:
+            cell.metadata["tags"] = list(tags)
         nb.cells.append(cell)
     return nb
 
