@@ -1,5 +1,4 @@
 """Partial rollout (over-provision, stop at enough groups, resume or drop): whole steps by hand."""
-import numpy as np
 import pandas as pd
 import pytest
 

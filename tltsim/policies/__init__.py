@@ -18,7 +18,7 @@ from tltsim.policies.partial import PartialRollout
 from tltsim.policies.tail_batching import TailBatching
 from tltsim.policies.tlt import VARIANTS, variant_factory
 
-SINGLE: dict = {
+REGISTRY: dict = {  # single policies: name -> factory(**knobs) with a `knobs` list
     "verl": Policy,
     **{name: variant_factory(name) for name in VARIANTS},
     "ideal": Ideal,
@@ -35,11 +35,11 @@ COMBINATIONS: dict[str, dict] = {
     "longest-first+tlt": {},
     "migrate+tlt": {"release": "drafter"},
 }
-REGISTRY: dict = {**SINGLE, **{name: None for name in COMBINATIONS}}
 
 
 def policy_names() -> list[str]:
-    return list(REGISTRY)
+    """Every registered name: the single policies, then the combinations."""
+    return [*REGISTRY, *COMBINATIONS]
 
 
 def make_policy(name: str, knobs: dict | None = None) -> Policy:
@@ -47,12 +47,12 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
     knobs = dict(knobs or {})
     key = name.strip().lower()
     parts = key.split("+")
-    if len(parts) > 2 or any(p not in SINGLE for p in parts):
-        raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(REGISTRY)} (or A+B of two single ones)")
+    if len(parts) > 2 or any(p not in REGISTRY for p in parts):
+        raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())} (or A+B of two single ones)")
     if len(parts) == 1:
         return _single(key, knobs, name)
     preset = {**COMBINATIONS.get(key, {}), **knobs}
-    allowed = {p: set(getattr(SINGLE[p], "knobs", {})) for p in parts}
+    allowed = {p: set(getattr(REGISTRY[p], "knobs", {})) for p in parts}
     unknown = sorted(set(knobs) - set().union(*allowed.values()))
     if unknown:
         raise TltsimError(f"policy {name!r}: unknown knob(s) {', '.join(unknown)}; "
@@ -62,7 +62,7 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
 
 
 def _single(key: str, knobs: dict, name: str) -> Policy:
-    cls = SINGLE[key]
+    cls = REGISTRY[key]
     allowed = set(getattr(cls, "knobs", {}))
     unknown = sorted(set(knobs) - allowed)
     if unknown:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from tltsim.errors import TltsimError
 from tltsim.policies.base import Policy
 from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.sim.async_loop import AsyncRun
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,5 @@ class AsyncRL(Policy):
         return (engines - rollout) * cluster.tp
 
     def loop(self, sim, env, bar):
-        from tltsim.sim.async_loop import AsyncRun  # simpy: only the simulator needs it
-
         update = float(sim.cost.sync_time()) if self.k.update_s < 0 else self.k.update_s
         return AsyncRun(sim, env, bar, sim.engines, self.k.max_staleness, update).process()

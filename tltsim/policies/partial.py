@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltsim.policies.base import Policy, StepOutcome
-from tltsim.policies.groups import PromptStream, concat, groups_in, rollout_until_groups, take_rows
+from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
 from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.sim.prompts import PromptStream
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,8 @@ which case the iterations done are the elapsed share of the stretch, rounded dow
 from __future__ import annotations
 
 import numpy as np
-import simpy
 
-from tltsim.policies.groups import PromptStream
+from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import check_footprints
 
 NAN = np.nan

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tltsim.sim.engine import EngineRollout, Interval
+from tltsim.sim.engine import EngineRollout
 
 _EPS = 1e-9
 
