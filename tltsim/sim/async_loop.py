@@ -14,6 +14,10 @@ interrupts generation on every engine: the engine loads the weights
 (`update_s`) and re-prefills every running request (prompt + tokens so far) with the
 new weights; the requests then continue (they are `resumed`).
 
+Records: a step is a training step; its `rollout_s` is the time the trainer waited
+for a batch (0 when rollout keeps ahead), `tail_s` 0. Rollout workers' timeline rows
+carry the trainer's step at the time; an update's pause is `weight_sync`.
+
 Between events an engine's batch is constant: it decodes until its next request
 finishes, in closed form (cost.segment_time), or until an update interrupts it, in
 which case the iterations done are the elapsed share of the stretch, rounded down.
