@@ -127,7 +127,8 @@ TRACES = [
     import tempfile
     from pathlib import Path
 
-    work = Path(tempfile.mkdtemp(prefix="tltsim-nb01-"))
+    scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb01-")  # removed when the kernel exits
+    work = Path(scratch.name)
     rng = np.random.default_rng(SEED)
     with open(work / "verl_lengths.jsonl", "w") as f:
         for step in range(3):
@@ -376,7 +377,8 @@ COMPARE = [
 
     from tltsim.sweep import load_spec, run_sweep
 
-    work = Path(tempfile.mkdtemp(prefix="tltsim-nb02-"))
+    scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb02-")  # removed when the kernel exits
+    work = Path(scratch.name)
     (work / "ranking.toml").write_text(f'''
     [base]
     trace = "{TRACE}"
@@ -487,7 +489,8 @@ TUNE = [
     verl_makespan = {g: Simulator(trace, replace(cfg, cluster=replace(cfg.cluster, gpus=g)), make_policy("verl"))
                      .run().summary["makespan_s"] for g in sorted({GPUS, *THRESHOLD_GPUS})}
 
-    work = Path(tempfile.mkdtemp(prefix="tltsim-nb03-"))
+    scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb03-")  # removed when the kernel exits
+    work = Path(scratch.name)
     BASE = f\'\'\'[base]
     trace = "{TRACE}"
     policy = "tlt"
@@ -659,7 +662,8 @@ VALIDATE = [
         from real.profile import profile
         from real.run import RunConfig, launch
 
-        work = Path(tempfile.mkdtemp(prefix="tltsim-nb04-"))
+        scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb04-")  # removed when the kernel exits
+        work = Path(scratch.name)
         torch.set_num_threads(2)
         # the profile the cost model is fitted to: a small grid, the strategies the tlt run uses
         profile(load_target(TINY_MODEL), batches=[1, 4], contexts=[16], strategies=["4_2_8", "4_1_4"], repeats=2,
@@ -773,6 +777,10 @@ VALIDATE = [
     pairs = list(zip(measured.items(), v.predicted.values()))
     for (name, m), p in pairs:
         display(plots.gantt([labelled(m, f"{name}: measured"), labelled(p, f"{name}: predicted")]))
+    """),
+    code("""
+    if RUN_NOW:
+        scratch.cleanup()  # the tiny runs were for this session only
     """),
 ]
 
