@@ -77,3 +77,16 @@ def test_every_policy_accounts_for_every_gpu_second(three_steps, name):
         assert w["t_start"].iloc[0] == 0.0 and w["t_end"].iloc[-1] == pytest.approx(s["makespan_s"], rel=1e-12)
         assert w["t_start"].to_numpy()[1:] == pytest.approx(w["t_end"].to_numpy()[:-1], abs=1e-9)
     assert sum(s["staleness_counts"].values()) == res.steps["responses"].sum()
+
+
+def test_a_combination_adds_tlt_without_perturbing_either_part(three_steps):
+    """partial+tlt at ratio 1 is tlt exactly; at ratio 2 it speculates and trains the drafter like tlt does."""
+    cfg = SimConfig(cluster=ClusterConfig(gpus=16, tp=4))
+    tlt = Simulator(three_steps, cfg, make_policy("tlt")).run()
+    same = Simulator(three_steps, cfg, make_policy("partial+tlt", {"ratio": 1.0})).run()
+    assert {k: v for k, v in same.summary.items() if k != "policy"} == {
+        k: v for k, v in tlt.summary.items() if k != "policy"}
+    both = Simulator(three_steps, cfg, make_policy("partial+tlt", {"ratio": 2.0, "threshold": 16})).run()
+    assert both.summary["sd_share"] > 0 and both.steps["drafter_quality"].notna().all()
+    assert both.summary["resumed_fraction"] > 0 and both.config["policy_knobs"]["threshold"] == 16
+    assert both.config["policy_knobs"]["ratio"] == 2.0
