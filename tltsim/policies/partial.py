@@ -69,11 +69,10 @@ class PartialRollout(Policy):
         left = ~self.done
         dropped = 0
         if self.k.unfinished == "resume":
-            got = sr.generated
             carry = take_rows(df, left)
-            g = got[left]
-            carry["origin"] = np.where((carry["carried"] == 0) & (g > 0), step, carry["origin"])
-            carry["origin"] = np.where((carry["carried"] == 0) & (g == 0), step + 1, carry["origin"])
+            g = sr.generated[left]
+            # a row keeps the version of its first tokens; one with none yet gets them next step at the earliest
+            carry["origin"] = np.where(carry["carried"] + g == 0, step + 1, carry["origin"])
             carry["prompt_len"] = carry["prompt_len"] + g
             carry["response_len"] = carry["response_len"] - g
             carry["carried"] = carry["carried"] + g
