@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+import pandas as pd
 import torch
 
 from real.kvcache import RaggedCache
@@ -63,8 +64,6 @@ class Generation:
 
     def frame(self):
         """The iteration records as a pandas DataFrame (one row per iteration)."""
-        import pandas as pd
-
         return pd.DataFrame([asdict(it) for it in self.iterations])
 
 

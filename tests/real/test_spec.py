@@ -73,6 +73,20 @@ def test_trained_drafter_gets_drafts_accepted(arch, kind, least):
         assert 4 in accepted and any(a < 4 for a in accepted)
 
 
+def test_iteration_records_as_a_frame():
+    arch, kind = "llama", "trained"
+    gen = real.generate(target(arch, kind), PROMPTS[kind], drafter=trained_drafter(arch, kind), strategy="4_1_4",
+                        max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind))
+    frame = gen.frame()
+    assert list(frame.columns) == ["index", "mode", "strategy", "batch_size", "proposed", "accepted", "tokens",
+                                   "wall_s", "reprefill"]
+    decode = frame[frame["mode"] == "spec"]
+    # every emitted token is an accepted draft or the one recovered/bonus token per row, up to EOS/cap cuts
+    assert decode["tokens"].sum() == sum(map(len, gen.tokens))
+    assert all(t <= sum(a) + len(a) for t, a in zip(decode["tokens"], decode["accepted"]))
+    assert (decode["proposed"] == 4).all() and frame["reprefill"].sum() == 1
+
+
 def test_switching_modes_mid_generation_is_lossless():
     arch, kind = "qwen2", "trained"
     engine = Engine(target(arch, kind), trained_drafter(arch, kind), max_new_tokens=MAX_NEW,
