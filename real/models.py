@@ -42,6 +42,11 @@ PRESETS = {
 }
 
 
+# `tltsim real pretrain -o real/assets/gcd-tiny-llama`: the default target, pretrained (3.2 MB), so tests,
+# notebooks and benchmarks need not spend 3 minutes making it. benchmarks/bench_pretrain.py measures it.
+SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
+
+
 def _unknown(name: str) -> TltsimError:
     return TltsimError(f"target {name!r}: neither a save_pretrained directory nor a preset; "
                        f"presets: {', '.join(PRESETS)}")

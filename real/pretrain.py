@@ -28,9 +28,9 @@ PRETRAIN_FILE = "tltsim_pretrain.json"  # the run's config and loss curve, besid
 @dataclass(frozen=True)
 class PretrainConfig:
     preset: str = "tiny-llama"  # model architecture and size (real.models.PRESETS)
-    steps: int = 300  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
+    steps: int = 600  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
     seconds: float | None = None  # stop after this much training time even if steps remain (not deterministic)
-    batch_tokens: int = 8192  # padded tokens per batch; problems of similar length are batched together
+    batch_tokens: int = 4096  # padded tokens per batch; similar lengths are batched together (more, smaller steps learn faster)
     lr: float = 3e-3  # peak AdamW learning rate, reached after `warmup` steps, cosine-decayed to 10%
     warmup: int = 30  # linear warm-up steps
     weight_decay: float = 0.0  # AdamW weight decay
@@ -123,6 +123,9 @@ def save_checkpoint(model: torch.nn.Module, task: GcdTask, out: str | Path, reco
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint directory is not
     try:
         model.save_pretrained(tmp)
         task.save(tmp)

@@ -1,5 +1,6 @@
 """Pretraining (batches, loss goes down, determinism, checkpoints), evaluation, and the `tltsim real` CLI."""
 import json
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,11 @@ from tltsim.errors import TltsimError
 SHORT = TaskConfig(max_steps=8)  # short problems: a test pretrain takes seconds
 
 
+def problem_of(text: str) -> Problem:
+    """The problem a default-task prompt ("gcd 480 630\\n", digits least-significant first) states."""
+    return Problem(int(text[4:7][::-1]), int(text[8:11][::-1]))
+
+
 def test_batches_mask_prompt_and_padding_and_respect_the_budget():
     task = GcdTask()
     data = batches(task, np.random.default_rng(0), batch_tokens=2048, pool=64)
@@ -24,10 +30,9 @@ def test_batches_mask_prompt_and_padding_and_respect_the_budget():
         ids, labels = next(data)
         assert ids.numel() <= 2048 and ids.shape == labels.shape
         for row, lab in zip(ids.tolist(), labels.tolist()):
-            text = task.tokenizer.decode(row[1:])
-            a, b = int(text[4:7]), int(text[8:11])
-            n_prompt = len(task.prompt_ids(Problem(a, b)))
-            solution = task.solution_ids(Problem(a, b))
+            p = problem_of(task.tokenizer.decode(row))
+            assert row[: len(task.prompt_ids(p))] == task.prompt_ids(p)
+            n_prompt, solution = len(task.prompt_ids(p)), task.solution_ids(p)
             assert lab[:n_prompt] == [-100] * n_prompt
             assert lab[n_prompt : n_prompt + len(solution)] == solution
             assert set(lab[n_prompt + len(solution) :]) <= {-100}
@@ -69,6 +74,13 @@ def test_pretrain_writes_a_loadable_checkpoint_and_replaces_an_old_one(tmp_path)
     model = load_target(out)
     assert model.config.num_hidden_layers == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["target"]  # no temporary directories left
+    assert out.stat().st_mode & 0o055 == 0o055 & ~_umask()  # readable by others as a plain mkdir makes it
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
 
 
 def test_config_validation():
@@ -89,8 +101,7 @@ class Oracle(torch.nn.Module):
         tok, rows = self.task.tokenizer, []
         for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
             assert mask == [int(i != pad_token_id) for i in ids]  # left padding, masked
-            text = tok.decode(ids)  # pad and bos dropped
-            p = Problem(int(text[4:7]), int(text[8:11]))
+            p = problem_of(tok.decode(ids))  # pad and bos dropped
             answer = p.answer + 1 if self.wrong else p.answer
             rows.append(tok.encode(self.task.solution_text(p).rsplit("=", 1)[0] + f"={answer:03d}") + [eos_token_id])
         rows = [r[:max_new_tokens] for r in rows]
@@ -148,3 +159,4 @@ def test_tltsim_help_does_not_import_torch():
     code = ("import sys; from tltsim.cli import build_parser; build_parser().format_help(); "
             "assert 'torch' not in sys.modules and 'real' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+

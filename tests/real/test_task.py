@@ -34,8 +34,8 @@ def test_tokenizer_rejects_unknown_characters():
 
 def test_solution_is_subtractive_euclid(task):
     p = Problem(84, 36)
-    assert task.prompt_text(p) == "gcd 084 036\n"
-    assert task.solution_text(p) == "048 036\n012 036\n012 024\n012 012\n=012"
+    assert task.prompt_text(p) == "gcd 480 630\n"  # least-significant digit first
+    assert task.solution_text(p) == "840 630\n210 630\n210 420\n210 210\n=012"
     assert task.num_steps(p) == 4
     assert task.solution_text(Problem(7, 7)) == "=007"
     assert task.prompt_ids(p)[0] == task.tokenizer.bos_id
@@ -50,10 +50,10 @@ def test_num_steps_counts_solution_lines(task):
         assert len(task.solution_ids(p)) <= task.max_response_tokens
 
 
-def test_lsb_first_writes_the_chain_reversed_and_the_answer_plainly():
-    t = GcdTask(TaskConfig(lsb_first=True))
-    assert t.prompt_text(Problem(84, 36)) == "gcd 480 630\n"
-    assert t.solution_text(Problem(84, 36)) == "840 630\n210 630\n210 420\n210 210\n=012"
+def test_plain_digit_order():
+    t = GcdTask(TaskConfig(lsb_first=False))
+    assert t.prompt_text(Problem(84, 36)) == "gcd 084 036\n"
+    assert t.solution_text(Problem(84, 36)) == "048 036\n012 036\n012 024\n012 012\n=012"
 
 
 def test_response_lengths_are_long_tailed(task):
@@ -85,18 +85,24 @@ def test_reward_hand_cases(task):
     right = task.solution_text(p)
     assert task.reward(p, right) == 1.0
     assert task.reward(p, task.solution_ids(p) + [task.tokenizer.pad_id] * 3) == 1.0  # ids, eos, padding
-    assert task.reward(p, "=12") == 1.0  # the answer is compared as a number
-    assert task.reward(p, "048 036\n=012") == 1.0  # only the answer is verified
-    assert task.reward(p, right[:-1] + "3") == 0.0  # wrong answer
-    assert task.reward(p, "=024") == 0.0
-    # malformed: no answer line, answer not last, truncated, empty, garbage
-    assert task.reward(p, "048 036\n012 036\n") == 0.0
-    assert task.reward(p, "=012\n012 012\n") == 0.0
-    assert task.reward(p, "012 012=012") == 0.0
+    assert task.reward(Problem(5, 5), "=005") == 1.0
+    assert task.reward(p, right[:-1] + "3") == 0.0  # wrong answer after a right chain
+    assert task.reward(p, "=012") == 0.0  # right answer, chain skipped
+    assert task.reward(p, right.replace("210 420", "210 520")) == 0.0  # a wrong step
+    assert task.reward(p, right.replace("=012", "=12")) == 0.0  # answer not zero-padded
+    # malformed: no answer line, trailing text, truncated, empty, garbage
+    assert task.reward(p, "840 630\n210 630\n") == 0.0
+    assert task.reward(p, right + "\n210 210") == 0.0
     assert task.reward(p, task.solution_ids(p)[:-4]) == 0.0
     assert task.reward(p, "") == 0.0
-    assert task.reward(p, "= 12") == 0.0
     assert task.reward(p, "gcd\n=") == 0.0
+
+
+def test_answer_only_reward_would_pay_guessing(task):
+    """Why the reward checks the derivation: most pairs are coprime, so `=001` alone would often be right."""
+    problems = task.sample(np.random.default_rng(4), 1000)
+    assert np.mean([p.answer == 1 for p in problems]) > 0.5
+    assert np.mean([task.reward(p, "=001") for p in problems]) == np.mean([p.a == p.b == 1 for p in problems])
 
 
 def test_config_validation():
