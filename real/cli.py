@@ -173,11 +173,12 @@ SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run]
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tltsim real", description="Run models on real devices (torch + transformers).")
-    parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
-                        help="torch CPU threads (default %(default)s)")
     sub = parser.add_subparsers(dest="real_command", required=True)
     for add in SUBCOMMANDS:
         add(sub)
+    for p in sub.choices.values():  # on every subcommand: `tltsim real` passes only what follows its name
+        p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                       help="torch CPU threads (default %(default)s)")
     return parser
 
 
