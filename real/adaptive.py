@@ -6,13 +6,17 @@ speculating pays at this batch (below), and the strategy tuner (`choose(batch)`)
 tree. After a speculative iteration the tuner gets `update(strategy, batch, reward, 1)` with
 reward = tokens the batch gained (accepted length, bonus token included, summed over rows) per
 wall-clock second of the iteration: the same rule the simulator's exact engine applies with
-modelled times (tltsim/sim/engine.py).
+modelled times (tltsim/sim/engine.py). An iteration that rebuilt the drafter's state (the
+re-prefill, which the simulator times as a separate prefill) is not fed to the tuner.
 
 Guard: the simulator decodes plainly at a batch where no arm is predicted to beat plain decoding;
 here the same question is answered from measurements: plain decoding's rate at a batch is
 batch / (the wall time of the last plain iteration at the nearest measured batch at or above it),
 and an arm's rate is the tuner's windowed median reward at that batch (+inf while untried, so
-every arm gets tried). Tuners without `median_reward` (ucb, fixed) are never guarded.
+every arm gets tried). Unlike the simulator's guard, which sees the drafter's quality, this one
+does not explore: once every arm at a batch measured slower than plain decoding, that batch decodes
+plainly while those medians stand (an exploring speculative iteration between plain ones would pay
+a re-prefill each time). Tuners without `median_reward` (ucb, fixed) are never guarded.
 """
 from __future__ import annotations
 
@@ -109,7 +113,8 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
         it = engine.step("spec" if strategy is not None else "plain", strategy)
         if strategy is not None:
             gained = sum(a + 1 for a in it.accepted)
-            tuner.update(strategy, b, gained / it.wall_s, 1)
+            if not it.reprefill:  # a re-prefill's one-off cost is the switch's, not the strategy's
+                tuner.update(strategy, b, gained / it.wall_s, 1)
             step = Step("spec_decode", str(strategy), b, gained / b, it.tokens, it.wall_s, t_prev, clock(), it.reprefill)
         else:
             if measured is not None:

@@ -281,10 +281,11 @@ class Worker:
                                 **({"eps": k.eps} if k.tuner in ("beg", "egreedy") else {})) if k else None
         self.buffer = SampleBuffer(k.buffer_steps, k.keep_long_prev) if self.trains else None
         self.drafter = None
+        self.drafter_opt, self.drafter_opt_state = None, None  # spot training's optimizer, made when first needed
         self.first_step = 0
         if self.ckpt:
-            state = torch.load(self.ckpt / f"rank{rank}.pt", map_location="cpu", weights_only=False)
-            self.tuner, self.buffer = state["tuner"], state["buffer"]
+            state = torch.load(self.ckpt / f"rank{rank}.pt", map_location=self.device, weights_only=False)
+            self.tuner, self.buffer, self.drafter_opt_state = state["tuner"], state["buffer"], state["drafter_opt"]
             self.grpo.optimizer.load_state_dict(torch.load(self.ckpt / "optimizer.pt", map_location=self.device))
             self.first_step = json.loads((self.ckpt / "state.json").read_text())["step"] + 1
         # one clock for every worker: rank 0's time.time() origin, continuing after a resumed run's last step
@@ -411,7 +412,7 @@ class Worker:
                 pairs = self.buffer.select(step)
                 pairs = [p for p in pairs if len(p[0]) >= 2]
                 rng = np.random.default_rng(_seed(cfg.seed, step, self.rank, 7))
-                optimizer = torch.optim.AdamW(self.drafter.parameters(), lr=cfg.drafter_lr)
+                optimizer = self._drafter_optimizer()
             if pairs:
                 batch = rng.choice(len(pairs), size=min(cfg.drafter_batch, len(pairs)), replace=False)
                 self.drafter.train_step([pairs[i] for i in batch], optimizer)
@@ -426,6 +427,15 @@ class Worker:
                 self.drafter.save(self.out / "spot" / f"rank{self.rank}.pt")
             phases.append(("drafter_train", t, self.clock()))
         return [p for p in phases if p[2] > p[1]] or [("idle", done, done)], batches
+
+    def _drafter_optimizer(self) -> torch.optim.Optimizer:
+        """This worker's AdamW over its drafter copy, kept across steps (the weights it steps are
+        averaged in place at every weight sync; its moments stay its own)."""
+        if self.drafter_opt is None:
+            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=self.config.drafter_lr)
+            if self.drafter_opt_state is not None:
+                self.drafter_opt.load_state_dict(self.drafter_opt_state)
+        return self.drafter_opt
 
     def _sync_drafter(self, batches: int) -> None:
         """Average the drafters that trained (weighted by their batches) into every rank's copy."""
@@ -461,7 +471,9 @@ class Worker:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         dist.barrier()
-        torch.save({"tuner": self.tuner, "buffer": self.buffer}, tmp / f"rank{self.rank}.pt")
+        torch.save({"tuner": self.tuner, "buffer": self.buffer,
+                    "drafter_opt": self.drafter_opt.state_dict() if self.drafter_opt else self.drafter_opt_state},
+                   tmp / f"rank{self.rank}.pt")
         dist.barrier()
         if self.rank == 0:
             self.target.save_pretrained(tmp / "target")
