@@ -104,7 +104,8 @@ def add_run(sub) -> None:
     p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="(default %(default)s)")
     p.add_argument("--workers", type=int, default=d["workers"], help="worker processes (default %(default)s)")
     p.add_argument("--steps", type=int, default=d["steps"], help="RL steps (default %(default)s)")
-    p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory or a preset")
+    p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory or a preset "
+                                                     "(default: the shipped real/assets/gcd-tiny-llama)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: warm one up)")
     p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
     p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))

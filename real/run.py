@@ -41,7 +41,7 @@ from real.adaptive import rollout
 from real.drafter import Drafter
 from real.generate import DEFAULT_STRATEGY, Engine, generate
 from real.grpo import GRPO, GRPOConfig, group_advantages
-from real.models import load_target
+from real.models import SHIPPED_TARGET, load_target
 from real.record import Recorder, WorkerStep
 from real.sampling import SamplingParams
 from real.task import GcdTask
@@ -64,7 +64,7 @@ class RunConfig:
     policy: str = "tlt"  # one of POLICIES
     workers: int = 2  # worker processes (one rollout engine each)
     steps: int = 3  # RL steps in all (a resumed run may raise it)
-    model: str = "tiny-llama"  # save_pretrained directory (with the task file) or a preset name (random weights)
+    model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
     drafter: str | None = None  # drafter checkpoint to start from; None: warm one up on the target's own outputs
     device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
