@@ -3,7 +3,7 @@
     python benchmarks/bench_validate.py | tee benchmarks/results/bench_validate.txt
 
 Steps (each a `tltsim` command a user would type; run on a quiet machine, the timings are the data):
-1. the default target: `tltsim real pretrain` into out/bench_validate/target (skipped when present);
+1. the default target: the shipped pretrained one (real/assets/gcd-tiny-llama), or --pretrain to make it anew;
 2. `tltsim real profile` of the engine on this machine;
 3. `tltsim real run` of verl and of tlt (2 workers, --steps each, same seed);
 4. `tltsim validate verl_run tlt_run --profile profile.csv`: per-step and overall errors, the speedup.
@@ -37,10 +37,11 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--pretrain", action="store_true", help="pretrain the target (3 min) instead of the shipped one")
     args = p.parse_args()
     out = Path(args.out)
-    target = out / "target"
-    if not (target / "config.json").exists():
+    target = out / "target" if args.pretrain else Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
+    if args.pretrain:
         sh(["real", "pretrain", "-o", str(target)])
     sh(["real", "profile", "--model", str(target), "--device", args.device, "-o", str(out / "profile.csv")])
     runs = []
