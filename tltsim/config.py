@@ -16,12 +16,12 @@ A config file mirrors the sections below:
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 from tltsim.cost import CostParams
 from tltsim.errors import TltsimError
+from tltsim.io import read_toml
 
 SPLITS = ("auto", "contiguous", "trace")
 
@@ -98,14 +98,7 @@ def from_dict(data: dict, origin: str = "config") -> SimConfig:
 
 
 def load(path: str | Path) -> SimConfig:
-    path = Path(path)
-    if not path.exists():
-        raise TltsimError(f"{path}: config file not found")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise TltsimError(f"{path}: not valid TOML ({e})") from None
-    return from_dict(data, str(path))
+    return from_dict(read_toml(path, "config file"), str(path))
 
 
 def override(cfg: SimConfig, **changes) -> SimConfig:

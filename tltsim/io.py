@@ -30,6 +30,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
+def read_toml(path: str | os.PathLike, what: str = "file") -> dict:
+    """Parse a TOML file; a missing file or bad TOML is a TltsimError naming the file."""
+    import tomllib
+
+    from tltsim.errors import TltsimError
+
+    path = Path(path)
+    if not path.is_file():
+        raise TltsimError(f"{path}: {what} not found")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TltsimError(f"{path}: not valid TOML ({e})") from None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

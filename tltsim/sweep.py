@@ -30,7 +30,6 @@ import itertools
 import json
 import os
 import shutil
-import tomllib
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from functools import lru_cache
@@ -42,7 +41,7 @@ from tqdm.auto import tqdm
 
 from tltsim import config as configmod
 from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, write_text
+from tltsim.io import atomic_path, read_toml, write_text
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import simulate
 from tltsim.trace import load as load_trace
@@ -72,12 +71,7 @@ class SweepOutcome:
 def load_spec(path: str | Path) -> list[Run]:
     """Parse a sweep file into runs; every run's config, policy and trace is checked before any runs."""
     path = Path(path)
-    if not path.is_file():
-        raise TltsimError(f"{path}: sweep file not found")
-    try:
-        spec = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise TltsimError(f"{path}: not valid TOML ({e})") from None
+    spec = read_toml(path, "sweep file")
     unknown = sorted(set(spec) - {"base", "grid", "runs"})
     if unknown:
         raise TltsimError(f"{path}: unknown top-level key(s) {', '.join(unknown)}; a sweep file has base, grid, runs")
