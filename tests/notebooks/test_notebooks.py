@@ -2,7 +2,7 @@
 
 Each committed notebook is executed top to bottom in a fresh kernel (nbclient), on a temporary
 copy, with notebooks/ as the working directory, as a user opening it would; any cell error fails.
-The simulation notebooks' tables must come out as committed: their written conclusions quote them.
+Every notebook's tables must come out as committed: their written conclusions quote them.
 """
 import importlib.util
 import shutil
@@ -24,7 +24,6 @@ def _build():
 
 build = _build()
 NAMES = list(build.NOTEBOOKS)
-SIMULATED = ["01_traces", "02_compare_policies", "03_tune_tlt"]  # deterministic: seeded simulations only
 
 
 def test_every_notebook_is_built_and_committed():
@@ -53,11 +52,11 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
     build.execute(nb)  # cwd notebooks/; raises CellExecutionError on the first failing cell
     nbformat.write(nb, copy)
     assert all(c.execution_count is not None for c in nb.cells if c.cell_type == "code")
-    if name in SIMULATED:
-        committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-        assert _tables(nb) == _tables(committed), (
-            f"{name}: the tables differ from the committed notebook's; rerun `python notebooks/build.py --execute "
-            f"{name}` and check the notebook's written text against the new numbers")
+    # deterministic: seeded simulations, and 04's replay of the recorded runs (traces/real_*) with their profile
+    committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    assert _tables(nb) == _tables(committed), (
+        f"{name}: the tables differ from the committed notebook's; rerun `python notebooks/build.py --execute "
+        f"{name}` and check the notebook's written text against the new numbers")
 
 
 def _tables(nb) -> list[str]:
