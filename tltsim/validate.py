@@ -12,7 +12,6 @@ drafter-staleness model; `calibrate_staleness` fits that one). Both sides then g
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,8 +59,13 @@ class Validation:
     predicted: dict  # run name -> simulated Result
 
     def to_json(self) -> dict:
-        return {"overall": self.overall.to_dict(orient="records"), "speedup": self.speedup,
-                "per_step": self.per_step.to_dict(orient="records")}
+        """Plain JSON types; undefined cells (NaN) become null, so strict JSON readers accept it."""
+        return {"overall": _records(self.overall), "speedup": self.speedup, "per_step": _records(self.per_step)}
+
+
+def _records(df: pd.DataFrame) -> list[dict]:
+    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
+            for r in df.to_dict(orient="records")]
 
 
 def load_run(run_dir: str | Path) -> tuple[Result, object]:
@@ -191,7 +195,7 @@ def write(validation: Validation, out: str | Path) -> Path:
         validation.per_step.to_csv(tmp, index=False)
     with atomic_path(out / "overall.csv") as tmp:
         validation.overall.to_csv(tmp, index=False)
-    write_json(out / "validation.json", json.loads(json.dumps(validation.to_json(), default=float)))
+    write_json(out / "validation.json", validation.to_json())
     for name, res in validation.predicted.items():
         res.save(out / "predicted" / name.split(" ")[0])
     return out

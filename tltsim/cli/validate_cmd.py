@@ -24,7 +24,8 @@ def cmd_validate(args) -> int:
     if args.out:
         write(v, args.out)
     if args.json:
-        print(json.dumps({"overall": v.overall.to_dict(orient="records"), "speedup": v.speedup}, default=float, indent=2))
+        out = v.to_json()
+        print(json.dumps({"overall": out["overall"], "speedup": out["speedup"]}, default=float, indent=2, allow_nan=False))
         return 0
     for run, g in v.per_step.groupby("run", sort=False):
         wide = g.set_index(["step", "metric"])[["measured", "predicted"]].unstack("metric")
