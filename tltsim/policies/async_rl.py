@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy
-from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.policies.knobs import KnobbedPolicy, knob
 from tltsim.sim.async_loop import AsyncRun
 
 
@@ -39,13 +38,9 @@ class AsyncKnobs:
     update_s: float = knob(-1.0, lo=-1.0)  # weight load per interrupt, s; -1 = cost model's weight sync
 
 
-class AsyncRL(Policy):
+class AsyncRL(KnobbedPolicy):
     name = "async"
-    knobs = names(AsyncKnobs)
-
-    def __init__(self, **knobs):
-        self.k = build(AsyncKnobs, self.name, knobs)
-        self.knobs = as_dict(self.k)
+    Knobs = AsyncKnobs
 
     def reserved_gpus(self, cluster) -> int:
         engines = cluster.gpus // cluster.tp

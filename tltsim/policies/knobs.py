@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, field, fields
 
 from tltsim.errors import TltsimError
+from tltsim.policies.base import Policy
 
 
 def knob(default, lo=None, hi=None, choices=None):
@@ -69,3 +70,17 @@ def _check(policy: str, key: str, v, default, meta):
         rng = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
         raise bad(f"must be in {rng}")
     return v
+
+
+class KnobbedPolicy(Policy):
+    """A policy whose knobs are the fields of its `Knobs` dataclass, type- and range-checked by `build`."""
+
+    Knobs: type
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.knobs = names(cls.Knobs)
+
+    def __init__(self, **knobs):
+        self.k = build(self.Knobs, self.name, knobs)
+        self.knobs = as_dict(self.k)

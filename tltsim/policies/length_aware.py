@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.policies.base import Policy, StepOutcome
-from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.policies.base import StepOutcome
+from tltsim.policies.knobs import KnobbedPolicy, knob
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,9 @@ class LongestFirstKnobs:
     noise: float = knob(0.0, lo=0.0, hi=10.0)  # oracle only: log-normal noise sigma on the true length
 
 
-class LongestFirst(Policy):
+class LongestFirst(KnobbedPolicy):
     name = "longest-first"
-    knobs = names(LongestFirstKnobs)
-
-    def __init__(self, **knobs):
-        self.k = build(LongestFirstKnobs, self.name, knobs)
-        self.knobs = as_dict(self.k)
+    Knobs = LongestFirstKnobs
 
     def bind(self, sim) -> None:
         super().bind(sim)

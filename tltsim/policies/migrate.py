@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy, StepOutcome
-from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.policies.base import StepOutcome
+from tltsim.policies.knobs import KnobbedPolicy, knob
 from tltsim.sim.rollout import StepRollout, truncate
 
 RELEASE = ("idle", "next-stage", "drafter")
@@ -41,13 +41,9 @@ class MigrateKnobs:
     release: str = knob("next-stage", choices=RELEASE)  # what the released engines do until the barrier
 
 
-class Migrate(Policy):
+class Migrate(KnobbedPolicy):
     name = "migrate"
-    knobs = names(MigrateKnobs)
-
-    def __init__(self, **knobs):
-        self.k = build(MigrateKnobs, self.name, knobs)
-        self.knobs = as_dict(self.k)
+    Knobs = MigrateKnobs
 
     def bind(self, sim) -> None:
         super().bind(sim)

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.policies.base import Policy, StepOutcome
+from tltsim.policies.base import StepOutcome
 from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
-from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.policies.knobs import KnobbedPolicy, knob
 from tltsim.sim.prompts import PromptStream
 
 
@@ -39,13 +39,9 @@ class PartialKnobs:
     unfinished: str = knob("resume", choices=("resume", "drop"))  # carry unfinished groups on, or throw them away
 
 
-class PartialRollout(Policy):
+class PartialRollout(KnobbedPolicy):
     name = "partial"
-    knobs = names(PartialKnobs)
-
-    def __init__(self, **knobs):
-        self.k = build(PartialKnobs, self.name, knobs)
-        self.knobs = as_dict(self.k)
+    Knobs = PartialKnobs
 
     def bind(self, sim) -> None:
         super().bind(sim)

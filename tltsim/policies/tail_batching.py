@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.policies.base import Policy, StepOutcome
+from tltsim.policies.base import StepOutcome
 from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
-from tltsim.policies.knobs import as_dict, build, knob, names
+from tltsim.policies.knobs import KnobbedPolicy, knob
 from tltsim.sim.prompts import PromptStream
 
 
@@ -35,13 +35,9 @@ class TailBatchingKnobs:
     long_every: int = knob(4, lo=1)  # a long round after at most this many short rounds with prompts parked
 
 
-class TailBatching(Policy):
+class TailBatching(KnobbedPolicy):
     name = "tail-batching"
-    knobs = names(TailBatchingKnobs)
-
-    def __init__(self, **knobs):
-        self.k = build(TailBatchingKnobs, self.name, knobs)
-        self.knobs = as_dict(self.k)
+    Knobs = TailBatchingKnobs
 
     def bind(self, sim) -> None:
         super().bind(sim)
