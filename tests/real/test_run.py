@@ -108,9 +108,14 @@ def test_drafter_trains_only_on_workers_done_with_their_share(greedy_runs):
     rollout = tl[tl["state"].isin(["prefill", "decode", "spec_decode"])]
     done = rollout.groupby(["step", "worker"])["t_end"].max()
     barrier = res.steps.set_index("step")["t_start"] + res.steps.set_index("step")["rollout_s"]
+    before_barrier = 0.0
     for _, iv in train.iterrows():
         assert iv["t_start"] >= done[(iv["step"], iv["worker"])] - 1e-9
-        assert iv["t_start"] < barrier[iv["step"]]  # it started while another worker was still generating
+        # told to train while another worker was still generating; it may notice the order a poll
+        # (milliseconds) after that worker finished, so its start can fall just past the barrier
+        assert iv["t_start"] < barrier[iv["step"]] + 0.05
+        before_barrier += max(0.0, min(iv["t_end"], barrier[iv["step"]]) - iv["t_start"])
+    assert before_barrier > 0  # it used time in which another worker was still generating
     assert not (Result.load(greedy_runs / "verl").timeline["state"] == "drafter_train").any()
 
 
