@@ -41,7 +41,7 @@ class Iteration:
     accepted: list[int]  # per row, draft tokens accepted (a spec row emits accepted + 1 tokens)
     tokens: int  # tokens processed ("prefill") or emitted (decode), over all rows
     wall_s: float  # wall-clock seconds of the iteration
-    reprefill: bool = False  # the drafter's state was rebuilt in this iteration
+    reprefill: bool = False  # a spec iteration after plain ones (or the first): the drafter built or caught up its state
 
 
 @dataclass
@@ -98,6 +98,7 @@ class Engine:
         self.finished: dict[int, Finished] = {}
         self.iterations: list[Iteration] = []
         self._draft: DraftState | None = None
+        self._last_mode = ""  # of the last step
         self._next_id = 0
 
     @property
@@ -147,16 +148,15 @@ class Engine:
             raise TltsimError("step: no running rows; add prompts first")
         start = time.perf_counter()
         roots = torch.tensor([t[-1] for t in self.tokens], device=self.device)
-        reprefill = False
-        if mode == "plain":
-            self._draft = None
+        reprefill = mode == "spec" and self._last_mode != "spec"
+        if mode == "plain":  # the drafter's state is kept: the next spec iteration feeds it what plain ones emitted
             tree, label = DraftTree.root_only(roots), ""
         elif mode == "spec":
             if self.drafter is None:
                 raise TltsimError("step(mode='spec') needs a drafter; pass drafter= to the engine")
             strat = draftable(strategy or DEFAULT_STRATEGY)
             if self._draft is None:
-                self._draft, reprefill = DraftState(self.drafter, self.running), True
+                self._draft = DraftState(self.drafter, self.running)
             g_root = self._draft.ingest(self.tokens, self.cache.features)
             tree, label = self._draft.draft(roots, g_root, self.cache.lens, strat), str(strat)
         else:
@@ -171,8 +171,8 @@ class Engine:
             path, accepted, nxt = verify_tree(tree.tokens, tree.parents, logits, self.sampling, self.generator)
         self.cache.commit(path.clamp(min=0), accepted + 1, hidden)
         emitted = self._append(tree.tokens, path, accepted, nxt)
-        it = self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill)
-        return it
+        self._last_mode = mode
+        return self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill)
 
     def _append(self, tree_tokens, path, accepted, nxt) -> int:
         """Commit each row's accepted drafts and next token, finish rows, shrink the batch; returns tokens emitted."""
