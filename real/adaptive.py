@@ -6,25 +6,19 @@ speculating pays at this batch (below), and the strategy tuner (`choose(batch)`)
 tree. After a speculative iteration the tuner gets `update(strategy, batch, reward, 1)` with
 reward = tokens the batch gained (accepted length, bonus token included, summed over rows) per
 wall-clock second of the iteration: the same rule the simulator's exact engine applies with
-modelled times (tltsim/sim/engine.py). An iteration that rebuilt the drafter's state (the
-re-prefill, which the simulator times as a separate prefill) is not fed to the tuner.
+modelled times (tltsim/sim/engine.py). An iteration in which the drafter built or caught up its state
+(the switch's re-prefill, which the simulator times as a separate prefill) is not fed to the tuner.
 
-Guard: the simulator decodes plainly at a batch where no arm is predicted to beat plain decoding;
-here the same question is answered from measurements: plain decoding's rate at a batch is
-batch / (the wall time of the last plain iteration at the nearest measured batch at or above it),
-and an arm's rate is the tuner's windowed median reward at that batch (+inf while untried, so
-every arm gets tried). Unlike the simulator's guard, which sees the drafter's quality, this one
-does not explore: once every arm at a batch measured slower than plain decoding, that batch decodes
-plainly while those medians stand (an exploring speculative iteration between plain ones would pay
-a re-prefill each time). Tuners without `median_reward` (ucb, fixed) are never guarded.
+Guard: at a batch where no arm has measured faster than plain decoding, decode plainly; the
+simulator's engine applies the same rule (tltsim.policy.SpeculationGuard) to modelled times.
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 
 from real.generate import Engine
+from tltsim.policy import SpeculationGuard
 
 
 @dataclass
@@ -39,32 +33,7 @@ class Step:
     wall_s: float  # the engine's own measure of the call
     t_start: float  # run clock when the call began (the previous call's end: loop overhead is included)
     t_end: float  # run clock when it returned
-    reprefill: bool = False  # the drafter's state was rebuilt from the running rows (the SD switch's cost)
-
-
-class MeasuredGuard:
-    """Whether speculation pays at a batch, from measured plain iteration times and the tuner's rewards."""
-
-    def __init__(self, tuner):
-        self.tuner = tuner
-        self._plain_s: dict[int, float] = {}  # batch -> wall seconds of its last plain iteration
-
-    def observe_plain(self, batch: int, wall_s: float) -> None:
-        self._plain_s[batch] = wall_s
-
-    def plain_rate(self, batch: int) -> float:
-        """Tokens per second of plain decoding at `batch`, estimated; +0 when nothing was measured."""
-        if not self._plain_s:
-            return 0.0
-        sizes = sorted(self._plain_s)
-        i = bisect.bisect_left(sizes, batch)
-        return batch / self._plain_s[sizes[min(i, len(sizes) - 1)]]
-
-    def pays(self, batch: int) -> bool:
-        if not hasattr(self.tuner, "median_reward"):
-            return True
-        best = max(self.tuner.median_reward(a, batch) for a in self.tuner.candidates(batch))
-        return best > self.plain_rate(batch)
+    reprefill: bool = False  # the drafter built or caught up its state (the SD switch's cost)
 
 
 @dataclass
@@ -88,7 +57,7 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
     `start` (default: now) is where the first call's interval begins on the clock.
     """
     speculative = switch is not None and tuner is not None and engine.drafter is not None
-    measured = MeasuredGuard(tuner) if speculative and guard else None
+    measured = SpeculationGuard(tuner) if speculative and guard else None
     if switch is not None:
         switch.reset()
     cap = max_running or len(prompts)

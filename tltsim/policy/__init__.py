@@ -11,6 +11,7 @@ from tltsim.policy.acceptance import (
 from tltsim.policy.coordinator import (
     CHECKPOINT_S, DataBuffer, SpotTrainer, TrainingData, WorkerState)
 from tltsim.policy.drafter import Q_NGRAM, DrafterConfig, DrafterQuality, NgramDrafter
+from tltsim.policy.guard import SpeculationGuard
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy, parse_arms
 from tltsim.policy.switch import SDSwitch
 from tltsim.policy.tuner import (
@@ -21,7 +22,7 @@ __all__ = [
     "SpotTrainer", "WorkerState", "DataBuffer", "TrainingData", "CHECKPOINT_S",
     "DrafterConfig", "DrafterQuality", "NgramDrafter", "Q_NGRAM",
     "Strategy", "DEFAULT_ARMS", "parse_arms",
-    "SDSwitch",
+    "SDSwitch", "SpeculationGuard",
     "Tuner", "BEGTuner", "EpsilonGreedyTuner", "UCB1Tuner", "FixedTuner", "OracleTuner",
     "TUNERS", "make_tuner",
 ]

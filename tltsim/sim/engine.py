@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tltsim.policy.guard import SpeculationGuard
 from tltsim.sim.schedule import admit_fifo, check_footprints, segments
 
 
@@ -37,7 +38,7 @@ class Speculation:
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
-    guard: bool = True  # decode plainly at a batch where no arm is predicted to beat plain decoding
+    guard: bool = True  # decode plainly where no arm beats plain decoding (tltsim.policy.guard, as real/ does)
 
     def draft_time(self, cost, batch: int, strategy) -> float:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
@@ -46,17 +47,6 @@ class Speculation:
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
         return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
-
-    def pays(self, cost, batch: int, ctx: float) -> bool:
-        """Whether some arm is predicted to make more tokens per second than plain decoding at this batch.
-
-        The simulator answers from its cost and acceptance models; a real engine answers the same question
-        from the plain decode rate it measured before the switch and the rewards it has seen."""
-        if not self.guard:
-            return True
-        plain = 1.0 / float(cost.decode_time(batch, ctx))
-        return any(self.acceptance.mean(s, self.quality) / self.iteration_time(cost, batch, s, ctx) > plain
-                   for s in self.tuner.arms)
 
 
 @dataclass
@@ -136,12 +126,17 @@ def _find_switch(seg, switch) -> tuple[int, int] | None:
 
 def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     """Plain decode up to the switch, a re-prefill of every running request, then speculative segments
-    (plain again at any batch where speculation does not pay, see `Speculation.pays`)."""
+    (plain again at any batch where speculation does not pay, see `SpeculationGuard`)."""
     start, length, batch, ctx, pre, sd_from = _split(seg, pre, split)
     n = len(start)
     seg_times = pre.astype(float)
     plain = slice(0, sd_from)
-    seg_times[plain] += cost.segment_time(batch[plain], 1, ctx[plain], batch[plain], length[plain])
+    plain_times = cost.segment_time(batch[plain], 1, ctx[plain], batch[plain], length[plain])
+    seg_times[plain] += plain_times
+    guard = SpeculationGuard(spec.tuner) if spec.guard else None
+    for b, dt, k in zip(batch[plain], np.atleast_1d(plain_times), length[plain]):
+        if guard and b > 0 and k > 0:
+            guard.observe_plain(int(b), float(dt) / k, int(round(k)))
     t = float(np.sum(seg_times[plain]))
     log = [("prefill", 0.0, float(pre[0]), batch[0], 0.0, np.nan, "", 0.0)]
     if sd_from > 0:
@@ -152,45 +147,40 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     strategies: Counter = Counter()
     for j in range(sd_from, n):
         b, c, remaining = int(batch[j]), ctx[j], length[j]
-        t_seg = t + float(pre[j])  # after this segment's admission prefill
-        t_log = t_seg if j == 0 else t  # segment 0's prefill is the first log entry; later ones fold in
-        tokens = float(b * length[j])
         if b == 0:
             continue
-        if not spec.pays(cost, b, c):
-            dt = float(cost.segment_time(b, 1, c, b, length[j]))
-            log.append(("decode", t_log, t_seg + dt, b, tokens, np.nan, "", 0.0))
-            seg_times[j] += dt
-            t = t_seg + dt
-            continue
-        if not drafted:  # the switch: re-prefill every running request (prompt + generated) for the drafter
-            dt = float(cost.prefill_time(c, c**2 / b))
-            log.append(("prefill", t_log, t_seg + dt, b, 0.0, np.nan, "", 0.0))
-            switch_at, drafted = t_seg, True
-            seg_times[j] += dt
-            t_seg += dt
-            t_log = t_seg
-        t_spec, iters_seg, acc_seg = t_seg, 0.0, 0.0
-        while remaining > 1e-9:
+        t_seg = t + float(pre[j])  # after this segment's admission prefill
+        t_log = t_seg if j == 0 else t  # segment 0's prefill is the first log entry; later ones fold in
+        while remaining > 1e-9:  # chunks of speculation, asking the guard before each
+            if guard and not guard.pays(b):  # the rest of the segment decodes plainly
+                dt = float(cost.segment_time(b, 1, c, b, remaining))
+                guard.observe_plain(b, dt / remaining, int(round(remaining)))
+                log.append(("decode", t_log, t_seg + dt, b, b * remaining, np.nan, "", 0.0))
+                t_seg += dt
+                break
+            if not drafted:  # the switch: re-prefill every running request (prompt + generated) for the drafter
+                dt = float(cost.prefill_time(c, c**2 / b))
+                log.append(("prefill", t_log, t_seg + dt, b, 0.0, np.nan, "", 0.0))
+                switch_at, drafted = t_seg, True
+                t_seg += dt
+                t_log = t_seg
             s = spec.tuner.choose(b)
             acc = float(spec.acceptance.mean(s, spec.quality))
-            iters = min(spec.chunk_iters, remaining / acc)
+            iters = min(1 if guard and guard.untried(s, b) else spec.chunk_iters, remaining / acc)
             dt = iters * spec.draft_time(cost, b, s) + float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
             spec.tuner.update(s, b, acc * b * iters / dt, max(1, int(round(iters))))
+            log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
             strategies[str(s)] += iters
-            iters_seg += iters
-            acc_seg += iters * acc
+            sd_iters += iters
+            sd_acc += iters * acc
             c += b * acc * iters
             remaining -= acc * iters
-            t_spec += dt
-        top = Counter(dict(strategies)).most_common(1)[0][0]
-        log.append(("spec_decode", t_log, t_spec, b, tokens, acc_seg / iters_seg, top, iters_seg))
-        sd_iters += iters_seg
-        sd_acc += acc_seg
-        seg_times[j] += t_spec - t_seg
-        t = t_spec
+            t_seg += dt
+            t_log = t_seg
+        seg_times[j] = t_seg - t
+        t = t_seg
     t_event = np.concatenate([[0.0], np.cumsum(seg_times)])
     bounds = np.concatenate([start, [start[-1] + length[-1]]])
     return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, _merge(log), sd_iterations=sd_iters,
@@ -235,6 +225,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     sd = spec is not None and spec.switch.on  # the switch is on
     drafted = sd  # the drafter holds every running request (from the start, or after the re-prefill)
     mode = "prefill"
+    guard = SpeculationGuard(spec.tuner) if spec is not None and spec.guard else None
     while nxt < n or running:
         # admit FIFO while a slot and the KV cache allow
         new = []
@@ -257,7 +248,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         ctx = float(np.sum(prompt_len[rows] + generated[rows]))
         if not sd and spec is not None:
             sd = spec.switch.advance(b, 1) == 0 and spec.switch.on
-        speculate = sd and spec.pays(cost, b, ctx)
+        speculate = sd and (guard is None or guard.pays(b))
         if speculate and not drafted:  # the switch: re-prefill every running request for the drafter
             drafted = True
             switch_at = env.now - t0
@@ -279,6 +270,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         else:
             gain = np.ones(b)
             dt = float(cost.decode_time(b, ctx))
+            if guard:
+                guard.observe_plain(b, dt)
             mode, strat, acc, w = "decode", "", np.nan, 0.0
         generated[rows] += gain
         tau += float(gain.mean())
