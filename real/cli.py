@@ -63,7 +63,7 @@ def add_profile(sub) -> None:
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
     p.add_argument("--repeats", type=int, default=3, help="timed iterations per cell")
     p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_profile)
+    p.set_defaults(func=_profile, threads=1)  # as each `tltsim real run` worker computes on the CPU
 
 
 def _profile(args) -> int:
@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     for add in SUBCOMMANDS:
         add(sub)
     for p in sub.choices.values():  # on every subcommand: `tltsim real` passes only what follows its name
-        p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
-                       help="torch CPU threads (default %(default)s)")
+        default = p.get_default("threads") or min(2, os.cpu_count() or 1)
+        p.add_argument("--threads", type=int, default=default, help=f"torch CPU threads (default {default})")
     return parser
 
 

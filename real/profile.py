@@ -4,15 +4,17 @@ Rows of the profile (a CSV that `tltsim.cost.profiled.Profiled.fit` reads):
 
     kind            what was timed                                   keys
     prefill         Engine.add of `batch` prompts                     batch, tokens, sq_tokens
-    decode          one plain Engine.step                             batch, context
-    spec            one speculative Engine.step (drafting + verify)   batch, context, depth, topk, verify
+    decode          one plain iteration                               batch, context
+    spec            one speculative iteration (drafting + verify)     batch, context, depth, topk, verify
     train           forward + backward + AdamW step of the target     tokens
     logprob         forward of the target (log-probs, no grad)        tokens
     drafter_train   Drafter.train_step on (tokens, features) pairs    tokens
 
-`context` is the KV tokens of the whole batch when the step starts; every row's time is `seconds`
-(one measurement; repeats are separate rows). The engine runs with no end-of-sequence token, so the
-batch stays whole while it is timed.
+Engine calls are timed as a run records them: through the rollout loop (real.adaptive.rollout),
+from the end of one call to the end of the next, so the loop's own work between calls is in the
+time as it is in a run's timeline. `context` is the KV tokens of the whole batch when the
+iteration starts; every row's time is `seconds` (one measurement; repeats are separate rows).
+The engine runs with no end-of-sequence token, so the batch stays whole while it is timed.
 """
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ import numpy as np
 import pandas as pd
 import torch
 
+from real.adaptive import rollout
 from real.drafter import Drafter
 from real.generate import Engine
+from tltsim.policy import FixedTuner, SDSwitch
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
 
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
@@ -40,29 +44,35 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     grid = [(b, c) for b in batches for c in contexts]
     for i, (b, c) in enumerate(grid):
         prompts = rng.integers(3, vocab, size=(b, c)).tolist()
-        engine = Engine(target, drafter, max_new_tokens=10**6, eos_token_id=[], seed=seed)
-        engine.add(prompts)
-        rows.append(_row("prefill", b, tokens=b * (c - 1), sq_tokens=b * (c - 1) ** 2, seconds=engine.iterations[-1].wall_s))
-        engine.step("plain")  # warm-up
-        for _ in range(repeats):
-            ctx = _context(engine)
-            rows.append(_row("decode", b, context=ctx, seconds=engine.step("plain").wall_s))
+        # plain: a warm-up iteration, then `repeats` timed ones
+        calls = _rollout(target, drafter, prompts, repeats + 1, None, seed)
+        rows.append(_row("prefill", b, tokens=b * (c - 1), sq_tokens=b * (c - 1) ** 2, seconds=calls[0][2]))
+        rows += [_row("decode", b, context=ctx, seconds=sec) for _, ctx, sec in calls[2:]]
         for name in strategies:
             s = Strategy.parse(name)
-            engine.step("spec", name)  # the switch: drafter state rebuilt (not a steady-state step)
-            for _ in range(repeats):
-                ctx = _context(engine)
-                it = engine.step("spec", name)
-                rows.append(_row("spec", b, context=ctx, depth=s.depth, topk=s.topk, verify=s.verify, seconds=it.wall_s))
-            engine.step("plain")  # leave speculation: the next strategy starts from a fresh drafter state
+            # the first speculative iteration builds the drafter's state (the switch), not a steady-state step
+            calls = _rollout(target, drafter, prompts, repeats + 1, name, seed)
+            rows += [_row("spec", b, context=ctx, depth=s.depth, topk=s.topk, verify=s.verify, seconds=sec)
+                     for _, ctx, sec in calls[2:]]
         if progress:
             progress(i + 1, len(grid))
     rows += _time_training(target, drafter, train_tokens, repeats, rng)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _context(engine: Engine) -> int:
-    return int(sum(len(t) for t in engine.tokens))
+def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, seed: int) -> list[tuple[str, int, float]]:
+    """Prefill `prompts` and run `iterations` decode iterations (speculative with `strategy`) through the
+    rollout loop; returns (mode, batch context tokens at the call's start, seconds) per call."""
+    per_row = iterations * (Strategy.parse(strategy).depth + 1 if strategy else 1)
+    engine = Engine(target, drafter, max_new_tokens=per_row, eos_token_id=[], seed=seed)
+    switch, tuner = (SDSwitch("always"), FixedTuner(strategy)) if strategy else (None, None)
+    steps = rollout(engine, prompts, time.perf_counter, switch, tuner, guard=False).steps
+    ctx = sum(len(p) for p in prompts)  # every row's tokens, the pending last one included
+    out = []
+    for st in steps[: iterations + 1]:
+        out.append((st.mode, ctx, st.t_end - st.t_start))
+        ctx += st.tokens if st.mode != "prefill" else 0
+    return out
 
 
 def _row(kind, batch=0, context=0, tokens=0, sq_tokens=0, depth=0, topk=0, verify=0, seconds=0.0) -> dict:
