@@ -9,8 +9,9 @@ wall-clock second of the iteration: the same rule the simulator's exact engine a
 modelled times (tltsim/sim/engine.py). An iteration in which the drafter built or caught up its state
 (the switch's re-prefill, which the simulator times as a separate prefill) is not fed to the tuner.
 
-Guard: at a batch where no arm has measured faster than plain decoding, decode plainly; the
-simulator's engine applies the same rule (tltsim.policy.SpeculationGuard) to modelled times.
+Guard (optional, one per engine across rollouts like the tuner): at a batch where speculating
+measured slower than plain decoding, decode plainly; the simulator's engine applies the same
+`tltsim.policy.SpeculationGuard` to modelled times.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 from real.generate import Engine
-from tltsim.policy import SpeculationGuard
 
 
 @dataclass
@@ -46,18 +46,19 @@ class Rollout:
     finished_at: dict[int, float]  # request id -> run clock at the end of the call that finished it
 
 
-def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=None, *, guard: bool = True,
+def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=None, guard=None, *,
             max_running: int | None = None, poll=None, start: float | None = None) -> Rollout:
     """Generate every prompt to the end on `engine` (fresh: no running rows, nothing finished).
 
     `clock()` is the run's clock (seconds). `switch` (reset here) and `tuner` decide speculation; with
-    either missing, or no drafter on the engine, every iteration decodes plainly. At most
+    either missing, or no drafter on the engine, every iteration decodes plainly; `guard` (a
+    SpeculationGuard, or None) is told every iteration and may veto speculating. At most
     `max_running` rows run at once (all when None); finished rows make room for the next prompts.
     `poll()`, if given, is called after every engine call (the spot-training coordinator's hook).
     `start` (default: now) is where the first call's interval begins on the clock.
     """
     speculative = switch is not None and tuner is not None and engine.drafter is not None
-    measured = SpeculationGuard(tuner) if speculative and guard else None
+    measured = guard if speculative else None
     if switch is not None:
         switch.reset()
     cap = max_running or len(prompts)
@@ -84,6 +85,8 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
             gained = sum(a + 1 for a in it.accepted)
             if not it.reprefill:  # a re-prefill's one-off cost is the switch's, not the strategy's
                 tuner.update(strategy, b, gained / it.wall_s, 1)
+                if measured is not None:
+                    measured.observe_spec(b, gained / it.wall_s)
             step = Step("spec_decode", str(strategy), b, gained / b, it.tokens, it.wall_s, t_prev, clock(), it.reprefill)
         else:
             if measured is not None:

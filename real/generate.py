@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from real.kvcache import RaggedCache
-from real.sampling import SamplingParams, next_tokens, verify_tree
+from real.sampling import SamplingParams, next_tokens, verify_greedy_chain, verify_tree
 from real.spec import DraftState, DraftTree, draftable
 from tltsim.errors import TltsimError
 from tltsim.policy.strategy import Strategy
@@ -167,6 +167,8 @@ class Engine:
         if mode == "plain":  # same rule as a one-node tree, without the walk
             path = torch.zeros_like(roots)[:, None]
             accepted, nxt = torch.zeros_like(roots), next_tokens(logits[:, 0], self.sampling, self.generator)
+        elif tree.chain and self.sampling.greedy:
+            path, accepted, nxt = verify_greedy_chain(tree.tokens, logits)
         else:
             path, accepted, nxt = verify_tree(tree.tokens, tree.parents, logits, self.sampling, self.generator)
         self.cache.commit(path.clamp(min=0), accepted + 1, hidden)

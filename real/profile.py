@@ -66,7 +66,7 @@ def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, se
     per_row = iterations * (Strategy.parse(strategy).depth + 1 if strategy else 1)
     engine = Engine(target, drafter, max_new_tokens=per_row, eos_token_id=[], seed=seed)
     switch, tuner = (SDSwitch("always"), FixedTuner(strategy)) if strategy else (None, None)
-    steps = rollout(engine, prompts, time.perf_counter, switch, tuner, guard=False).steps
+    steps = rollout(engine, prompts, time.perf_counter, switch, tuner).steps
     ctx = sum(len(p) for p in prompts)  # every row's tokens, the pending last one included
     out = []
     for st in steps[: iterations + 1]:

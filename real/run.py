@@ -48,7 +48,7 @@ from real.task import GcdTask
 from tltsim.errors import TltsimError
 from tltsim.io import write_json
 from tltsim.policies.tlt import VARIANTS, TLTKnobs
-from tltsim.policy import DataBuffer, SDSwitch, SpotTrainer, make_tuner
+from tltsim.policy import DataBuffer, SDSwitch, SpeculationGuard, SpotTrainer, make_tuner
 from tltsim.policy.strategy import parse_arms
 from tltsim.trace import TraceMeta
 
@@ -287,12 +287,14 @@ class Worker:
         self.tuner = make_tuner(k.tuner, k.arms, seed=config.seed * 1000 + rank,
                                 **({"eps": k.eps} if k.tuner in ("beg", "egreedy") else {})) if k else None
         self.buffer = SampleBuffer(k.buffer_steps, k.keep_long_prev) if self.trains else None
+        self.guard = SpeculationGuard() if k and k.guard else None
         self.drafter = None
         self.drafter_opt, self.drafter_opt_state = None, None  # spot training's optimizer, made when first needed
         self.first_step = 0
         if self.ckpt:
             state = torch.load(self.ckpt / f"rank{rank}.pt", map_location=self.device, weights_only=False)
             self.tuner, self.buffer, self.drafter_opt_state = state["tuner"], state["buffer"], state["drafter_opt"]
+            self.guard = state["guard"]
             self.grpo.optimizer.load_state_dict(torch.load(self.ckpt / "optimizer.pt", map_location=self.device))
             self.first_step = json.loads((self.ckpt / "state.json").read_text())["step"] + 1
         # one clock for every worker: rank 0's time.time() origin, continuing after a resumed run's last step
@@ -370,7 +372,7 @@ class Worker:
         prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
         engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
                         seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains)
-        ro = rollout(engine, prompts, self.clock, self.switch, self.tuner, max_running=cfg.max_running, start=t0,
+        ro = rollout(engine, prompts, self.clock, self.switch, self.tuner, self.guard, max_running=cfg.max_running, start=t0,
                      poll=(lambda: self.coordinator.poll(throttled=True)) if self.coordinator and self.trains else None)
         done = ro.steps[-1].t_end if ro.steps else t0
         self.store.set(f"{step}/done/{self.rank}", repr(done))
@@ -478,7 +480,7 @@ class Worker:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         dist.barrier()
-        torch.save({"tuner": self.tuner, "buffer": self.buffer,
+        torch.save({"tuner": self.tuner, "guard": self.guard, "buffer": self.buffer,
                     "drafter_opt": self.drafter_opt.state_dict() if self.drafter_opt else self.drafter_opt_state},
                    tmp / f"rank{self.rank}.pt")
         dist.barrier()

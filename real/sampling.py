@@ -113,6 +113,18 @@ def verify_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tenso
     return path, accepted, torch.multinomial(residual, 1, generator=generator).squeeze(1)
 
 
+def verify_greedy_chain(tokens: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`verify_tree` for greedy decoding when every row's tree is the chain 0 <- 1 <- ... <- N-1:
+    draft i is accepted iff it and every draft before it equal the target's argmax at their parent.
+    Same arguments (less the parents) and results."""
+    batch, n = tokens.shape
+    best = logits.argmax(dim=-1)  # [B, N]
+    accepted = (tokens[:, 1:] == best[:, :-1]).long().cumprod(dim=1).sum(dim=1)
+    nodes = torch.arange(n, device=tokens.device)[None].expand(batch, n)
+    path = torch.where(nodes <= accepted[:, None], nodes, -1)
+    return path, accepted, best.gather(1, accepted[:, None]).squeeze(1)
+
+
 def _try_children(tokens, is_child, r, generator):
     """Offer each row's children in tree order; return (found [B], accepted node [B], residual r [B, V])."""
     batch = tokens.shape[0]

@@ -30,22 +30,34 @@ def draftable(strategy: str | Strategy) -> Strategy:
 
 @dataclass
 class DraftTree:
-    """Per-row trees of equal size N. tokens, parents (-1 for the root), depth: long [B, N]."""
+    """Per-row trees of equal size N. tokens, parents (-1 for the root), depth: long [B, N].
+    `chain`: every row's tree is the chain 0 <- 1 <- ... <- N-1 (node i at depth i), which lets
+    masking and greedy verification skip the tree walk."""
 
     tokens: torch.Tensor
     parents: torch.Tensor
     depth: torch.Tensor
+    chain: bool = False
 
     @classmethod
     def root_only(cls, roots: torch.Tensor) -> "DraftTree":
         """The trivial tree of plain decoding: just the roots (long [B])."""
         zeros = torch.zeros_like(roots)[:, None]
-        return cls(roots[:, None], zeros - 1, zeros)
+        return cls(roots[:, None], zeros - 1, zeros, chain=True)
+
+    @classmethod
+    def chain_of(cls, roots: torch.Tensor, drafts: torch.Tensor) -> "DraftTree":
+        """The chain root -> drafts[:, 0] -> drafts[:, 1] ... (roots long [B], drafts long [B, D])."""
+        tokens = torch.cat([roots[:, None], drafts], dim=1)
+        depth = torch.arange(tokens.shape[1], device=roots.device)[None].expand(tokens.shape)
+        return cls(tokens, depth - 1, depth, chain=True)
 
     def visible(self) -> torch.Tensor:
         """bool [B, N, N]: node i attends node j iff j is i or an ancestor of i."""
         batch, n = self.tokens.shape
         device = self.tokens.device
+        if self.chain:
+            return torch.ones(n, n, dtype=torch.bool, device=device).tril().expand(batch, n, n)
         vis = torch.eye(n, dtype=torch.bool, device=device).repeat(batch, 1, 1)
         rows = torch.arange(batch, device=device)[:, None].expand(batch, n)
         nodes = torch.arange(n, device=device)[None].expand(batch, n)
@@ -101,6 +113,8 @@ class DraftState:
 
     def draft(self, roots: torch.Tensor, g_root: torch.Tensor, root_pos: torch.Tensor, strategy: Strategy) -> DraftTree:
         """EAGLE-2 drafting from each row's root (token long [B], g [B, H], position long [B])."""
+        if strategy.topk == 1:
+            return self._chain(roots, g_root, root_pos, strategy.verify)
         batch, k, device = roots.shape[0], strategy.topk, roots.device
         rows = torch.arange(batch, device=device)[:, None]
         logp = torch.log_softmax(self.drafter.lm_head(g_root).float(), dim=-1)
@@ -131,6 +145,23 @@ class DraftState:
         self.cache.rollback()
         return _select(torch.cat(cand_tok, 1), torch.cat(cand_parent, 1), torch.cat(cand_score, 1),
                        torch.cat(cand_depth, 1), roots, strategy.verify)
+
+
+    def _chain(self, roots: torch.Tensor, g: torch.Tensor, root_pos: torch.Tensor, length: int) -> DraftTree:
+        """Top-k 1: each row's chain of `length` argmax drafts. The tree search would build the same
+        chain (with one candidate per depth, the `verify` best are the first `verify`), so only as
+        many drafter steps run as drafts are kept, and no scores are needed."""
+        batch, device = roots.shape[0], roots.device
+        tok = self.drafter.lm_head(g).argmax(dim=-1)  # [B]
+        drafts = [tok]
+        for d in range(1, length):
+            sees_all = torch.ones(batch, 1, d, dtype=torch.bool, device=device)  # its ancestors and itself
+            g = self.drafter(tok[:, None], g[:, None], (root_pos + d)[:, None], self.cache.mask(sees_all),
+                             self.cache.cache)[:, 0]
+            tok = self.drafter.lm_head(g).argmax(dim=-1)
+            drafts.append(tok)
+        self.cache.rollback()
+        return DraftTree.chain_of(roots, torch.stack(drafts, dim=1))
 
 
 def _select(tok, parent, score, depth, roots, verify: int) -> DraftTree:

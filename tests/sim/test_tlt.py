@@ -9,7 +9,7 @@ from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
-from tltsim.policy import FixedTuner, SDSwitch, make_tuner
+from tltsim.policy import FixedTuner, SDSwitch, SpeculationGuard
 from tltsim.sim.engine import Speculation, fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
@@ -66,8 +66,7 @@ def test_guard_tries_a_losing_arm_once_then_decodes_plainly(exact):
         (lambda sp: fast_rollout([10, 10], [3, 40], SlowVerify(), max_running=8, spec=sp))
     plain = go(None)
     sp = spec()
-    sp.tuner = make_tuner("beg", "4_1_4", seed=0, eps=0.0)
-    sp.model_free = False
+    sp.guard = SpeculationGuard()
     first = go(sp)
     # 5.5 s to the switch, the re-prefill 0.5 s, one 10 s iteration of 4 tokens, 31 plain iterations
     assert first.duration == pytest.approx(5.5 + 0.5 + 10 + 31) and first.sd_iterations == 1
@@ -87,14 +86,15 @@ def run(trace, policy, steps="0:10", gpus=32, exact=False, **knobs):
     return Simulator(trace, cfg, make_policy(policy, knobs)).run()
 
 
-def test_a_losing_drafter_costs_one_exploring_step_then_nothing(shipped):
-    """A drafter whose tokens are almost never accepted: every arm loses to plain decoding. The guard
-    tries each arm once (step 0 pays for that), then decodes plainly: later steps take verl's time."""
+def test_a_losing_drafter_costs_a_little_exploring_then_nothing(shipped):
+    """A drafter whose tokens are almost never accepted: speculating loses to plain decoding. The guard
+    tries it once at each batch size an engine reaches (the first steps pay for that), then decodes
+    plainly: once every size was tried, steps take verl's time."""
     verl = run(shipped, "verl")
     bad = run(shipped, "tlt", q_start=0.02, drift=0.0, spot=False, drafter="static")
     ratio = (bad.steps["rollout_s"] / verl.steps["rollout_s"]).to_numpy()
-    assert 1.0 < ratio[0] < 1.05
-    assert ratio[1:] == pytest.approx(1.0, rel=1e-12)
+    assert (ratio >= 1 - 1e-12).all() and 1.0 < ratio[0] < 1.05
+    assert ratio[-5:] == pytest.approx(1.0, rel=1e-12)
     assert 0 < bad.summary["sd_share"] < 0.01
 
 

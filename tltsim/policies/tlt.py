@@ -31,6 +31,7 @@ from tltsim.policy import (
     DrafterQuality,
     NgramDrafter,
     SDSwitch,
+    SpeculationGuard,
     SpotTrainer,
     make_tuner,
     parse_arms,
@@ -61,6 +62,7 @@ class TLTKnobs:
     q_start: float = DrafterConfig.q_start  # drafter quality when RL starts
     q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
     chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
+    guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.policy.SpeculationGuard)
 
     def validate(self, name: str) -> "TLTKnobs":
         def bad(knob, why):
@@ -151,6 +153,7 @@ class Speculative(Policy):
                 knobs["expected_reward"] = lambda s, b: self._expected_reward(cost, s, b, b * per_request_ctx)
             self.tuners.append(make_tuner(k.tuner, arms, seed=seed * 1000 + e, **knobs))
         self.switches = [SDSwitch(k.sd, k.threshold, k.patience) for _ in range(sim.engines)]
+        self.guards = [SpeculationGuard() if k.guard else None for _ in range(sim.engines)]
         self.rngs = [np.random.default_rng([seed, e]) for e in range(sim.engines)]
         self.workers = sim.engines + sim.reserved_workers
         self.trainer = SpotTrainer(self.workers, min_idle=min(k.min_idle, self.workers), cadence=k.cadence, enabled=k.spot)
@@ -187,6 +190,7 @@ class Speculative(Policy):
             chunk_iters=self.k.chunk_iters,
             rng=self.rngs[engine],
             model_free=self.drafter.model_free,
+            guard=self.guards[engine],
         )
 
     def worker_done(self, engine: int, t: float) -> None:

@@ -1,38 +1,37 @@
 """Whether speculating pays at the current batch: one rule for the simulator and for `real/`.
 
-TLT turns speculation on below a batch threshold (`SDSwitch`); at batches where every draft tree
-is slower than plain decoding (a drafter too weak, or drafting too dear for this device), a sane
-engine decodes plainly instead. `SpeculationGuard` answers from what the engine observed in the
-rollout, so the simulator (which observes modelled times) and a real engine (which observes wall
-clocks) make the decision the same way:
+TLT turns speculation on below a batch threshold (`SDSwitch`); at batches where speculating is
+slower than plain decoding (a drafter too weak, or drafting too dear for this device), a sane
+engine decodes plainly instead. `SpeculationGuard` answers from what the engine observed, so the
+simulator (which observes modelled times) and a real engine (which observes wall clocks) decide
+the same way. Like the tuner, one guard per engine lives across rollouts.
 
 * plain decoding's rate at batch b: b / (the median seconds of the last plain iterations at the
   nearest observed batch at or above b; decoding a smaller batch is no slower);
-* an arm's rate: the tuner's windowed median reward at b (tokens per second of the batch, see
-  tltsim.policy.tuner), +inf while untried, so every candidate arm is tried once;
-* speculation pays when some candidate arm's rate beats plain decoding's (always, before any
-  plain iteration was observed, and for tuners without `median_reward`: ucb, fixed, oracle).
+* speculation's rate at b: the median reward (tokens per second of the batch, as the tuner is
+  fed, whichever arm the tuner chose) of the last speculative iterations at exactly b;
+* speculation pays at b while it has not been tried at b (so each batch size is tried once), and
+  then while its rate beats plain decoding's.
 
-Once every arm at a batch has measured slower than plain decoding, that batch decodes plainly
-while those medians stand; the guard does not explore (an exploring speculative iteration between
-plain ones would pay for the drafter to catch up each time).
+Once speculation measured slower than plain decoding at a batch, that batch decodes plainly while
+the measurement stands; the guard does not explore again (an exploring speculative iteration
+between plain ones would pay for the drafter to catch up each time).
 """
 from __future__ import annotations
 
 import bisect
-import math
 
 from tltsim.policy.tuner import RewardWindow
 
 
 class SpeculationGuard:
-    """Made per engine rollout; told every plain iteration's time, asked before every decode iteration."""
+    """Told every plain and speculative iteration's outcome; asked before every decode iteration."""
 
-    def __init__(self, tuner, window: int = 8):
-        self.tuner = tuner
-        self.window = window  # plain iterations per batch size whose median time is its estimate
+    def __init__(self, window: int = 8):
+        self.window = window  # iterations per batch size whose median is its estimate
         self._plain: dict[int, RewardWindow] = {}  # batch -> seconds per plain iteration
         self._sizes: list[int] = []  # sorted keys of _plain
+        self._spec: dict[int, RewardWindow] = {}  # batch -> tokens per second of speculative iterations
 
     def observe_plain(self, batch: int, seconds: float, n: int = 1) -> None:
         """`n` plain iterations at `batch` took `seconds` each (on average)."""
@@ -41,6 +40,10 @@ class SpeculationGuard:
             bisect.insort(self._sizes, batch)
         self._plain[batch].add(float(seconds), max(1, int(n)))
 
+    def observe_spec(self, batch: int, reward: float, n: int = 1) -> None:
+        """`n` speculative iterations at `batch` made `reward` tokens per second (the tuner's reward)."""
+        self._spec.setdefault(batch, RewardWindow(self.window)).add(float(reward), max(1, int(n)))
+
     def plain_rate(self, batch: int) -> float:
         """Tokens per second of plain decoding at `batch`, estimated; 0 when nothing was observed."""
         if not self._sizes:
@@ -48,13 +51,8 @@ class SpeculationGuard:
         i = min(bisect.bisect_left(self._sizes, batch), len(self._sizes) - 1)
         return batch / self._plain[self._sizes[i]].median()
 
-    def untried(self, strategy, batch: int) -> bool:
-        """Whether `strategy` has no reward at `batch` yet (the simulator's fast path then tries it for one
-        iteration, not a chunk, as an engine deciding every iteration would)."""
-        return hasattr(self.tuner, "median_reward") and math.isinf(self.tuner.median_reward(strategy, batch))
+    def tried(self, batch: int) -> bool:
+        return batch in self._spec
 
     def pays(self, batch: int) -> bool:
-        if not hasattr(self.tuner, "median_reward"):
-            return True
-        best = max(self.tuner.median_reward(a, batch) for a in self.tuner.candidates(batch))
-        return best > self.plain_rate(batch)
+        return not self.tried(batch) or self._spec[batch].median() > self.plain_rate(batch)

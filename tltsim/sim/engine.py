@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tltsim.policy.guard import SpeculationGuard
 from tltsim.sim.schedule import admit_fifo, check_footprints, segments
 
 
@@ -38,7 +37,7 @@ class Speculation:
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
-    guard: bool = True  # decode plainly where no arm beats plain decoding (tltsim.policy.guard, as real/ does)
+    guard: object | None = None  # tltsim.policy.SpeculationGuard (the policy's, per engine); None: never guarded
 
     def draft_time(self, cost, batch: int, strategy) -> float:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
@@ -133,7 +132,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     plain = slice(0, sd_from)
     plain_times = cost.segment_time(batch[plain], 1, ctx[plain], batch[plain], length[plain])
     seg_times[plain] += plain_times
-    guard = SpeculationGuard(spec.tuner) if spec.guard else None
+    guard = spec.guard
     for b, dt, k in zip(batch[plain], np.atleast_1d(plain_times), length[plain]):
         if guard and b > 0 and k > 0:
             guard.observe_plain(int(b), float(dt) / k, int(round(k)))
@@ -166,11 +165,13 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 t_log = t_seg
             s = spec.tuner.choose(b)
             acc = float(spec.acceptance.mean(s, spec.quality))
-            iters = min(1 if guard and guard.untried(s, b) else spec.chunk_iters, remaining / acc)
+            iters = min(1 if guard and not guard.tried(b) else spec.chunk_iters, remaining / acc)  # one to try
             dt = iters * spec.draft_time(cost, b, s) + float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
             spec.tuner.update(s, b, acc * b * iters / dt, max(1, int(round(iters))))
+            if guard:
+                guard.observe_spec(b, acc * b * iters / dt, int(round(iters)))
             log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
             strategies[str(s)] += iters
             sd_iters += iters
@@ -225,7 +226,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     sd = spec is not None and spec.switch.on  # the switch is on
     drafted = sd  # the drafter holds every running request (from the start, or after the re-prefill)
     mode = "prefill"
-    guard = SpeculationGuard(spec.tuner) if spec is not None and spec.guard else None
+    guard = spec.guard if spec is not None else None
     while nxt < n or running:
         # admit FIFO while a slot and the KV cache allow
         new = []
@@ -263,6 +264,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             gain = np.minimum(acc_rows, remaining)
             dt = spec.iteration_time(cost, b, s, ctx)
             spec.tuner.update(s, b, float(acc_rows.sum()) / dt, 1)
+            if guard:
+                guard.observe_spec(b, float(acc_rows.sum()) / dt)
             strategies[str(s)] += 1
             sd_iters += 1
             sd_acc += float(acc_rows.mean())
