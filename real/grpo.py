@@ -13,6 +13,11 @@ reference (only when beta > 0). The loss is the mean over every response token o
 each worker sums its tokens' losses, divides by the global token count, and the gradients are
 summed over workers (all-reduce), so every worker takes the same AdamW step and the targets stay
 identical (that is the target's weight sync).
+
+Forwards run on micro-batches of responses sorted by length, each at most `micro_batch_tokens`
+padded tokens (gradients accumulate over them), so the cost follows the tokens of the responses
+rather than rows x the longest (verl removes padding for the same reason); the result is the
+one-batch update's, up to float rounding.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ class GRPOConfig:
     kl: float = 0.0  # beta: weight of the KL to the frozen initial target (0 = no reference model)
     mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
     max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
+    micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -42,6 +48,8 @@ class GRPOConfig:
             raise TltsimError(f"grpo kl={self.kl}: must be >= 0")
         if self.mini_batches < 1:
             raise TltsimError(f"grpo mini_batches={self.mini_batches}: must be >= 1")
+        if self.micro_batch_tokens < 1:
+            raise TltsimError(f"grpo micro_batch_tokens={self.micro_batch_tokens}: must be >= 1")
 
 
 def group_advantages(rewards: np.ndarray) -> np.ndarray:
@@ -50,6 +58,18 @@ def group_advantages(rewards: np.ndarray) -> np.ndarray:
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [prompts, group], got shape {rewards.shape}")
     return (rewards - rewards.mean(axis=1, keepdims=True)) / (rewards.std(axis=1, keepdims=True) + 1e-6)
+
+
+def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
+    """Row indices grouped for padded forwards: sorted by length, each group's rows x longest <= budget
+    (a row longer than the budget alone)."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if groups and (len(groups[-1]) + 1) * lengths[i] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,9 +130,17 @@ class GRPO:
         if not prompts:
             return None, None
         self.model.eval()
-        old, _ = response_logprobs(self.model, prompts, responses)
-        ref = response_logprobs(self.reference, prompts, responses)[0] if self.config.kl > 0 else None
+        old = self._logprobs(self.model, prompts, responses)
+        ref = self._logprobs(self.reference, prompts, responses) if self.config.kl > 0 else None
         return old, ref
+
+    def _logprobs(self, model, prompts, responses) -> torch.Tensor:
+        """`response_logprobs` over micro-batches, gathered into one [B, R] tensor."""
+        out = torch.zeros(len(prompts), max(len(r) for r in responses))
+        for rows in micro_batches([len(p) + len(r) for p, r in zip(prompts, responses)], self.config.micro_batch_tokens):
+            logp, _ = response_logprobs(model, [prompts[i] for i in rows], [responses[i] for i in rows])
+            out[rows, : logp.shape[1]] = logp.cpu()
+        return out
 
     def update(self, prompts, responses, advantages, old, ref) -> dict:
         """`mini_batches` AdamW steps on this worker's responses, gradients summed over workers.
@@ -128,23 +156,22 @@ class GRPO:
         self.model.train()
         for rows in chunks:
             self.optimizer.zero_grad(set_to_none=False)
+            sel = rows.tolist()
             local = torch.zeros(3, dtype=torch.float64, device=device)  # tokens, loss sum, clipped tokens
-            if len(rows):
-                sel = rows.tolist()
-                logp, mask = response_logprobs(self.model, [prompts[i] for i in sel], [responses[i] for i in sel])
+            total = _all_reduce(torch.tensor([float(sum(len(responses[i]) for i in sel))], dtype=torch.float64,
+                                             device=device))[0]
+            lengths = [len(prompts[i]) + len(responses[i]) for i in sel]
+            for part in micro_batches(lengths, cfg.micro_batch_tokens) if sel else []:
+                mb = [sel[j] for j in part]
+                logp, mask = response_logprobs(self.model, [prompts[i] for i in mb], [responses[i] for i in mb])
                 width = logp.shape[1]
-                o = old[sel, :width].to(logp.device)
-                r = ref[sel, :width].to(logp.device) if ref is not None else None
-                per_token = token_losses(logp, o, adv_all[sel].to(logp.device), mask, cfg.clip, r, cfg.kl)
-                tokens = float(mask.sum())
-                total = _all_reduce(torch.tensor([tokens], dtype=torch.float64, device=device))[0]
+                o = old[mb, :width].to(logp.device)
+                r = ref[mb, :width].to(logp.device) if ref is not None else None
+                per_token = token_losses(logp, o, adv_all[mb].to(logp.device), mask, cfg.clip, r, cfg.kl)
                 (per_token.sum() / total).backward()
-                ratio = torch.exp(logp - o).detach()
-                clipped = ((ratio - 1).abs() > cfg.clip) & mask
-                local += torch.tensor([tokens, float(per_token.sum().detach()), float(clipped.sum())],
+                clipped = ((torch.exp(logp - o).detach() - 1).abs() > cfg.clip) & mask
+                local += torch.tensor([float(mask.sum()), float(per_token.sum().detach()), float(clipped.sum())],
                                       dtype=torch.float64, device=device)
-            else:
-                _all_reduce(torch.zeros(1, dtype=torch.float64, device=device))
             for p in self.model.parameters():
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)

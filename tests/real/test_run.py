@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from real.grpo import GRPO, GRPOConfig, group_advantages, response_logprobs, token_losses
+from real.grpo import GRPO, GRPOConfig, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target
 from real.pretrain import PretrainConfig, save_checkpoint, train
 from real.run import RunConfig, launch
@@ -217,6 +217,25 @@ def test_grpo_update_raises_the_likelihood_of_rewarded_responses():
     after = response_logprobs(model, prompts, responses)[0].sum(dim=1).detach()
     assert after[0] > before[0] and after[1] < before[1]
 
+
+
+def test_micro_batches_bound_padding_and_give_the_one_batch_update():
+    assert micro_batches([5, 1, 3, 3], budget=6) == [[1, 2], [3], [0]]  # sorted; 2 rows x 3 <= 6, 3 x 3 > 6
+    assert micro_batches([9], budget=4) == [[0]]  # longer than the budget: alone
+    prompts = [[1, 5, 6], [1, 5], [1, 5, 6, 7], [1]]
+    responses = [[7, 8, 9, 2], [10], [11, 12], [13, 14, 15, 16, 17]]
+    adv = np.array([1.0, -1.0, 0.5, -0.5])
+    params = []
+    for budget in (10**6, 8):  # one forward of 4 rows x 7; or micro-batches of at most 8 padded tokens
+        model = build_target("test-llama", seed=0).double()
+        grpo = GRPO(model, GRPOConfig(lr=1e-2, micro_batch_tokens=budget))
+        old, ref = grpo.old_logprobs(prompts, responses)
+        stats = grpo.update(prompts, responses, adv, old, ref)
+        params.append((torch.cat([p.detach().ravel() for p in model.parameters()]), old, stats))
+    (p1, old1, s1), (p2, old2, s2) = params
+    assert torch.allclose(old1, old2, atol=1e-6) and torch.allclose(p1, p2, atol=1e-10)
+    assert s1["loss"] == pytest.approx(s2["loss"]) and s1["clip_frac"] == s2["clip_frac"]
+    assert not torch.equal(p1, torch.cat([p.detach().ravel() for p in build_target("test-llama", seed=0).double().parameters()]))
 
 # --- the shipped recorded runs ------------------------------------------------------------------------
 
