@@ -42,6 +42,20 @@ def get_target(args):
     return load_target(path, args.device), GcdTask.load(path), path
 
 
+def get_drafter(target, task, args, target_path):
+    """The drafter trained on the target's responses; kept in out/bench_spec/ and reused when target and settings match."""
+    name = str(target_path.resolve()).strip("/").replace("/", "_")
+    path = Path("out/bench_spec") / f"drafter-{name}-{args.train_problems}-{args.drafter_steps}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file():
+        print(f"drafter: {path} (trained by an earlier run with the same settings)")
+        return real.Drafter.load(path, target)
+    with torch.enable_grad():
+        drafter = train_drafter(target, task, args)
+    drafter.save(path)
+    return drafter
+
+
 def train_drafter(target, task, args):
     rng = np.random.default_rng(1)
     prompts = [task.prompt_ids(p) for p in task.sample(rng, args.train_problems, "train")]
@@ -87,8 +101,7 @@ def main() -> None:
           f"{torch.get_num_threads()} threads")
     target, task, path = get_target(args)
     print(f"target: {path} ({sum(p.numel() for p in target.parameters()) / 1e6:.2f} M parameters)")
-    with torch.enable_grad():
-        drafter = train_drafter(target, task, args)
+    drafter = get_drafter(target, task, args, path)
     eos = task.tokenizer.eos_id
     prompts = [task.prompt_ids(p) for p in task.sample(np.random.default_rng(2), args.prompts, "test")]
     max_new = task.max_response_tokens

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+import transformers
 
 from real.adaptive import rollout
 from real.drafter import Drafter
@@ -186,6 +187,7 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str) -> None:
+    transformers.utils.logging.disable_progress_bar()  # a bar per checkpoint load and save, every step
     backend = "gloo"
     if config.device == "cpu":
         torch.set_num_threads(1)

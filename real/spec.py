@@ -115,6 +115,10 @@ class DraftState:
         """EAGLE-2 drafting from each row's root (token long [B], g [B, H], position long [B])."""
         if strategy.topk == 1:
             return self._chain(roots, g_root, root_pos, strategy.verify)
+        return self._tree(roots, g_root, root_pos, strategy)
+
+    def _tree(self, roots: torch.Tensor, g_root: torch.Tensor, root_pos: torch.Tensor, strategy: Strategy) -> DraftTree:
+        """The EAGLE-2 tree search of `draft`, for any top-k."""
         batch, k, device = roots.shape[0], strategy.topk, roots.device
         rows = torch.arange(batch, device=device)[:, None]
         logp = torch.log_softmax(self.drafter.lm_head(g_root).float(), dim=-1)

@@ -7,6 +7,7 @@ from tiny_lm import MAX_NEW, PROMPTS, VOCAB, hf_greedy, ragged_eos, reference, t
 
 import real
 from real.generate import Engine
+from real.sampling import SamplingParams, verify_greedy_chain, verify_tree
 from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 
@@ -166,3 +167,39 @@ def test_bad_prompts_and_modes_are_user_errors():
         engine.step("spec")
     with pytest.raises(TltsimError, match="mode"):
         engine.step("fast")
+
+
+@pytest.mark.parametrize("strategy", ["4_1_4", "5_1_3"])
+def test_chain_drafting_is_the_tree_search_with_top_k_one(strategy):
+    """The top-k 1 fast path (argmax chain, only `verify` drafter steps) drafts what the tree search drafts."""
+    arch, kind = "llama", "trained"
+    drafter = trained_drafter(arch, kind)
+    engine = Engine(target(arch, kind), drafter, max_new_tokens=MAX_NEW, eos_token_id=[])
+    engine.add(PROMPTS[kind])
+    for mode in ["spec", "plain", "spec"]:  # rows of different lengths in the drafter's cache
+        engine.step(mode, "4_2_6")
+    state, strat = engine._draft, draftable(strategy)
+    roots = torch.tensor([t[-1] for t in engine.tokens])
+    g_root = state.ingest(engine.tokens, engine.cache.features)
+    chain = state._chain(roots, g_root, engine.cache.lens, strat.verify)
+    tree = state._tree(roots, g_root, engine.cache.lens, strat)
+    assert chain.chain and not tree.chain
+    for name in ["tokens", "parents", "depth"]:
+        assert torch.equal(getattr(chain, name), getattr(tree, name)), name
+    assert torch.equal(chain.visible(), DraftTree(tree.tokens, tree.parents, tree.depth).visible())
+    assert state.cache.pending == 0  # both rolled their drafts back
+
+
+def test_greedy_chain_verification_is_the_tree_walk():
+    gen = torch.Generator().manual_seed(0)
+    batch, n, vocab = 64, 5, 7
+    logits = torch.randn(batch, n, vocab, generator=gen)
+    best = logits.argmax(dim=-1)
+    hits = torch.rand(batch, n - 1, generator=gen) < 0.7  # each draft matches its parent's argmax or not
+    drafts = torch.where(hits, best[:, :-1], (best[:, :-1] + 1) % vocab)
+    tree = DraftTree.chain_of(torch.randint(0, vocab, (batch,), generator=gen), drafts)
+    chain = verify_greedy_chain(tree.tokens, logits)
+    walk = verify_tree(tree.tokens, tree.parents, logits, SamplingParams(), torch.Generator())
+    for got, want in zip(chain, walk):
+        assert torch.equal(got, want)
+    assert set(chain[1].tolist()) == set(range(n))  # every acceptance length occurs
