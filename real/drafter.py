@@ -17,6 +17,7 @@ a soft cross-entropy against the target's distribution.
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from tltsim.errors import TltsimError
 from tltsim.io import atomic_path
 
 _FORMAT = "tltsim-drafter-1"
+# decoder layers that are x + attn(norm(x)), then x + mlp(norm(x)), with rotary q/k and no extra norms
+_PRE_NORM_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 
 
 @dataclass(frozen=True)
@@ -76,13 +79,38 @@ class Drafter(nn.Module):
 
     def forward(self, tokens, prev_features, position_ids, mask, cache=None):
         """g for inputs (x_i, f_{i-1}). tokens long [B, T]; prev_features [B, T, H]; position_ids long
-        [B, T]; mask additive float [B, 1, T, K] over the K keys (cached + new); cache: a
-        DynamicCache with one layer (appended to) or None. Returns g [B, T, H]."""
+        [B, T]; mask additive float [B, 1, T, K] over the K keys (cached + new), or None when every
+        query sees every key; cache: a DynamicCache with one layer (appended to) or None. Returns g [B, T, H]."""
         with torch.no_grad():
             emb = self.embed(tokens)
         h = self.fc(torch.cat([emb, prev_features.to(emb.dtype)], dim=-1))
+        rope = self.rotary(h, position_ids)
+        if type(self.layer).__name__ in _PRE_NORM_LAYERS:
+            return self._pre_norm_layer(h, rope, mask, None if cache is None else cache.layers[0])
         return self.layer(h, attention_mask=mask, position_ids=position_ids, cache=cache,
-                          use_cache=cache is not None, position_embeddings=self.rotary(h, position_ids))
+                          use_cache=cache is not None, position_embeddings=rope)
+
+    def _pre_norm_layer(self, h, rope, mask, cache_layer):
+        """`self.layer`'s forward for the _PRE_NORM_LAYERS types, computed from its parts: the same
+        arithmetic as calling the layer, without transformers' per-call dispatch, which at drafter sizes
+        costs as much as the arithmetic. rope: (cos, sin); cache_layer: a DynamicCache layer whose keys
+        and values get the new ones appended, or None."""
+        layer, attn = self.layer, self.layer.self_attn
+        batch, t, _ = h.shape
+        x = layer.input_layernorm(h)
+        heads = (batch, t, -1, attn.head_dim)
+        q = attn.q_proj(x).view(heads).transpose(1, 2)
+        k = attn.k_proj(x).view(heads).transpose(1, 2)
+        v = attn.v_proj(x).view(heads).transpose(1, 2)
+        q, k = sys.modules[type(layer).__module__].apply_rotary_pos_emb(q, k, *rope)
+        if cache_layer is not None:
+            k = cache_layer.keys = torch.cat([cache_layer.keys, k], dim=2)
+            v = cache_layer.values = torch.cat([cache_layer.values, v], dim=2)
+        out = nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=attn.attention_dropout if self.training else 0.0, scale=attn.scaling,
+            enable_gqa=True)
+        h = h + attn.o_proj(out.transpose(1, 2).reshape(batch, t, -1))
+        return h + layer.mlp(layer.post_attention_layernorm(h))
 
     def loss(self, tokens: torch.Tensor, features: torch.Tensor, lengths: torch.Tensor,
              weights: DrafterLoss = DrafterLoss()) -> torch.Tensor:

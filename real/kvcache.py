@@ -27,7 +27,8 @@ class RaggedCache:
         empty = torch.zeros(batch, kv_heads, 0, head_dim, dtype=dtype, device=device)
         self.cache = DynamicCache(ddp_cache_data=[(empty, empty)] * num_layers)
         self.lens = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
-        self.width = 0  # committed width W = slot count before the pending region
+        self.width = 0  # committed width W = max(lens) = slot count before the pending region
+        self.ragged = False  # some row has fewer than W committed tokens (hidden garbage slots)
         self.features = None if feature_dim is None else torch.zeros(batch, 0, feature_dim, dtype=dtype, device=device)
         self.dtype = dtype
 
@@ -53,6 +54,13 @@ class RaggedCache:
         zero = torch.zeros((), dtype=self.dtype, device=visible.device)
         return torch.where(allowed, zero, torch.finfo(self.dtype).min)[:, None]
 
+    def mask_one(self) -> torch.Tensor | None:
+        """The mask for one new token per row that sees every pending slot (a chain's next node, a plain
+        decoding step): None, i.e. no mask, when no row hides garbage slots; else `mask` of that pattern."""
+        if not self.ragged:
+            return None
+        return self.mask(torch.ones(self.batch, 1, self.pending + 1, dtype=torch.bool, device=self.lens.device))
+
     def commit(self, keep: torch.Tensor, counts: torch.Tensor, features: torch.Tensor | None = None) -> None:
         """Keep, per row, the first counts[b] slots listed in keep[b] and drop all other pending slots.
 
@@ -67,16 +75,15 @@ class RaggedCache:
         rows = torch.arange(batch, device=keep.device)[:, None].expand(batch, k)[valid]
         dst = (self.lens[:, None] + torch.arange(k, device=keep.device)[None, :])[valid]
         src = (self.width + keep)[valid]
-        new_lens = self.lens + counts
-        new_width = int(new_lens.max()) if batch else 0
         in_place = torch.equal(src, dst)  # e.g. one row, or every row full width, keeping a prefix
+        old_width = self.width
+        self._set_lens(self.lens + counts)
         for layer in self.cache.layers:
-            layer.keys = _move(layer.keys, rows, dst, src, new_width, in_place)
-            layer.values = _move(layer.values, rows, dst, src, new_width, in_place)
+            layer.keys = _move(layer.keys, rows, dst, src, self.width, in_place)
+            layer.values = _move(layer.values, rows, dst, src, self.width, in_place)
         if self.features is not None:
-            full = torch.cat([self.features[:, : self.width], features.to(self.features.dtype)], dim=1)
-            self.features = _move(full, rows, dst, src, new_width, in_place, slot_dim=1)
-        self.lens, self.width = new_lens, new_width
+            full = torch.cat([self.features[:, :old_width], features.to(self.features.dtype)], dim=1)
+            self.features = _move(full, rows, dst, src, self.width, in_place, slot_dim=1)
 
     def rollback(self) -> None:
         """Drop every pending slot (commit nothing)."""
@@ -87,8 +94,7 @@ class RaggedCache:
     def select(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (long [B']) in this order; nothing may be pending."""
         assert self.pending == 0
-        self.lens = self.lens[rows]
-        self.width = int(self.lens.max()) if len(rows) else 0
+        self._set_lens(self.lens[rows])
         for layer in self.cache.layers:
             layer.keys = layer.keys[rows, :, : self.width]
             layer.values = layer.values[rows, :, : self.width]
@@ -104,8 +110,12 @@ class RaggedCache:
             mine.values = torch.cat([_pad_slots(mine.values, width, 2), _pad_slots(theirs.values, width, 2)])
         if self.features is not None:
             self.features = torch.cat([_pad_slots(self.features, width, 1), _pad_slots(other.features, width, 1)])
-        self.lens = torch.cat([self.lens, other.lens])
-        self.width = width
+        self._set_lens(torch.cat([self.lens, other.lens]))
+
+    def _set_lens(self, lens: torch.Tensor) -> None:
+        self.lens = lens
+        low, self.width = (int(x) for x in torch.aminmax(lens)) if len(lens) else (0, 0)
+        self.ragged = low < self.width
 
 
 def _move(x: torch.Tensor, rows, dst, src, width: int, in_place: bool, slot_dim: int = 2) -> torch.Tensor:

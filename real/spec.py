@@ -94,22 +94,20 @@ class DraftState:
         counts = [len(t) - s for t, s in zip(tokens, start)]
         assert min(counts) >= 1, "every row has a new committed token"
         batch, width = len(tokens), max(counts)
-        idx = torch.zeros(batch, width, dtype=torch.long, device=device)  # token index i of each input
-        x = torch.zeros(batch, width, dtype=torch.long, device=device)
-        for b, (t, s, c) in enumerate(zip(tokens, start, counts)):
-            idx[b, :c] = torch.arange(s, s + c, device=device)
-            x[b, :c] = torch.as_tensor(t[s:], device=device)
-        counts_t = torch.tensor(counts, device=device)
-        valid = torch.arange(width, device=device)[None, :] < counts_t[:, None]
+        x = torch.tensor([t[s:] + [0] * (width - c) for t, s, c in zip(tokens, start, counts)], device=device)
+        idx = self.cache.lens[:, None] + torch.arange(width, device=device)  # token index i of each input
         slot = (idx - 1).clamp(min=0, max=max(features.shape[1] - 1, 0))  # f_{i-1} sits at slot i - 1
         prev = features.gather(1, slot[:, :, None].expand(-1, -1, features.shape[2])) if features.shape[1] else \
             features.new_zeros(batch, width, features.shape[2])
         prev = prev * (idx > 0)[:, :, None]  # f_{-1} = 0
-        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-        visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
+        visible = torch.ones(width, width, dtype=torch.bool, device=device).tril()[None].expand(batch, width, width)
+        counts_t = torch.tensor(counts, device=device)
+        if min(counts) < width:  # padding inputs are seen by none, and see only themselves
+            valid = torch.arange(width, device=device)[None, :] < counts_t[:, None]
+            visible = (visible & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
         g = self.drafter(x, prev, idx, self.cache.mask(visible), self.cache.cache)
         self.cache.commit(torch.arange(width, device=device)[None].expand(batch, width), counts_t)
-        return g[torch.arange(batch, device=device), counts_t - 1]
+        return g[:, -1] if min(counts) == width else g[torch.arange(batch, device=device), counts_t - 1]
 
     def draft(self, roots: torch.Tensor, g_root: torch.Tensor, root_pos: torch.Tensor, strategy: Strategy) -> DraftTree:
         """EAGLE-2 drafting from each row's root (token long [B], g [B, H], position long [B])."""
@@ -155,12 +153,10 @@ class DraftState:
         """Top-k 1: each row's chain of `length` argmax drafts. The tree search would build the same
         chain (with one candidate per depth, the `verify` best are the first `verify`), so only as
         many drafter steps run as drafts are kept, and no scores are needed."""
-        batch, device = roots.shape[0], roots.device
         tok = self.drafter.lm_head(g).argmax(dim=-1)  # [B]
         drafts = [tok]
-        for d in range(1, length):
-            sees_all = torch.ones(batch, 1, d, dtype=torch.bool, device=device)  # its ancestors and itself
-            g = self.drafter(tok[:, None], g[:, None], (root_pos + d)[:, None], self.cache.mask(sees_all),
+        for d in range(1, length):  # a node sees its ancestors (every pending slot) and itself
+            g = self.drafter(tok[:, None], g[:, None], (root_pos + d)[:, None], self.cache.mask_one(),
                              self.cache.cache)[:, 0]
             tok = self.drafter.lm_head(g).argmax(dim=-1)
             drafts.append(tok)

@@ -7,6 +7,7 @@ from tiny_lm import MAX_NEW, PROMPTS, VOCAB, hf_greedy, ragged_eos, reference, t
 
 import real
 from real.generate import Engine
+from real.kvcache import RaggedCache
 from real.sampling import SamplingParams, verify_greedy_chain, verify_tree
 from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
@@ -203,3 +204,23 @@ def test_greedy_chain_verification_is_the_tree_walk():
     for got, want in zip(chain, walk):
         assert torch.equal(got, want)
     assert set(chain[1].tolist()) == set(range(n))  # every acceptance length occurs
+
+
+def test_one_query_mask_is_left_out_only_when_no_slot_is_hidden():
+    cache = RaggedCache(1, 2, 2, 8, torch.float64, torch.device("cpu"))
+    layer = cache.cache.layers[0]
+
+    def append(n):  # a forward's keys and values for n new slots per row
+        layer.keys = layer.values = torch.cat([layer.keys, torch.zeros(2, 2, n, 8, dtype=torch.float64)], dim=2)
+
+    append(3)
+    cache.commit(torch.arange(3).expand(2, 3), torch.tensor([3, 3]))
+    assert not cache.ragged and cache.mask_one() is None
+    append(2)
+    cache.commit(torch.arange(2).expand(2, 2), torch.tensor([2, 1]))  # row 1 keeps one: slot 4 is hidden
+    append(1)
+    assert cache.ragged and torch.equal(cache.mask_one(), cache.mask(torch.ones(2, 1, 2, dtype=torch.bool)))
+    assert (cache.mask_one()[1, 0, 0] < 0).tolist() == [False] * 4 + [True, False, False]
+    cache.rollback()
+    cache.select(torch.tensor([0]))
+    assert not cache.ragged and cache.mask_one() is None

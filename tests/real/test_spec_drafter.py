@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_lm import PROMPTS, tiny_target, trained_drafter
+from transformers import DynamicCache
 
 import real
 from real.drafter import Drafter, DrafterLoss, _pad
@@ -123,3 +124,32 @@ def test_fit_rejects_pairs_too_short_to_learn_from():
     drafter = Drafter.for_target(tiny_target("llama"))
     with pytest.raises(TltsimError, match="2 or more tokens"):
         drafter.fit([([1], torch.zeros(0, 32, dtype=torch.float64))], steps=1)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("new", [1, 3])
+def test_drafter_computes_its_layer_as_transformers_does(arch, new):
+    """Drafter.forward runs its decoder layer from the layer's parts (no per-call dispatch); that must be
+    the transformers layer's own forward, with a cache and a ragged mask as in drafting and without as in training."""
+    drafter = Drafter.for_target(tiny_target(arch), seed=5)
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(2, new, 32, generator=gen, dtype=torch.float64)
+    pos = torch.tensor([[6], [4]]) + torch.arange(new)
+    rope = drafter.rotary(h, pos)
+    cached = [torch.randn(2, 2, 6, 8, generator=gen, dtype=torch.float64) for _ in range(2)]
+    allowed = torch.ones(2, new, 6 + new, dtype=torch.bool).tril(diagonal=6)
+    allowed[1, :, 4:6] = False  # row 1 has 4 committed slots and 2 hidden ones
+    mask = torch.zeros(2, 1, new, 6 + new, dtype=torch.float64).masked_fill(~allowed[:, None], float("-inf"))
+    for m in [mask, None] if new == 1 else [mask]:
+        ref_cache, cache = (DynamicCache(ddp_cache_data=[tuple(t.clone() for t in cached)]) for _ in range(2))
+        with torch.no_grad():
+            ref = drafter.layer(h, attention_mask=m, position_ids=pos, cache=ref_cache, use_cache=True,
+                                position_embeddings=rope)
+            got = drafter._pre_norm_layer(h, rope, m, cache.layers[0])
+        torch.testing.assert_close(got, ref)
+        torch.testing.assert_close(cache.layers[0].keys, ref_cache.layers[0].keys)
+        torch.testing.assert_close(cache.layers[0].values, ref_cache.layers[0].values)
+    causal = torch.zeros(2, 1, new, new, dtype=torch.float64).masked_fill(~torch.ones(new, new).tril().bool(), -1e9)
+    with torch.no_grad():
+        ref = drafter.layer(h, attention_mask=causal, position_ids=pos, position_embeddings=rope)
+    torch.testing.assert_close(drafter._pre_norm_layer(h, rope, causal, None), ref)
