@@ -74,7 +74,8 @@ class DraftState:
 
     Row b has ingested its first `cache.lens[b]` tokens (input i is (x_i, f_{i-1})); `ingest`
     feeds the rest of the committed tokens, `draft` then builds the tree and rolls the drafter's
-    speculative entries back, so only committed tokens stay in its cache.
+    speculative entries back, so only committed tokens stay in its cache. Both run in inference mode
+    (cheaper per operation): what they return, the draft tree included, cannot enter autograd.
     """
 
     def __init__(self, drafter, batch: int):
@@ -83,6 +84,7 @@ class DraftState:
         key = drafter.fc.weight
         self.cache = RaggedCache(1, batch, attn.config.num_key_value_heads, attn.head_dim, key.dtype, key.device)
 
+    @torch.inference_mode()
     def ingest(self, tokens: list[list[int]], features: torch.Tensor) -> torch.Tensor:
         """Feed each row's committed tokens not yet seen; return g at its last token [B, H].
 
@@ -115,6 +117,7 @@ class DraftState:
             return self._chain(roots, g_root, root_pos, strategy.verify)
         return self._tree(roots, g_root, root_pos, strategy)
 
+    @torch.inference_mode()
     def _tree(self, roots: torch.Tensor, g_root: torch.Tensor, root_pos: torch.Tensor, strategy: Strategy) -> DraftTree:
         """The EAGLE-2 tree search of `draft`, for any top-k."""
         batch, k, device = roots.shape[0], strategy.topk, roots.device
@@ -149,6 +152,7 @@ class DraftState:
                        torch.cat(cand_depth, 1), roots, strategy.verify)
 
 
+    @torch.inference_mode()
     def _chain(self, roots: torch.Tensor, g: torch.Tensor, root_pos: torch.Tensor, length: int) -> DraftTree:
         """Top-k 1: each row's chain of `length` argmax drafts. The tree search would build the same
         chain (with one candidate per depth, the `verify` best are the first `verify`), so only as
