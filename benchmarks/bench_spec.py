@@ -48,7 +48,7 @@ def get_target(args):
 
 
 def get_drafter(target, task, args, target_path):
-    """The drafter trained on the target's responses; kept in out/bench_spec/ and reused when target and settings match."""
+    """The drafter trained on the target's responses, kept in out/bench_spec/ for later runs with the same settings."""
     name = str(target_path.resolve()).strip("/").replace("/", "_")
     path = Path("out/bench_spec") / f"drafter-{name}-{args.train_problems}-{args.drafter_steps}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)

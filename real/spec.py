@@ -151,7 +151,6 @@ class DraftState:
         return _select(torch.cat(cand_tok, 1), torch.cat(cand_parent, 1), torch.cat(cand_score, 1),
                        torch.cat(cand_depth, 1), roots, strategy.verify)
 
-
     @torch.inference_mode()
     def _chain(self, roots: torch.Tensor, g: torch.Tensor, root_pos: torch.Tensor, length: int) -> DraftTree:
         """Top-k 1: each row's chain of `length` argmax drafts. The tree search would build the same
