@@ -246,7 +246,8 @@ class Coordinator:
 
 
 class SampleBuffer:
-    """A worker's drafter training data: (tokens, features) pairs by step, selected as its DataBuffer says."""
+    """A worker's drafter training data: (tokens, features) pairs by step (its own at once, the other workers'
+    at the end of the step), selected as its DataBuffer says."""
 
     def __init__(self, last_n_steps: int, keep_long_prev: float):
         self.index = DataBuffer(last_n_steps, keep_long_prev)
@@ -379,8 +380,9 @@ class Worker:
         done = ro.steps[-1].t_end if ro.steps else t0
         self.store.set(f"{step}/done/{self.rank}", repr(done))
         finished = [engine.finished[i] for i in ro.ids]
+        samples = [(torch.tensor(f.prompt + f.tokens), f.features.cpu()) for f in finished] if self.trains else []
         if self.trains:
-            self.buffer.add(step, [(torch.tensor(f.prompt + f.tokens), f.features) for f in finished])
+            self.buffer.add(step, samples)
         phases, batches = self._idle_or_train(step, done)
 
         t = phases[-1][2]
@@ -392,6 +394,7 @@ class Worker:
         stats = self.grpo.update(prompts, responses, adv, old, ref)
         phases.append(("train", t, t := self.clock()))
         self._sync_drafter(batches)
+        self._share_samples(step, samples)
         dist.barrier()
         phases.append(("weight_sync", t, self.clock()))
 
@@ -447,6 +450,18 @@ class Worker:
             if self.drafter_opt_state is not None:
                 self.drafter_opt.load_state_dict(self.drafter_opt_state)
         return self.drafter_opt
+
+    def _share_samples(self, step: int, samples: list) -> None:
+        """Add every other worker's (tokens, features) of this step to this worker's buffer: the drafter's
+        data buffer holds the whole step's responses, as TLT's does (so the next steps' spot training
+        on a worker that served few responses does not fit just those)."""
+        if not self.trains or self.world == 1:
+            return
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, samples)
+        for rank, pairs in enumerate(everyone):
+            if rank != self.rank and pairs:
+                self.buffer.add(step, pairs)
 
     def _sync_drafter(self, batches: int) -> None:
         """Average the drafters that trained (weighted by their batches) into every rank's copy."""
