@@ -91,17 +91,18 @@ class Drafter(nn.Module):
                           use_cache=cache is not None, position_embeddings=rope)
 
     def _pre_norm_layer(self, h, rope, mask, cache_layer):
-        """`self.layer`'s forward for the _PRE_NORM_LAYERS types, computed from its parts: the same
-        arithmetic as calling the layer, without transformers' per-call dispatch, which at drafter sizes
-        costs as much as the arithmetic. rope: (cos, sin); cache_layer: a DynamicCache layer whose keys
-        and values get the new ones appended, or None."""
-        layer, attn = self.layer, self.layer.self_attn
+        """`self.layer`'s forward for the _PRE_NORM_LAYERS types, computed from its parts' weights: the
+        same arithmetic as calling the layer (RMSNorm as one fused op), without transformers' and
+        torch's per-module dispatch, which at drafter sizes costs as much as the arithmetic.
+        rope: (cos, sin); cache_layer: a DynamicCache layer whose keys and values get the new ones
+        appended, or None."""
+        layer, attn, mlp = self.layer, self.layer.self_attn, self.layer.mlp
         batch, t, _ = h.shape
-        x = layer.input_layernorm(h)
+        x = _rms_norm(layer.input_layernorm, h)
         heads = (batch, t, -1, attn.head_dim)
-        q = attn.q_proj(x).view(heads).transpose(1, 2)
-        k = attn.k_proj(x).view(heads).transpose(1, 2)
-        v = attn.v_proj(x).view(heads).transpose(1, 2)
+        q = _linear(attn.q_proj, x).view(heads).transpose(1, 2)
+        k = _linear(attn.k_proj, x).view(heads).transpose(1, 2)
+        v = _linear(attn.v_proj, x).view(heads).transpose(1, 2)
         q, k = sys.modules[type(layer).__module__].apply_rotary_pos_emb(q, k, *rope)
         if cache_layer is not None:
             k = cache_layer.keys = torch.cat([cache_layer.keys, k], dim=2)
@@ -109,8 +110,9 @@ class Drafter(nn.Module):
         out = nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=attn.attention_dropout if self.training else 0.0, scale=attn.scaling,
             enable_gqa=True)
-        h = h + attn.o_proj(out.transpose(1, 2).reshape(batch, t, -1))
-        return h + layer.mlp(layer.post_attention_layernorm(h))
+        h = h + _linear(attn.o_proj, out.transpose(1, 2).reshape(batch, t, -1))
+        x = _rms_norm(layer.post_attention_layernorm, h)
+        return h + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
 
     def loss(self, tokens: torch.Tensor, features: torch.Tensor, lengths: torch.Tensor,
              weights: DrafterLoss = DrafterLoss()) -> torch.Tensor:
@@ -189,6 +191,15 @@ class Drafter(nn.Module):
         drafter.load_state_dict(payload["state"])
         drafter.eval()
         return drafter
+
+
+def _linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.linear(x, module.weight, module.bias)
+
+
+def _rms_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A transformers Llama / Qwen2 RMSNorm module's forward as one op."""
+    return nn.functional.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
 
 
 def _pad(pairs, device):

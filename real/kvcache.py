@@ -85,6 +85,12 @@ class RaggedCache:
             full = torch.cat([self.features[:, :old_width], features.to(self.features.dtype)], dim=1)
             self.features = _move(full, rows, dst, src, self.width, in_place, slot_dim=1)
 
+    def commit_all(self) -> None:
+        """`commit` keeping every pending slot of every row; with no ragged row (asserted) nothing moves."""
+        assert not self.ragged and self.features is None, "commit_all: ragged rows or features need commit"
+        self.lens = self.lens + self.pending
+        self.width += self.pending
+
     def rollback(self) -> None:
         """Drop every pending slot (commit nothing)."""
         for layer in self.cache.layers:

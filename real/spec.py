@@ -108,8 +108,11 @@ class DraftState:
             valid = torch.arange(width, device=device)[None, :] < counts_t[:, None]
             visible = (visible & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
         g = self.drafter(x, prev, idx, self.cache.mask(visible), self.cache.cache)
+        if min(counts) == width and not self.cache.ragged:  # every input is kept where it is
+            self.cache.commit_all()
+            return g[:, -1]
         self.cache.commit(torch.arange(width, device=device)[None].expand(batch, width), counts_t)
-        return g[:, -1] if min(counts) == width else g[torch.arange(batch, device=device), counts_t - 1]
+        return g[torch.arange(batch, device=device), counts_t - 1]
 
     def draft(self, roots: torch.Tensor, g_root: torch.Tensor, root_pos: torch.Tensor, strategy: Strategy) -> DraftTree:
         """EAGLE-2 drafting from each row's root (token long [B], g [B, H], position long [B])."""
