@@ -18,7 +18,7 @@ import torch
 from real.evaluate import evaluate
 from real.models import PRESETS, load_target
 from real.pretrain import PretrainConfig, pretrain
-from real.task import GcdTask
+from real.task import TASK_FILE, GcdTask
 from tltsim.errors import TltsimError
 
 
@@ -81,8 +81,9 @@ def _profile(args) -> int:
 
     kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
     model = load_target(args.model, args.device)
+    task = GcdTask.load(args.model) if os.path.isfile(os.path.join(args.model, TASK_FILE)) else GcdTask()
     df = profile(model, batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
-                 repeats=args.repeats, seed=args.seed,
+                 repeats=args.repeats, task=task, seed=args.seed,
                  progress=lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True), **kw)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)

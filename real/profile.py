@@ -6,9 +6,12 @@ Rows of the profile (a CSV that `tltsim.cost.profiled.Profiled.fit` reads):
     prefill         Engine.add of `batch` prompts                     batch, tokens, sq_tokens
     decode          one plain iteration                               batch, context
     spec            one speculative iteration (drafting + verify)     batch, context, depth, topk, verify
-    train           forward + backward + AdamW step of the target     tokens
-    logprob         forward of the target (log-probs, no grad)        tokens
+    train           GRPO.update (fwd + bwd + AdamW) on a batch         tokens
+    logprob         GRPO.old_logprobs (the reward stage's forward)    tokens
     drafter_train   Drafter.train_step on (tokens, features) pairs    tokens
+
+Training is timed on batches of sequences as long as the task's reference solutions (long-tailed,
+as a run's responses are), so attention's growth with length is in the fitted per-token cost.
 
 Engine calls are timed as a run records them: through the rollout loop (real.adaptive.rollout),
 from the end of one call to the end of the next, so the loop's own work between calls is in the
@@ -27,6 +30,8 @@ import torch
 from real.adaptive import rollout
 from real.drafter import Drafter
 from real.generate import Engine
+from real.grpo import GRPO
+from real.task import GcdTask
 from tltsim.policy import FixedTuner, SDSwitch
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
 
@@ -35,8 +40,9 @@ COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "
 
 def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128, 256),
             strategies=tuple(str(s) for s in DEFAULT_ARMS) + ("4_1_4",), repeats: int = 3,
-            train_tokens=(256, 1024, 4096), seed: int = 0, progress=None) -> pd.DataFrame:
-    """Time the engine's iterations over a grid; returns a DataFrame with COLUMNS."""
+            train_rows=(4, 16, 64), task: GcdTask | None = None, seed: int = 0, progress=None) -> pd.DataFrame:
+    """Time the engine's iterations over a grid, and training on batches of `train_rows` sequences as long
+    as the reference solutions of `task`'s problems (default: the default GcdTask); returns COLUMNS."""
     rng = np.random.default_rng(seed)
     drafter = drafter or Drafter.for_target(target, seed=seed)
     vocab = target.get_output_embeddings().weight.shape[0]
@@ -56,7 +62,9 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
                      for _, ctx, sec in calls[2:]]
         if progress:
             progress(i + 1, len(grid))
-    rows += _time_training(target, drafter, train_tokens, repeats, rng)
+    task = task or GcdTask()
+    sequences = [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(rng, 256)]
+    rows += _time_training(target, drafter, sequences, train_rows, repeats, rng)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -80,33 +88,33 @@ def _row(kind, batch=0, context=0, tokens=0, sq_tokens=0, depth=0, topk=0, verif
             "depth": depth, "topk": topk, "verify": verify, "seconds": float(seconds)}
 
 
-def _time_training(target, drafter, train_tokens, repeats, rng) -> list[dict]:
-    """Target fwd+bwd+AdamW (GRPO's update), target forward (log-probs), drafter train step, per token count."""
-    rows = []
+def _time_training(target, drafter, sequences, rows_per_batch, repeats, rng) -> list[dict]:
+    """GRPO's reward-stage forward (old log-probs) and update, and a drafter train step, as a run calls them,
+    on batches of `rows` sequences whose (prompt, response) lengths are drawn from `sequences`."""
+    out = []
     vocab = target.get_output_embeddings().weight.shape[0]
-    seq = 128
-    opt = torch.optim.AdamW(target.parameters(), lr=0.0)  # lr 0: time the step, leave the weights alone
+    dtype, device = next(target.parameters()).dtype, next(target.parameters()).device
+    grpo = GRPO(target)
     dopt = torch.optim.AdamW(drafter.parameters(), lr=0.0)
-    hidden = target.config.hidden_size
-    for n in train_tokens:
-        batch = max(1, n // seq)
-        x = torch.as_tensor(rng.integers(3, vocab, size=(batch, seq)), device=next(target.parameters()).device)
+    for opt in (grpo.optimizer, dopt):  # time the steps, leave the weights alone
+        for group in opt.param_groups:
+            group["lr"], group["weight_decay"] = 0.0, 0.0
+    for rows in rows_per_batch:
         for _ in range(repeats):
+            pick = rng.integers(len(sequences), size=rows)
+            prompts = [rng.integers(3, vocab, size=sequences[i][0]).tolist() for i in pick]
+            responses = [rng.integers(3, vocab, size=sequences[i][1]).tolist() for i in pick]
+            tokens = sum(len(a) + len(b) for a, b in zip(prompts, responses))
             start = time.perf_counter()
-            target.train()
-            loss = target(input_ids=x).logits.float().log_softmax(-1).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            target.eval()
-            rows.append(_row("train", tokens=batch * seq, seconds=time.perf_counter() - start))
+            old, ref = grpo.old_logprobs(prompts, responses)
+            out.append(_row("logprob", tokens=tokens, seconds=time.perf_counter() - start))
             start = time.perf_counter()
-            with torch.no_grad():
-                target(input_ids=x).logits.float().log_softmax(-1)
-            rows.append(_row("logprob", tokens=batch * seq, seconds=time.perf_counter() - start))
-            pairs = [(x[i], torch.randn(seq - 1, hidden, dtype=next(target.parameters()).dtype)) for i in range(batch)]
+            grpo.update(prompts, responses, rng.choice([-1.0, 1.0], size=rows), old, ref)
+            out.append(_row("train", tokens=tokens, seconds=time.perf_counter() - start))
+            pairs = [(torch.tensor(a + b), torch.randn(len(a) + len(b) - 1, target.config.hidden_size, dtype=dtype,
+                                                       device=device)) for a, b in zip(prompts, responses)]
             start = time.perf_counter()
             drafter.train_step(pairs, dopt)
-            rows.append(_row("drafter_train", tokens=batch * seq, seconds=time.perf_counter() - start))
+            out.append(_row("drafter_train", tokens=tokens, seconds=time.perf_counter() - start))
     drafter.eval()
-    return rows
+    return out

@@ -29,3 +29,10 @@ def test_plain_rate_uses_the_nearest_batch_at_or_above():
     assert guard.plain_rate(4) == 4 / 0.02
     guard.observe_plain(4, 0.03, n=8)  # n equal samples fill the window
     assert guard.plain_rate(4) == 4 / 0.03
+
+
+def test_a_stalled_plain_iteration_is_bounded_by_larger_batches():
+    guard = SpeculationGuard()
+    guard.observe_plain(5, 0.1)  # stalled: the only observation at 5
+    guard.observe_plain(8, 0.003)
+    assert guard.plain_rate(4) == 4 / 0.003  # a batch of 4 decodes no slower than one of 8

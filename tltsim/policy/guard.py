@@ -6,8 +6,9 @@ engine decodes plainly instead. `SpeculationGuard` answers from what the engine 
 simulator (which observes modelled times) and a real engine (which observes wall clocks) decide
 the same way. Like the tuner, one guard per engine lives across rollouts.
 
-* plain decoding's rate at batch b: b / (the median seconds of the last plain iterations at the
-  nearest observed batch at or above b; decoding a smaller batch is no slower);
+* plain decoding's rate at batch b: b / (the least, over the observed batches at or above b, of
+  the median seconds of their last plain iterations: decoding a smaller batch is no slower, so each
+  is a bound, and one stalled iteration at a batch seen once does not make speculation look good);
 * speculation's rate at b: the median reward (tokens per second of the batch, as the tuner is
   fed, whichever arm the tuner chose) of the last speculative iterations at exactly b;
 * speculation pays at b while it has not been tried at b (so each batch size is tried once), and
@@ -49,7 +50,7 @@ class SpeculationGuard:
         if not self._sizes:
             return 0.0
         i = min(bisect.bisect_left(self._sizes, batch), len(self._sizes) - 1)
-        return batch / self._plain[self._sizes[i]].median()
+        return batch / min(self._plain[s].median() for s in self._sizes[i:])
 
     def tried(self, batch: int) -> bool:
         return batch in self._spec
