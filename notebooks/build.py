@@ -785,19 +785,23 @@ VALIDATE = [
     md("""
     ## Reading the numbers (the recorded CPU runs, 5 steps each)
 
-    * The fitted cost model misses most profiled iterations of this CPU: median error -97% on plain
-      decode rows, -75% on speculative ones, -38% on prefills (section 2). The profile was taken on
-      a machine shared with other jobs, and a model linear in tokens and context does not capture
-      its step times.
-    * Replayed with it, the simulator over-predicts the runs: makespan +67% (verl) and +41% (tlt),
-      total rollout +48% and +21%; the median per-step rollout error is 35% and 39%. Idle fractions
-      are within 3.2 points and drafter-training time within 10%.
-    * The replay of the tlt run speculates nowhere (SD share 0 against 22% measured).
-    * The speedup check: on this CPU tlt ran at 0.75x of verl's speed (speculation did not pay);
-      the simulator predicts 0.89x, an 18% error, with the direction right.
+    * The fitted cost model matches the profiled iterations of this CPU closely: median error -1.6%
+      on plain decode rows, +0.2% on speculative ones, +3.5% on prefills, within about +-30% for
+      every row (section 2). The profile times iterations through the rollout loop with one thread,
+      as a run's workers compute, on a quiet machine.
+    * Replayed with it, the simulator predicts the rollouts: total rollout -7% (verl) and -8% (tlt),
+      median per-step rollout error 4.9% and 7.8%, SD share 4.7% against 5.1% measured, idle
+      fractions within 2.2 points, drafter training -19%.
+    * The speedup check: on this CPU tlt ran at 0.92x of verl's speed (speculating made 0.3-0.6x of
+      plain decoding's tokens per second at every batch size, so the guard tried each size about once
+      and then decoded plainly); the simulator predicts 0.94x, a 1.7% error.
+    * Makespan is under-predicted by about 20%: the GRPO update and the reward stage take longer in
+      the run than in the single-process profile (not yet broken down; likely two worker processes
+      sharing the machine, and each update waiting at the gradient all-reduce for the worker with
+      more tokens).
 
-    So on this machine the simulator gets the direction of the comparison and the idle time, not
-    the step times; the cost model is what to improve first.
+    So on this machine the simulator predicts the rollout, where the policies differ, and the
+    comparison; the training phases are what to model better next.
     """),
 ]
 
