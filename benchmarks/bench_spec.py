@@ -31,7 +31,6 @@ from real.pretrain import PretrainConfig, pretrain
 from real.task import GcdTask
 
 
-
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
