@@ -59,6 +59,8 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
     """
     speculative = switch is not None and tuner is not None and engine.drafter is not None
     measured = guard if speculative else None
+    if measured is not None:
+        measured.begin_rollout()
     if switch is not None:
         switch.reset()
     cap = max_running or len(prompts)
@@ -85,8 +87,8 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
             gained = sum(a + 1 for a in it.accepted)
             if not it.reprefill:  # a re-prefill's one-off cost is the switch's, not the strategy's
                 tuner.update(strategy, b, gained / it.wall_s, 1)
-            if measured is not None:  # the guard's question, from plain decoding, includes the catch-up
-                measured.observe_spec(b, gained / it.wall_s)
+            if measured is not None:  # steady-state rate: the simulator's guard sees no catch-up either
+                measured.observe_spec(b, gained / (it.wall_s - it.catchup_s))
             step = Step("spec_decode", str(strategy), b, gained / b, it.tokens, it.wall_s, t_prev, clock(), it.reprefill)
         else:
             if measured is not None:

@@ -7,10 +7,10 @@ of a draft tree). A row finishes on its own, at an end-of-sequence token (kept i
 `max_new_tokens`, and leaves the batch; `add` admits new rows at any time (continuous batching).
 
 `step(mode=...)` runs one iteration and returns its `Iteration` record, so an outside policy can
-choose plain or speculative decoding, and the strategy, at every iteration. The drafter's state
-lives only while consecutive iterations speculate: the first speculative iteration after a plain
-one (or after `set_drafter`) rebuilds it from every running row's tokens and the target features
-kept from earlier forwards (a re-prefill of the drafter; the target is not run again).
+choose plain or speculative decoding, and the strategy, at every iteration. The drafter keeps its
+own KV state across plain iterations: the first speculative iteration after plain ones feeds it the
+tokens they emitted (with the target features kept from their forwards; the target is not run
+again), and the first one of all, or after `set_drafter`, builds it from every running row.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class Iteration:
     tokens: int  # tokens processed ("prefill") or emitted (decode), over all rows
     wall_s: float  # wall-clock seconds of the iteration
     reprefill: bool = False  # a spec iteration after plain ones (or the first): the drafter built or caught up its state
+    catchup_s: float = 0.0  # of wall_s, feeding the drafter what it had not seen (in a reprefill iteration)
 
 
 @dataclass
@@ -149,6 +150,7 @@ class Engine:
         start = time.perf_counter()
         roots = torch.tensor([t[-1] for t in self.tokens], device=self.device)
         reprefill = mode == "spec" and self._last_mode != "spec"
+        catchup_s = 0.0
         if mode == "plain":  # the drafter's state is kept: the next spec iteration feeds it what plain ones emitted
             tree, label = DraftTree.root_only(roots), ""
         elif mode == "spec":
@@ -157,7 +159,9 @@ class Engine:
             strat = draftable(strategy or DEFAULT_STRATEGY)
             if self._draft is None:
                 self._draft = DraftState(self.drafter, self.running)
+            t_ingest = time.perf_counter()
             g_root = self._draft.ingest(self.tokens, self.cache.features)
+            catchup_s = time.perf_counter() - t_ingest if reprefill else 0.0
             tree, label = self._draft.draft(roots, g_root, self.cache.lens, strat), str(strat)
         else:
             raise TltsimError(f"step: mode {mode!r} is not 'plain' or 'spec'")
@@ -174,7 +178,8 @@ class Engine:
         self.cache.commit(path.clamp(min=0), accepted + 1, hidden)
         emitted = self._append(tree.tokens, path, accepted, nxt)
         self._last_mode = mode
-        return self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill)
+        return self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill,
+                            catchup_s)
 
     def _append(self, tree_tokens, path, accepted, nxt) -> int:
         """Commit each row's accepted drafts and next token, finish rows, shrink the batch; returns tokens emitted."""
@@ -222,9 +227,9 @@ class Engine:
         return RaggedCache(config.num_hidden_layers, batch, config.num_key_value_heads, head_dim, self.dtype,
                            self.device, feature_dim=config.hidden_size)
 
-    def _record(self, mode, strategy, batch, proposed, accepted, tokens, start, reprefill) -> Iteration:
+    def _record(self, mode, strategy, batch, proposed, accepted, tokens, start, reprefill, catchup_s=0.0) -> Iteration:
         it = Iteration(len(self.iterations), mode, strategy, batch, proposed, accepted, tokens,
-                       time.perf_counter() - start, reprefill)
+                       time.perf_counter() - start, reprefill, catchup_s)
         self.iterations.append(it)
         return it
 

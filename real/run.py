@@ -297,7 +297,7 @@ class Worker:
         if self.ckpt:
             state = torch.load(self.ckpt / f"rank{rank}.pt", map_location=self.device, weights_only=False)
             self.tuner, self.buffer, self.drafter_opt_state = state["tuner"], state["buffer"], state["drafter_opt"]
-            self.guard = state["guard"]
+            self.guard = state.get("guard", self.guard)  # checkpoints from before the guard have none
             self.grpo.optimizer.load_state_dict(torch.load(self.ckpt / "optimizer.pt", map_location=self.device))
             self.first_step = json.loads((self.ckpt / "state.json").read_text())["step"] + 1
         # one clock for every worker: rank 0's time.time() origin, continuing after a resumed run's last step

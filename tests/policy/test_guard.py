@@ -36,3 +36,17 @@ def test_a_stalled_plain_iteration_is_bounded_by_larger_batches():
     guard.observe_plain(5, 0.1)  # stalled: the only observation at 5
     guard.observe_plain(8, 0.003)
     assert guard.plain_rate(4) == 4 / 0.003  # a batch of 4 decodes no slower than one of 8
+
+
+def test_a_refusal_expires_after_retry_after_rollouts():
+    guard = SpeculationGuard(retry_after=2)
+    guard.begin_rollout()
+    guard.observe_plain(1, 0.01)  # 100 tokens/s
+    guard.observe_spec(1, 50.0)
+    assert not guard.pays(1)
+    guard.begin_rollout()
+    assert not guard.pays(1)  # still standing one rollout later
+    guard.begin_rollout()
+    assert guard.pays(1) and not guard.tried(1)  # expired: try again (the drafter may have changed)
+    guard.observe_spec(1, 300.0)  # a fresh window: the old 50 no longer counts
+    assert guard.pays(1)

@@ -81,12 +81,15 @@ def test_iteration_records_as_a_frame():
                         max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind))
     frame = gen.frame()
     assert list(frame.columns) == ["index", "mode", "strategy", "batch_size", "proposed", "accepted", "tokens",
-                                   "wall_s", "reprefill"]
+                                   "wall_s", "reprefill", "catchup_s"]
     decode = frame[frame["mode"] == "spec"]
     # every emitted token is an accepted draft or the one recovered/bonus token per row, up to EOS/cap cuts
     assert decode["tokens"].sum() == sum(map(len, gen.tokens))
     assert all(t <= sum(a) + len(a) for t, a in zip(decode["tokens"], decode["accepted"]))
     assert (decode["proposed"] == 4).all() and frame["reprefill"].sum() == 1
+    catchup = frame.loc[frame["reprefill"], "catchup_s"]  # the drafter's state built: timed, within the iteration
+    assert (catchup > 0).all() and (catchup < frame.loc[frame["reprefill"], "wall_s"]).all()
+    assert (frame.loc[~frame["reprefill"], "catchup_s"] == 0).all()
 
 
 def test_switching_modes_mid_generation_is_lossless():

@@ -86,16 +86,17 @@ def run(trace, policy, steps="0:10", gpus=32, exact=False, **knobs):
     return Simulator(trace, cfg, make_policy(policy, knobs)).run()
 
 
-def test_a_losing_drafter_costs_a_little_exploring_then_nothing(shipped):
+def test_a_losing_drafter_costs_a_little_exploring(shipped):
     """A drafter whose tokens are almost never accepted: speculating loses to plain decoding. The guard
-    tries it once at each batch size an engine reaches (the first steps pay for that), then decodes
-    plainly: once every size was tried, steps take verl's time."""
+    tries it at each batch size an engine reaches (step 0 pays most) and again when a refusal expires
+    (every few rollouts), and decodes plainly otherwise: never faster than verl, at most a few percent
+    slower in any step, under 1% slower over the later steps."""
     verl = run(shipped, "verl")
     bad = run(shipped, "tlt", q_start=0.02, drift=0.0, spot=False, drafter="static")
     ratio = (bad.steps["rollout_s"] / verl.steps["rollout_s"]).to_numpy()
-    assert (ratio >= 1 - 1e-12).all() and 1.0 < ratio[0] < 1.05
-    assert ratio[-5:] == pytest.approx(1.0, rel=1e-12)
-    assert 0 < bad.summary["sd_share"] < 0.01
+    assert (ratio >= 1 - 1e-12).all() and (ratio < 1.05).all() and ratio[0] > 1.0
+    assert ratio[1:].mean() < 1.01 and (ratio[1:] == 1.0).any()
+    assert 0 < bad.summary["sd_share"] < 0.02
 
 
 def test_tlt_beats_verl_and_a_stale_drafter_gives_less_speedup(shipped):

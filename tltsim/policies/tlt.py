@@ -78,6 +78,9 @@ class TLTKnobs:
         for k in ("patience", "dedicated_gpus"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
                 raise bad(k, "must be an integer >= 0")
+        for k in ("spot", "guard"):
+            if not isinstance(getattr(self, k), bool):
+                raise bad(k, "must be true or false")
         if not 0 <= self.eps <= 1:
             raise bad("eps", "must be in [0, 1]")
         if not 0 <= self.keep_long_prev <= 1:

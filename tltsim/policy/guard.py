@@ -8,15 +8,15 @@ the same way. Like the tuner, one guard per engine lives across rollouts.
 
 * plain decoding's rate at batch b: b / (the least, over the observed batches at or above b, of
   the median seconds of their last plain iterations: decoding a smaller batch is no slower, so each
-  is a bound, and one stalled iteration at a batch seen once does not make speculation look good);
+  is a bound, and one stalled iteration at a batch seen once does not make speculation look good;
+  above every observed batch, the largest one's, which overstates the rate);
 * speculation's rate at b: the median reward (tokens per second of the batch, as the tuner is
   fed, whichever arm the tuner chose) of the last speculative iterations at exactly b;
-* speculation pays at b while it has not been tried at b (so each batch size is tried once), and
-  then while its rate beats plain decoding's.
-
-Once speculation measured slower than plain decoding at a batch, that batch decodes plainly while
-the measurement stands; the guard does not explore again (an exploring speculative iteration
-between plain ones would pay for the drafter to catch up each time).
+* speculation pays at b while it has not been tried at b (so each batch size is tried), and then
+  while its rate beats plain decoding's;
+* a batch's speculative measurement expires `retry_after` rollouts after it was last renewed (the
+  drafter changes between rollouts: spot training, policy drift), so a refused batch is tried again
+  then, once.
 """
 from __future__ import annotations
 
@@ -28,11 +28,17 @@ from tltsim.policy.tuner import RewardWindow
 class SpeculationGuard:
     """Told every plain and speculative iteration's outcome; asked before every decode iteration."""
 
-    def __init__(self, window: int = 8):
+    def __init__(self, window: int = 8, retry_after: int = 4):
         self.window = window  # iterations per batch size whose median is its estimate
+        self.retry_after = retry_after  # rollouts after which a speculative measurement expires
         self._plain: dict[int, RewardWindow] = {}  # batch -> seconds per plain iteration
         self._sizes: list[int] = []  # sorted keys of _plain
-        self._spec: dict[int, RewardWindow] = {}  # batch -> tokens per second of speculative iterations
+        self._spec: dict[int, tuple[RewardWindow, int]] = {}  # batch -> (tokens/s of spec iterations, rollout)
+        self._rollout = 0  # rollouts begun
+
+    def begin_rollout(self) -> None:
+        """A rollout starts (the executor calls this before its first iteration)."""
+        self._rollout += 1
 
     def observe_plain(self, batch: int, seconds: float, n: int = 1) -> None:
         """`n` plain iterations at `batch` took `seconds` each (on average)."""
@@ -43,7 +49,11 @@ class SpeculationGuard:
 
     def observe_spec(self, batch: int, reward: float, n: int = 1) -> None:
         """`n` speculative iterations at `batch` made `reward` tokens per second (the tuner's reward)."""
-        self._spec.setdefault(batch, RewardWindow(self.window)).add(float(reward), max(1, int(n)))
+        if not self.tried(batch):  # first, or expired: a fresh window
+            self._spec[batch] = (RewardWindow(self.window), self._rollout)
+        window, _ = self._spec[batch]
+        window.add(float(reward), max(1, int(n)))
+        self._spec[batch] = (window, self._rollout)
 
     def plain_rate(self, batch: int) -> float:
         """Tokens per second of plain decoding at `batch`, estimated; 0 when nothing was observed."""
@@ -53,7 +63,8 @@ class SpeculationGuard:
         return batch / min(self._plain[s].median() for s in self._sizes[i:])
 
     def tried(self, batch: int) -> bool:
-        return batch in self._spec
+        """Whether speculation has an unexpired measurement at `batch`."""
+        return batch in self._spec and self._rollout - self._spec[batch][1] < self.retry_after
 
     def pays(self, batch: int) -> bool:
-        return not self.tried(batch) or self._spec[batch].median() > self.plain_rate(batch)
+        return not self.tried(batch) or self._spec[batch][0].median() > self.plain_rate(batch)

@@ -85,6 +85,8 @@ def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation 
     tau_a = admit_fifo(prompt_len, response_len, max_running, cost.kv_capacity_tokens)
     seg = segments(tau_a, prompt_len, response_len)
     pre = cost.prefill_time(seg.admitted_tokens, seg.admitted_sq)
+    if spec is not None and spec.guard is not None:
+        spec.guard.begin_rollout()
     sd_on_from_start = spec is not None and spec.switch.on
     split = None if spec is None or sd_on_from_start else _find_switch(seg, spec.switch)
     if spec is None or (split is None and not sd_on_from_start):
@@ -227,6 +229,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     drafted = sd  # the drafter holds every running request (from the start, or after the re-prefill)
     mode = "prefill"
     guard = spec.guard if spec is not None else None
+    if guard is not None:
+        guard.begin_rollout()
     while nxt < n or running:
         # admit FIFO while a slot and the KV cache allow
         new = []
