@@ -43,6 +43,11 @@ class Speculation:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
         return 0.0 if self.model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
 
+    def catchup_time(self, cost, batch: int, tokens_per_row: float) -> float:
+        """The drafter feeding on `tokens_per_row` tokens per row that plain iterations emitted since it last
+        ran (the first speculative iteration after them): one drafter forward over them (none when model-free)."""
+        return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.draft_time(batch * tokens_per_row, 1))
+
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
         return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
@@ -143,6 +148,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     if sd_from > 0:
         log.append(("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain])), np.nan, "", 0.0))
     drafted = split is None  # SD on from the start: the drafter is prefilled with the target, no re-prefill
+    behind = 0.0  # tokens per row emitted by plain iterations since the drafter last ran
     switch_at = None
     sd_iters = sd_acc = 0.0
     strategies: Counter = Counter()
@@ -158,6 +164,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 guard.observe_plain(b, dt / remaining, int(round(remaining)))
                 log.append(("decode", t_log, t_seg + dt, b, b * remaining, np.nan, "", 0.0))
                 t_seg += dt
+                behind += remaining if drafted else 0.0
                 break
             if not drafted:  # the switch: re-prefill every running request (prompt + generated) for the drafter
                 dt = float(cost.prefill_time(c, c**2 / b))
@@ -174,6 +181,8 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
             spec.tuner.update(s, b, acc * b * iters / dt, max(1, int(round(iters))))
             if guard:
                 guard.observe_spec(b, acc * b * iters / dt, int(round(iters)))
+            dt += spec.catchup_time(cost, b, behind)  # the switch's cost, not the strategy's: after the rewards
+            behind = 0.0
             log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
             strategies[str(s)] += iters
             sd_iters += iters
@@ -231,6 +240,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     guard = spec.guard if spec is not None else None
     if guard is not None:
         guard.begin_rollout()
+    behind = 0  # tokens per row emitted by plain iterations since the drafter last ran
     while nxt < n or running:
         # admit FIFO while a slot and the KV cache allow
         new = []
@@ -270,6 +280,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             spec.tuner.update(s, b, float(acc_rows.sum()) / dt, 1)
             if guard:
                 guard.observe_spec(b, float(acc_rows.sum()) / dt)
+            dt += spec.catchup_time(cost, b, behind)  # the switch's cost, not the strategy's: after the rewards
+            behind = 0
             strategies[str(s)] += 1
             sd_iters += 1
             sd_acc += float(acc_rows.mean())
@@ -279,6 +291,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             dt = float(cost.decode_time(b, ctx))
             if guard:
                 guard.observe_plain(b, dt)
+            behind += 1 if drafted else 0
             mode, strat, acc, w = "decode", "", np.nan, 0.0
         generated[rows] += gain
         tau += float(gain.mean())
