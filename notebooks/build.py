@@ -785,20 +785,22 @@ VALIDATE = [
     md("""
     ## Reading the numbers (the recorded CPU runs, 5 steps each)
 
-    * The fitted cost model matches the profiled iterations of this CPU closely: median error -1.6%
-      on plain decode rows, +0.2% on speculative ones, +3.5% on prefills, within about +-30% for
+    * The fitted cost model matches the profiled iterations of this CPU closely: median error -0.5%
+      on plain decode rows, -0.5% on speculative ones, +1.3% on prefills, within about +-35% for
       every row (section 2). The profile times iterations through the rollout loop with one thread,
       as a run's workers compute, on a quiet machine.
-    * Replayed with it, the simulator predicts the rollouts: total rollout -7% (verl) and -8% (tlt),
-      median per-step rollout error 4.9% and 7.8%, SD share 4.7% against 5.1% measured, idle
-      fractions within 2.2 points, drafter training -19%.
-    * The speedup check: on this CPU tlt ran at 0.92x of verl's speed (speculating made 0.3-0.6x of
-      plain decoding's tokens per second at every batch size, so the guard tried each size about once
-      and then decoded plainly); the simulator predicts 0.94x, a 1.7% error.
-    * Makespan is under-predicted by about 20%: the GRPO update and the reward stage take longer in
-      the run than in the single-process profile (not yet broken down; likely two worker processes
-      sharing the machine, and each update waiting at the gradient all-reduce for the worker with
-      more tokens).
+    * Replayed with it, the simulator predicts the rollouts: total rollout +5.5% (verl) and -10%
+      (tlt), median per-step rollout error 8.4% and 10.6% on these 5-step runs (2.5% and 5.2% on
+      the 10-step `benchmarks/bench_validate.py`), SD share 6.8% against 7.3% measured, idle
+      fractions within 3.1 points, drafter training -15%.
+    * The speedup check: on this CPU tlt ran at 0.79x of verl's speed (speculating made 0.27-0.58x of
+      plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
+      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.86x,
+      an 8% error.
+    * Makespan is under-predicted by 14% (verl) and 20% (tlt): the GRPO update, the reward stage
+      and, for tlt, the weight sync take longer in the run than in the single-process profile (not
+      yet broken down; likely two worker processes sharing the machine, and each update waiting at
+      the gradient all-reduce for the worker with more tokens).
 
     So on this machine the simulator predicts the rollout, where the policies differ, and the
     comparison; the training phases are what to model better next.
