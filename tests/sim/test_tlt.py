@@ -170,3 +170,33 @@ def test_compare_json_has_speedup_vs_the_first(tmp_path, capsys):
     assert [r["policy"] for r in rows] == ["verl", "tlt", "tlt-base"]
     assert rows[0]["speedup"] == 1.0 and rows[1]["speedup"] > 1.0
     assert rows[1]["speedup"] == pytest.approx(rows[0]["makespan_s"] / rows[1]["makespan_s"])
+
+
+class SlowVerifyAboveOne(ConstantCost):
+    """Verify 10 s at batch >= 2, 2 s at batch 1; a drafter forward 0.1 s per token (catch-ups cost)."""
+
+    def verify_time(self, batch, tokens_per_request, ctx):
+        return np.where(np.asarray(batch) >= 2, 10.0, 2.0)
+
+    def draft_time(self, batch, topk=1):
+        return 0.1 * np.asarray(batch, dtype=float) * topk
+
+
+def test_guard_refusals_and_the_drafters_catch_up_by_hand():
+    """Exact engine, 3 rows of 6, 12, 30 tokens, 4 tokens a verify; plain decoding 1 s; 4 drafter forwards."""
+    from tests.sim.test_engine import run_exact
+    sp = Speculation(switch=SDSwitch("adaptive", 3, 1), tuner=FixedTuner("4_1_4"), acceptance=FourTokens(),
+                     quality=0.9, guard=SpeculationGuard())
+    sp.switch.reset()
+    ro = run_exact([10, 10, 10], [6, 12, 30], SlowVerifyAboveOne(), 8, sp)
+    got = [(it["batch_size"], it["mode"], round(it["wall_s"], 9)) for it in ro.iterations]
+    assert got == [
+        (3, "decode", 1.0),  # patience 1, then the switch's re-prefill (0.5)
+        (3, "spec_decode", 11.2),  # tried: 12 tokens in 4 x 0.3 + 10 s, slower than plain (3 tokens/s): refused
+        (3, "decode", 1.0),  # the row of 6 finishes
+        (2, "spec_decode", 11.0),  # tried: 0.8 + 10, plus the catch-up over 1 plain token x 2 rows (0.2)
+        (2, "decode", 1.0), (2, "decode", 1.0),  # refused; the row of 12 finishes
+        (1, "spec_decode", 2.6),  # tried: 0.4 + 2, plus catching up 2 tokens (0.2): 4 tokens / 2.4 s beats 1/s
+        (1, "spec_decode", 2.4), (1, "spec_decode", 2.4), (1, "spec_decode", 2.4), (1, "spec_decode", 2.4),
+    ]
+    assert ro.duration == pytest.approx(0.5 + 0.5 + sum(w for _, _, w in got))
