@@ -58,9 +58,9 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
     `start` (default: now) is where the first call's interval begins on the clock.
     """
     speculative = switch is not None and tuner is not None and engine.drafter is not None
-    measured = guard if speculative else None
-    if measured is not None:
-        measured.begin_rollout()
+    guard = guard if speculative else None
+    if guard is not None:
+        guard.begin_rollout()
     if switch is not None:
         switch.reset()
     cap = max_running or len(prompts)
@@ -81,18 +81,18 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, switch=None, tuner=
         b = engine.running
         if speculative and not sd:
             sd = switch.advance(b, 1) == 0 and switch.on
-        strategy = tuner.choose(b) if sd and (measured is None or measured.pays(b)) else None
+        strategy = tuner.choose(b) if sd and (guard is None or guard.pays(b)) else None
         it = engine.step("spec" if strategy is not None else "plain", strategy)
         if strategy is not None:
             gained = sum(a + 1 for a in it.accepted)
             if not it.reprefill:  # a re-prefill's one-off cost is the switch's, not the strategy's
                 tuner.update(strategy, b, gained / it.wall_s, 1)
-            if measured is not None:  # steady-state rate: the simulator's guard sees no catch-up either
-                measured.observe_spec(b, gained / (it.wall_s - it.catchup_s))
+            if guard is not None:  # steady-state rate: the simulator's guard sees no catch-up either
+                guard.observe_spec(b, gained / (it.wall_s - it.catchup_s))
             step = Step("spec_decode", str(strategy), b, gained / b, it.tokens, it.wall_s, t_prev, clock(), it.reprefill)
         else:
-            if measured is not None:
-                measured.observe_plain(b, it.wall_s)
+            if guard is not None:
+                guard.observe_plain(b, it.wall_s)
             step = Step("decode", "", b, math.nan, it.tokens, it.wall_s, t_prev, clock())
         t_prev = _log(records, step)
         out.finished_at.update((i, t_prev) for i in engine.finished if i not in out.finished_at)

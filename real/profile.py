@@ -52,14 +52,14 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
         prompts = rng.integers(3, vocab, size=(b, c)).tolist()
         # plain: a warm-up iteration, then `repeats` timed ones
         calls = _rollout(target, drafter, prompts, repeats + 1, None, seed)
-        rows.append(_row("prefill", b, tokens=b * (c - 1), sq_tokens=b * (c - 1) ** 2, seconds=calls[0][2]))
-        rows += [_row("decode", b, context=ctx, seconds=sec) for _, ctx, sec in calls[2:]]
+        rows.append(_row("prefill", b, tokens=b * (c - 1), sq_tokens=b * (c - 1) ** 2, seconds=calls[0][1]))
+        rows += [_row("decode", b, context=ctx, seconds=sec) for ctx, sec in calls[2:]]
         for name in strategies:
             s = Strategy.parse(name)
             # the first speculative iteration builds the drafter's state (the switch), not a steady-state step
             calls = _rollout(target, drafter, prompts, repeats + 1, name, seed)
             rows += [_row("spec", b, context=ctx, depth=s.depth, topk=s.topk, verify=s.verify, seconds=sec)
-                     for _, ctx, sec in calls[2:]]
+                     for ctx, sec in calls[2:]]
         if progress:
             progress(i + 1, len(grid))
     task = task or GcdTask()
@@ -68,9 +68,9 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, seed: int) -> list[tuple[str, int, float]]:
+def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, seed: int) -> list[tuple[int, float]]:
     """Prefill `prompts` and run `iterations` decode iterations (speculative with `strategy`) through the
-    rollout loop; returns (mode, batch context tokens at the call's start, seconds) per call."""
+    rollout loop; returns (batch context tokens at the call's start, seconds) per call, the prefill first."""
     per_row = iterations * (Strategy.parse(strategy).depth + 1 if strategy else 1)
     engine = Engine(target, drafter, max_new_tokens=per_row, eos_token_id=[], seed=seed)
     switch, tuner = (SDSwitch("always"), FixedTuner(strategy)) if strategy else (None, None)
@@ -78,7 +78,7 @@ def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, se
     ctx = sum(len(p) for p in prompts)  # every row's tokens, the pending last one included
     out = []
     for st in steps[: iterations + 1]:
-        out.append((st.mode, ctx, st.t_end - st.t_start))
+        out.append((ctx, st.t_end - st.t_start))
         ctx += st.tokens if st.mode != "prefill" else 0
     return out
 

@@ -228,9 +228,10 @@ class Coordinator:
     def poll(self, throttled: bool = False) -> None:
         """Take in every new "done" (in time order); start the trainers the SpotTrainer names; stop when all are
         done. `throttled` (the rollout loop's calls): at most once every `poll_s`."""
-        if not self.pending or (throttled and self.clock() < self._next_poll):
+        now = self.clock()
+        if not self.pending or (throttled and now < self._next_poll):
             return
-        self._next_poll = self.clock() + self.poll_s
+        self._next_poll = now + self.poll_s
         keys = {w: f"{self.step}/done/{w}" for w in sorted(self.pending)}
         reports = [(float(self.store.get(k)), w) for w, k in keys.items() if self.store.check([k])]
         for t, w in sorted(reports):

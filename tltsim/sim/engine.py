@@ -48,6 +48,14 @@ class Speculation:
         ran (the first speculative iteration after them): one drafter forward over them (none when model-free)."""
         return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.draft_time(batch * tokens_per_row, 1))
 
+    def observe(self, strategy, batch: int, reward: float, iters: float = 1) -> None:
+        """`iters` speculative iterations of `strategy` at `batch` made `reward` tokens per second: the tuner's
+        reward, and the guard's measurement."""
+        n = max(1, int(round(iters)))
+        self.tuner.update(strategy, batch, reward, n)
+        if self.guard is not None:
+            self.guard.observe_spec(batch, reward, n)
+
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
         return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
@@ -178,9 +186,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
             dt = iters * spec.draft_time(cost, b, s) + float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
-            spec.tuner.update(s, b, acc * b * iters / dt, max(1, int(round(iters))))
-            if guard:
-                guard.observe_spec(b, acc * b * iters / dt, int(round(iters)))
+            spec.observe(s, b, acc * b * iters / dt, iters)
             dt += spec.catchup_time(cost, b, behind)  # the switch's cost, not the strategy's: after the rewards
             behind = 0.0
             log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
@@ -277,9 +283,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             remaining = response_len[rows] - generated[rows]
             gain = np.minimum(acc_rows, remaining)
             dt = spec.iteration_time(cost, b, s, ctx)
-            spec.tuner.update(s, b, float(acc_rows.sum()) / dt, 1)
-            if guard:
-                guard.observe_spec(b, float(acc_rows.sum()) / dt)
+            spec.observe(s, b, float(acc_rows.sum()) / dt)
             dt += spec.catchup_time(cost, b, behind)  # the switch's cost, not the strategy's: after the rewards
             behind = 0
             strategies[str(s)] += 1
