@@ -15,12 +15,11 @@ import pytest
 import torch
 
 from real.drafter import Drafter
-from real.generate import generate
 from real.grpo import GRPO, GRPOConfig, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target, load_target
 from real.pretrain import PretrainConfig, save_checkpoint, train
 from real.run import RunConfig, launch
-from real.task import GcdTask, TaskConfig
+from real.task import TaskConfig
 from tltsim.errors import TltsimError
 from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
@@ -122,39 +121,30 @@ def test_drafter_trains_only_on_workers_done_with_their_share(greedy_runs):
 
 
 @pytest.mark.slow
-def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(target, tmp_path):
-    """tlt and static-sd from the same warm-up drafter, sampled: the static drafter never trains; the
-    spot-trained one is checkpointed, averaged and used; on the target after the RL updates it accepts
-    more (greedy chain 4_1_4, as the run's probe, on 32 held-out prompts) than the warm-up drafter.
+def test_spot_trained_drafter_reaches_every_engine_and_a_static_one_stays(target, tmp_path):
+    """tlt and static-sd from the same warm-up drafter and seed, sampled: the spot-trained drafter is
+    checkpointed, averaged and carried on (the run's final drafter is not the warm-up one); the static one
+    never trains.
 
-    How many batches idle workers train is a matter of timing, so one run's margin varies: over seeds
-    0-9 of this setting (measured 2026-11-29) it ranged -0.08 to +0.96 tokens, negative once. The test
-    takes the mean margin of two seeds."""
+    Not asserted: that the spot-trained drafter accepts more than the static one after the RL updates.
+    How many batches idle workers train is a matter of timing; in this setting (benchmarks/spot_vs_static.py,
+    benchmarks/results/spot_vs_static.txt) the margin on 32 held-out prompts ranged -0.08 to +0.96 tokens
+    over 10 seeds, and in one of three repeats of tests/real the mean of two seeds came out negative (-0.02):
+    too often for a CI assertion at this scale."""
     knobs = {"threshold": 4, "patience": 2, "arms": "4_2_8,4_1_4", "buffer_steps": 2}
     cfg = base(target, steps=3, prompts=6, group=4, max_new_tokens=64, warmup_steps=10, drafter_batch=4, knobs=knobs)
-    task = GcdTask.load(target)
-    problems = task.sample(np.random.default_rng(12345), 32, split="test")
+    launch(cfg, tmp_path / "tlt")
+    tlt = Result.load(tmp_path / "tlt").steps
+    assert tlt["drafter_train_batches"].sum() > 0
+    assert sorted(p.name for p in (tmp_path / "tlt" / "spot").iterdir())  # the trainable part, saved when stopped
+    final = load_target(tmp_path / "tlt" / "checkpoint" / "target", "cpu")
+    trained = Drafter.load(tmp_path / "tlt" / "checkpoint" / "drafter.pt", final)
+    warmup = Drafter.load(tmp_path / "tlt" / "drafter_init.pt", final)
+    assert any(not torch.equal(a, b) for a, b in zip(trained.parameters(), warmup.parameters()))
 
-    def accepted(final, drafter_path):
-        gen = generate(final, [task.prompt_ids(p) for p in problems], Drafter.load(drafter_path, final), "4_1_4",
-                       max_new_tokens=64)
-        return np.mean([a + 1 for it in gen.iterations if it.mode == "spec" for a in it.accepted])
-
-    margins = []
-    for seed in (0, 1):
-        run = tmp_path / f"tlt{seed}"
-        launch(replace(cfg, seed=seed), run)
-        steps = Result.load(run).steps
-        assert steps["drafter_train_batches"].sum() > 0
-        assert sorted(p.name for p in (run / "spot").iterdir())  # the trainable part, saved when stopped
-        final = load_target(run / "checkpoint" / "target", "cpu")
-        margins.append(accepted(final, run / "checkpoint" / "drafter.pt") - accepted(final, run / "drafter_init.pt"))
-    assert np.mean(margins) > 0, margins
-
-    launch(replace(cfg, policy="static-sd", drafter=str(tmp_path / "tlt0" / "drafter_init.pt")), tmp_path / "static")
+    launch(replace(cfg, policy="static-sd", drafter=str(tmp_path / "tlt" / "drafter_init.pt")), tmp_path / "static")
     static = Result.load(tmp_path / "static").steps
     assert static["drafter_train_batches"].sum() == 0 and not (tmp_path / "static" / "spot").exists()
-    tlt = Result.load(tmp_path / "tlt0").steps
     assert tlt["drafter_accepted"].iloc[0] == pytest.approx(static["drafter_accepted"].iloc[0])  # same start
 
 
