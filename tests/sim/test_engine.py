@@ -62,7 +62,7 @@ def test_fast_path_equals_exact_reference_on_roofline():
         np.testing.assert_allclose(fast.admitted_at, exact.admitted_at, rtol=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)  # the same examples every run
 @given(
     q=st.integers(1, 4096), k=st.integers(1, 64), ctx0=st.integers(0, 2_000_000),
     growth=st.integers(-64, 4096), n=st.integers(0, 400), tp=st.sampled_from([1, 2, 4, 8]),
