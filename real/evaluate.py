@@ -1,4 +1,5 @@
-"""Accuracy and response lengths of a target on task problems, with transformers' `generate`.
+"""Accuracy and response lengths of a target on task problems, with transformers' `generate`; a drafter's
+accepted length with a target.
 
 Greedy: one response per problem. Sampled: `samples` responses per problem (a
 GRPO group), from which `mixed_fraction` says how often a group holds both right
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from real.generate import DEFAULT_STRATEGY, generate
 from real.task import GcdTask, Problem
 
 
@@ -68,3 +70,13 @@ def evaluate(model, task: GcdTask, problems: list[Problem], greedy: bool = True,
     rewards = np.array([task.reward(problems[i // samples], r) for i, r in enumerate(responses)])
     lengths = np.array([len(r) for r in responses])
     return EvalResult(rewards.reshape(len(problems), samples), lengths.reshape(len(problems), samples))
+
+
+@torch.no_grad()
+def accepted_length(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,
+                    max_new_tokens: int | None = None) -> float:
+    """Mean tokens per speculative iteration (accepted drafts + the target's own) when `target` decodes
+    `problems` greedily with `drafter` and `strategy` on every iteration."""
+    gen = generate(target, [task.prompt_ids(p) for p in problems], drafter, strategy,
+                   max_new_tokens=max_new_tokens or task.max_response_tokens)
+    return float(np.mean([a + 1 for it in gen.iterations if it.mode == "spec" for a in it.accepted]))

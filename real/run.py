@@ -40,7 +40,8 @@ import transformers
 
 from real.adaptive import rollout
 from real.drafter import Drafter
-from real.generate import DEFAULT_STRATEGY, Engine, generate
+from real.evaluate import accepted_length
+from real.generate import Engine, generate
 from real.grpo import GRPO, GRPOConfig, group_advantages
 from real.models import SHIPPED_TARGET, load_target
 from real.record import Recorder, WorkerStep
@@ -347,6 +348,7 @@ class Worker:
         if cfg.drafter:
             return Drafter.load(cfg.drafter, self.target)
         drafter = Drafter.for_target(self.target, seed=cfg.seed)
+        pairs = None
         if self.rank == 0:
             t = time.perf_counter()
             problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 998)), cfg.warmup_prompts)
@@ -359,6 +361,11 @@ class Worker:
             self.recorder.extra_summary["drafter_warmup_s"] = time.perf_counter() - t
         for p in drafter.parameters():
             dist.broadcast(p.data, src=0)
+        if self.trains:  # the warm-up responses are the buffer's first data (step -1): early spot training
+            shared = [[(t, f.cpu()) for t, f in pairs] if pairs else None]  # on a worker that served few
+            # responses then does not fit just those
+            dist.broadcast_object_list(shared, src=0)
+            self.buffer.add(-1, shared[0])
         return drafter.eval()
 
     def step(self, step: int) -> None:
@@ -478,7 +485,6 @@ class Worker:
                 dist.all_reduce(p)
                 p.div_(weight.item())
 
-    @torch.no_grad()
     def _probe(self) -> float:
         """Mean accepted length (bonus included) of the current drafter with the current target, greedy,
         on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter."""
@@ -486,10 +492,7 @@ class Worker:
         if self.drafter is None or cfg.probe == 0:
             return float("nan")
         problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")
-        gen = generate(self.target, [self.task.prompt_ids(p) for p in problems], self.drafter, DEFAULT_STRATEGY,
-                       max_new_tokens=cfg.max_new_tokens)
-        accepted = [a + 1 for it in gen.iterations if it.mode == "spec" for a in it.accepted]
-        return float(np.mean(accepted))
+        return accepted_length(self.target, self.drafter, self.task, problems, max_new_tokens=cfg.max_new_tokens)
 
     def _checkpoint(self, step: int) -> None:
         """Write RUN_DIR/checkpoint for `step`: every rank's state into a temp dir, which then replaces it."""
