@@ -18,7 +18,7 @@ import torch
 from real.evaluate import evaluate
 from real.models import PRESETS, load_target
 from real.pretrain import PretrainConfig, pretrain
-from real.task import TASK_FILE, GcdTask
+from real.task import GcdTask
 from tltsim.errors import TltsimError
 
 
@@ -63,11 +63,14 @@ def add_profile(sub) -> None:
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
     p.add_argument("--repeats", type=int, default=3, help="timed iterations per cell")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--processes", type=int, default=1,
+                   help="profile in this many processes at once, as a run's --workers share one machine (on a CPU "
+                        "they contend for cores and memory); every process's timings go into the CSV")
     p.set_defaults(func=_profile, threads=1)  # as each `tltsim real run` worker computes on the CPU
 
 
 def _profile(args) -> int:
-    from real.profile import profile
+    from real.profile import profile_processes
     from tltsim.io import atomic_path
 
     def ints(text, flag):
@@ -80,11 +83,11 @@ def _profile(args) -> int:
         return out
 
     kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
-    model = load_target(args.model, args.device)
-    task = GcdTask.load(args.model) if os.path.isfile(os.path.join(args.model, TASK_FILE)) else GcdTask()
-    df = profile(model, batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
-                 repeats=args.repeats, task=task, seed=args.seed,
-                 progress=lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True), **kw)
+    if args.processes < 1:
+        raise TltsimError(f"--processes {args.processes}: must be >= 1")
+    load_target(args.model, args.device)  # a bad --model fails here, with its message, before any process starts
+    df = profile_processes(args.processes, args.model, args.device, args.threads, batches=ints(args.batches, "--batches"),
+                           contexts=ints(args.contexts, "--contexts"), repeats=args.repeats, seed=args.seed, **kw)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from tltsim.cost.padding import micro_batches
 from tltsim.errors import TltsimError
 
 
@@ -58,18 +59,6 @@ def group_advantages(rewards: np.ndarray) -> np.ndarray:
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [prompts, group], got shape {rewards.shape}")
     return (rewards - rewards.mean(axis=1, keepdims=True)) / (rewards.std(axis=1, keepdims=True) + 1e-6)
-
-
-def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
-    """Row indices grouped for padded forwards: sorted by length, each group's rows x longest <= budget
-    (a row longer than the budget alone)."""
-    groups: list[list[int]] = []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if groups and (len(groups[-1]) + 1) * lengths[i] <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
 
 
 def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,13 +164,24 @@ class GRPO:
             for p in self.model.parameters():
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
-                _all_reduce(p.grad)
+            all_reduce_tensors([p.grad for p in self.model.parameters()])
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             self.optimizer.step()
             tot = _all_reduce(local)
             stats = {"loss": float(tot[1] / max(tot[0], 1.0)), "clip_frac": float(tot[2] / max(tot[0], 1.0))}
         self.model.eval()
         return stats
+
+
+def all_reduce_tensors(tensors: list[torch.Tensor]) -> None:
+    """Sum each tensor over workers, in place (a no-op without a process group): one all-reduce of them all,
+    flattened, as DDP buckets gradients (a call per tensor costs a round trip each). One dtype and device."""
+    if not tensors or not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        t.copy_(part.view_as(t))
 
 
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:

@@ -6,12 +6,14 @@ Rows of the profile (a CSV that `tltsim.cost.profiled.Profiled.fit` reads):
     prefill         Engine.add of `batch` prompts                     batch, tokens, sq_tokens
     decode          one plain iteration                               batch, context
     spec            one speculative iteration (drafting + verify)     batch, context, depth, topk, verify
-    train           GRPO.update (fwd + bwd + AdamW) on a batch         tokens
-    logprob         GRPO.old_logprobs (the reward stage's forward)    tokens
+    train           GRPO.update (fwd + bwd + AdamW) on a batch         tokens, sq_tokens (padded, see below)
+    logprob         GRPO.old_logprobs (the reward stage's forward)    tokens, sq_tokens (padded)
     drafter_train   Drafter.train_step on (tokens, features) pairs    tokens
 
 Training is timed on batches of sequences as long as the task's reference solutions (long-tailed,
-as a run's responses are), so attention's growth with length is in the fitted per-token cost.
+as a run's responses are). GRPO's forwards run on padded micro-batches (tltsim.cost.padding), so
+train and logprob rows give the tokens and the sum of squared lengths those forwards process,
+padding included: the simulator counts a run's sequences the same way (rl.micro_batch_tokens).
 
 Engine calls are timed as a run records them: through the rollout loop (real.adaptive.rollout),
 from the end of one call to the end of the next, so the loop's own work between calls is in the
@@ -21,17 +23,23 @@ The engine runs with no end-of-sequence token, so the batch stays whole while it
 """
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
+import torch.multiprocessing as mp
 
 from real.adaptive import rollout
 from real.drafter import Drafter
 from real.generate import Engine
 from real.grpo import GRPO
-from real.task import GcdTask
+from real.models import load_target
+from real.task import TASK_FILE, GcdTask
+from tltsim.cost.padding import padded_tokens
 from tltsim.policy import FixedTuner, SDSwitch
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
 
@@ -66,6 +74,28 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     sequences = [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(rng, 256)]
     rows += _time_training(target, drafter, sequences, train_rows, repeats, rng)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1, seed: int = 0,
+                      **kw) -> pd.DataFrame:
+    """`profile` of target `model` (a preset or a save_pretrained directory, whose task it uses) in `processes`
+    processes at once, each with `threads` torch threads and seed `seed + rank`, as a run's workers share the
+    machine; every process's rows, rank 0's first. Rank 0 prints its progress."""
+    if processes == 1:
+        return _profile_rank(0, model, device, threads, seed, kw)
+    with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
+        mp.spawn(_profile_rank, args=(model, device, threads, seed, kw, tmp), nprocs=processes)
+        return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
+
+
+def _profile_rank(rank, model, device, threads, seed, kw, out_dir=None) -> pd.DataFrame:
+    torch.set_num_threads(threads)
+    task = GcdTask.load(model) if os.path.isfile(os.path.join(model, TASK_FILE)) else GcdTask()
+    progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
+    df = profile(load_target(model, device), task=task, seed=seed + rank, progress=progress, **kw)
+    if out_dir is not None:
+        df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
+    return df
 
 
 def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, seed: int) -> list[tuple[int, float]]:
@@ -104,13 +134,15 @@ def _time_training(target, drafter, sequences, rows_per_batch, repeats, rng) -> 
             pick = rng.integers(len(sequences), size=rows)
             prompts = [rng.integers(3, vocab, size=sequences[i][0]).tolist() for i in pick]
             responses = [rng.integers(3, vocab, size=sequences[i][1]).tolist() for i in pick]
-            tokens = sum(len(a) + len(b) for a, b in zip(prompts, responses))
+            lengths = [len(a) + len(b) for a, b in zip(prompts, responses)]
+            tokens = sum(lengths)
+            padded, padded_sq = padded_tokens(lengths, grpo.config.micro_batch_tokens)  # what GRPO's forwards process
             start = time.perf_counter()
             old, ref = grpo.old_logprobs(prompts, responses)
-            out.append(_row("logprob", tokens=tokens, seconds=time.perf_counter() - start))
+            out.append(_row("logprob", tokens=padded, sq_tokens=padded_sq, seconds=time.perf_counter() - start))
             start = time.perf_counter()
             grpo.update(prompts, responses, rng.choice([-1.0, 1.0], size=rows), old, ref)
-            out.append(_row("train", tokens=tokens, seconds=time.perf_counter() - start))
+            out.append(_row("train", tokens=padded, sq_tokens=padded_sq, seconds=time.perf_counter() - start))
             pairs = [(torch.tensor(a + b), torch.randn(len(a) + len(b) - 1, target.config.hidden_size, dtype=dtype,
                                                        device=device)) for a, b in zip(prompts, responses)]
             start = time.perf_counter()

@@ -42,7 +42,7 @@ from real.adaptive import rollout
 from real.drafter import Drafter
 from real.evaluate import accepted_length
 from real.generate import Engine, generate
-from real.grpo import GRPO, GRPOConfig, group_advantages
+from real.grpo import GRPO, GRPOConfig, all_reduce_tensors, group_advantages
 from real.models import SHIPPED_TARGET, load_target
 from real.record import Recorder, WorkerStep
 from real.sampling import SamplingParams
@@ -479,11 +479,12 @@ class Worker:
         dist.all_reduce(weight)
         if weight.item() == 0:
             return
-        with torch.no_grad():
-            for p in self.drafter.parameters():
-                p.mul_(batches)
-                dist.all_reduce(p)
-                p.div_(weight.item())
+        params = [p.data for p in self.drafter.parameters()]
+        for p in params:
+            p.mul_(batches)
+        all_reduce_tensors(params)
+        for p in params:
+            p.div_(weight.item())
 
     def _probe(self) -> float:
         """Mean accepted length (bonus included) of the current drafter with the current target, greedy,

@@ -43,6 +43,11 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class RLConfig:
     reward_s: float = 1.0  # reward computation per step, seconds (rule-based verifiers are fast)
+    balance_train: bool = True  # the log-prob and train phases see the step's tokens spread evenly over the GPUs
+    # (verl balances sequence lengths); false: each engine's GPUs take the responses it generated, so the phases
+    # last as long as the engine with the most tokens needs (`tltsim real run`'s data-parallel GRPO)
+    micro_batch_tokens: int = 0  # > 0: the phases process length-sorted micro-batches of at most this many padded
+    # tokens and pay for the padding (`tltsim real run`'s GRPO); 0: every token once (verl removes padding)
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ class SimConfig:
             raise TltsimError(f"cluster: split = {c.split!r}; choose one of {', '.join(SPLITS)}")
         if self.rl.reward_s < 0:
             raise TltsimError(f"rl: reward_s = {self.rl.reward_s} must be >= 0")
+        if self.rl.micro_batch_tokens < 0:
+            raise TltsimError(f"rl: micro_batch_tokens = {self.rl.micro_batch_tokens} must be >= 0 (0: no padding)")
         self.cost.validate()
         parse_steps(self.steps)
         return self

@@ -86,7 +86,8 @@ def replay(run_dir: str | Path, cost) -> tuple[Result, Result]:
         trace=str(Path(run_dir) / TRACE_FILE),
         policy=cfg.get("policy", "verl"),
         cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine), split="trace"),
-        rl=RLConfig(reward_s=0.0),
+        rl=RLConfig(reward_s=0.0, balance_train=False,
+                    micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0))),
         seed=int(cfg.get("seed", 0)),
     )
     policy = make_policy(sim_cfg.policy, cfg.get("knobs") or {})
@@ -160,9 +161,8 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None) -> V
                 per_step.append({"run": name, "step": int(step), "metric": metric, "measured": mv, "predicted": pv,
                                  "error": _error(metric, mv, pv)})
         for metric, mv, pv in [
-            ("makespan_s", measured.summary["makespan_s"], pred.summary["makespan_s"]),
-            ("rollout_s", measured.summary["rollout_s"], pred.summary["rollout_s"]),
-            ("idle_fraction", measured.summary["idle_fraction"], pred.summary["idle_fraction"]),
+            *[(k, measured.summary[k], pred.summary[k]) for k in ("makespan_s", "rollout_s", "reward_s", "train_s",
+                                                                   "sync_s", "idle_fraction")],
             ("sd_share", measured.summary.get("sd_share", 0.0), pred.summary.get("sd_share", 0.0)),
             ("drafter_train_s", float(m["drafter_train_s"].sum()), float(p["drafter_train_s"].sum())),
         ]:

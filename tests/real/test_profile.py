@@ -26,3 +26,17 @@ def test_profile_cli_writes_a_profile_the_cost_model_fits(tmp_path):
 def test_profile_rejects_bad_grid(tmp_path, capsys):
     rc = main(["real", "profile", "--model", "test-llama", "--batches", "0,x", "-o", str(tmp_path / "p.csv")])
     assert rc == 2 and "--batches '0,x': expected comma-separated positive integers" in capsys.readouterr().err
+
+
+def test_profile_in_two_processes_keeps_both_timings(tmp_path):
+    out, one = tmp_path / "p.csv", tmp_path / "one.csv"
+    grid = ["--model", "test-llama", "--batches", "2", "--contexts", "8", "--strategies", "4_1_4", "--repeats", "2"]
+    assert main(["real", "profile", *grid, "--processes", "2", "-o", str(out)]) == 0
+    assert main(["real", "profile", *grid, "-o", str(one)]) == 0
+    df, single = read_profile(out), read_profile(one)
+    assert len(df) == 2 * len(single)
+    # rank 0 ran with --seed 0 as the single process did, rank 1 with seed 1: training batches of other lengths
+    first, second = df.iloc[: len(single)], df.iloc[len(single):]
+    assert first[first.kind == "train"].tokens.tolist() == single[single.kind == "train"].tokens.tolist()
+    assert second[second.kind == "train"].tokens.tolist() != single[single.kind == "train"].tokens.tolist()
+    assert main(["real", "profile", *grid, "--processes", "0", "-o", str(out)]) == 2

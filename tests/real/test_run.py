@@ -19,7 +19,7 @@ from real.evaluate import accepted_length
 from real.grpo import GRPO, GRPOConfig, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target, load_target
 from real.pretrain import PretrainConfig, save_checkpoint, train
-from real.run import RunConfig, launch
+from real.run import RunConfig, _free_port, launch
 from real.task import GcdTask, TaskConfig
 from tltsim.errors import TltsimError
 from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
@@ -250,6 +250,40 @@ def test_micro_batches_bound_padding_and_give_the_one_batch_update():
     assert torch.allclose(old1, old2, atol=1e-6) and torch.allclose(p1, p2, atol=1e-10)
     assert s1["loss"] == pytest.approx(s2["loss"]) and s1["clip_frac"] == s2["clip_frac"]
     assert not torch.equal(p1, torch.cat([p.detach().ravel() for p in build_target("test-llama", seed=0).double().parameters()]))
+
+GRPO_CASE = ([[1, 5, 6], [1, 5], [1, 5, 6, 7], [1]], [[7, 8, 9, 2], [10], [11, 12], [13, 14, 15, 16, 17]],
+             np.array([1.0, -1.0, 0.5, -0.5]))
+
+
+def _grpo_params(rows) -> torch.Tensor:
+    """Parameters after one GRPO update of the float64 test target on GRPO_CASE's `rows` (this worker's share)."""
+    prompts, responses, adv = GRPO_CASE
+    model = build_target("test-llama", seed=0).double()
+    grpo = GRPO(model, GRPOConfig(lr=1e-2))
+    prompts, responses = [prompts[i] for i in rows], [responses[i] for i in rows]
+    old, ref = grpo.old_logprobs(prompts, responses)
+    grpo.update(prompts, responses, adv[rows], old, ref)
+    return torch.cat([p.detach().ravel() for p in model.parameters()])
+
+
+def _data_parallel_worker(rank, port, out):
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        torch.save(_grpo_params([[0, 3], [1, 2]][rank]), Path(out) / f"rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_data_parallel_update_is_the_one_batch_update(tmp_path):
+    """2 gloo workers, each updating on half of the responses, end with the parameters one process gets from
+    all of them (gradients summed over workers in one flattened all-reduce, loss over the global token count)."""
+    torch.multiprocessing.spawn(_data_parallel_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert torch.equal(ranks[0], ranks[1])
+    assert torch.allclose(ranks[0], _grpo_params([0, 1, 2, 3]), atol=1e-10)
+    assert not torch.allclose(ranks[0], _grpo_params([0, 3]), atol=1e-6)  # one worker's share alone differs
+
 
 # --- the shipped recorded runs ------------------------------------------------------------------------
 

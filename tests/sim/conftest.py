@@ -31,10 +31,10 @@ class ConstantCost:
     def segment_time(self, q, k, ctx0, growth, n):
         return np.asarray(n, dtype=float) * self.decode
 
-    def train_time(self, tokens, gpus):
+    def train_time(self, tokens, gpus, sq_tokens=0.0):
         return 2.0
 
-    def logprob_time(self, tokens, gpus):
+    def logprob_time(self, tokens, gpus, sq_tokens=0.0):
         return 0.0
 
     def sync_time(self):

@@ -7,7 +7,8 @@ from tltsim.cost.profiled import Profiled, read_profile
 from tltsim.errors import TltsimError
 
 TRUE = {"c0": 2e-3, "c_q": 1e-4, "c_kv": 3e-7, "c_att": 5e-8, "d0": 5e-4, "d_q": 2e-5,
-        "p0": 1e-3, "p_t": 4e-5, "p_sq": 1e-9, "train0": 0.1, "train_t": 1e-4, "logprob0": 0.01, "logprob_t": 3e-5}
+        "p0": 1e-3, "p_t": 4e-5, "p_sq": 1e-9, "train0": 0.1, "train_t": 1e-4, "train_sq": 2e-7, "logprob0": 0.01,
+        "logprob_t": 3e-5, "logprob_sq": 5e-8}
 
 
 def synthetic_profile(noise=0.0, seed=0) -> pd.DataFrame:
@@ -23,9 +24,10 @@ def synthetic_profile(noise=0.0, seed=0) -> pd.DataFrame:
             for d, k, v in ((4, 1, 4), (8, 4, 16), (8, 4, 48)):
                 t = d * float(truth.draft_time(b, k)) + float(truth.verify_time(b, v + 1, C))
                 rows.append(("spec", b, C, 0, 0, d, k, v, t))
-    for n in (256, 1024, 4096):
-        rows.append(("train", 0, 0, n, 0, 0, 0, 0, float(truth.train_time(n, 1))))
-        rows.append(("logprob", 0, 0, n, 0, 0, 0, 0, float(truth.logprob_time(n, 1))))
+    for n, length in ((256, 64), (1024, 64), (4096, 512), (4096, 128)):
+        sq = n * length  # n / length sequences of `length` tokens
+        rows.append(("train", 0, 0, n, sq, 0, 0, 0, float(truth.train_time(n, 1, sq))))
+        rows.append(("logprob", 0, 0, n, sq, 0, 0, 0, float(truth.logprob_time(n, 1, sq))))
         rows.append(("drafter_train", 0, 0, n, 0, 0, 0, 0, n / 5000.0))
     df = pd.DataFrame(rows, columns=["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"])
     df["seconds"] *= np.exp(noise * rng.standard_normal(len(df)))

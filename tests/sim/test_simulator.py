@@ -8,6 +8,7 @@ import pytest
 from tests.sim.conftest import ConstantCost, make_trace
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
+from tltsim.cost.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.records import Result
 from tltsim.sim.simulator import Simulator, simulate
@@ -38,6 +39,41 @@ def test_whole_timeline_of_two_engines_one_step():
     step = res.steps.iloc[0]
     assert (step.rollout_s, step.reward_s, step.train_s, step.sync_s, step.total_s) == (4.5, 0.5, 2.0, 1.0, 8.0)
     assert res.requests["finished_at"].tolist() == [4.5, 2.5]
+
+
+class TokenCost(ConstantCost):
+    """Log-prob and train phases linear in the tokens and squared sequence lengths per GPU they are given."""
+
+    def train_time(self, tokens, gpus, sq_tokens=0.0):
+        return (tokens + sq_tokens / 100) / gpus / 10
+
+    def logprob_time(self, tokens, gpus, sq_tokens=0.0):
+        return tokens / gpus / 100
+
+
+def test_train_phases_follow_balanced_tokens_or_the_slowest_engine():
+    # 4 engines of 2 GPUs; engine 0's sequence is 40 + 10 prompt tokens long, the others' 10 + 10 each
+    trace = make_trace([[40, 10, 10, 10]])
+    steps = {}
+    for balance in (True, False):
+        c = SimConfig(cluster=ClusterConfig(gpus=8, tp=2), rl=RLConfig(reward_s=0.5, balance_train=balance))
+        steps[balance] = Simulator(trace, c, cost=TokenCost()).run().steps.iloc[0]
+    sq = 50**2 + 3 * 20**2
+    assert steps[True].train_s == pytest.approx((110 + sq / 100) / 8 / 10)
+    assert steps[True].reward_s == pytest.approx(0.5 + 110 / 8 / 100)
+    assert steps[False].train_s == pytest.approx((50 + 50**2 / 100) / 2 / 10)
+    assert steps[False].reward_s == pytest.approx(0.5 + 50 / 2 / 100)
+    assert steps[False].rollout_s == steps[True].rollout_s
+    # one engine whose GRPO pads micro-batches of <= 200 tokens: all four rows in one, each as long as 50
+    c = SimConfig(cluster=ClusterConfig(gpus=1, tp=1), rl=RLConfig(balance_train=False, micro_batch_tokens=200))
+    assert Simulator(trace, c, cost=TokenCost()).run().steps.iloc[0].train_s == pytest.approx((200 + 4 * 50**2 / 100) / 10)
+
+
+def test_padded_tokens_count_each_micro_batch_at_its_longest():
+    # micro_batches([5, 1, 3, 3], 6) == [[1, 2], [3], [0]]: 2 rows x 3, 1 x 3, 1 x 5
+    assert padded_tokens([5, 1, 3, 3], 6) == (2 * 3 + 3 + 5, 2 * 9 + 9 + 25)
+    assert padded_tokens([5, 1, 3, 3], 0) == (12, 25 + 1 + 9 + 9)  # no padding
+    assert padded_tokens([5, 1, 3, 3], 100) == (4 * 5, 4 * 25)  # one micro-batch
 
 
 def test_more_engines_than_prompts_leaves_engines_idle():

@@ -72,7 +72,7 @@ def test_noisy_oracle_is_seeded_and_on_policy():
 
 # --- migration -------------------------------------------------------------------------------------
 class LogprobCost(ConstantCost):
-    def logprob_time(self, tokens, gpus):
+    def logprob_time(self, tokens, gpus, sq_tokens=0.0):
         return tokens / 10 / gpus
 
 

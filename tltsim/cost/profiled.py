@@ -8,7 +8,7 @@ fitted by least squares on relative error (scipy.optimize.nnls) over the profile
     drafter forward  d(b, topk) = d0 + d_q * b * topk
     spec iteration   depth * d(b, topk) + t(b * (verify + 1), verify + 1, C)
     prefill          p0 + p_t * tokens + p_sq * sum of squared prompt lengths
-    train / logprob  per-worker: a0 + a_t * tokens / workers
+    train / logprob  a0 + (a_t * tokens + a_sq * sum of squared sequence lengths) / GPUs
     drafter training tokens per second: median of the measurements
 
 Decode and speculative rows are fitted jointly (they share the target forward). Being linear in C,
@@ -66,8 +66,9 @@ class Profiled:
         for kind in ("train", "logprob"):
             part = df[df.kind == kind]
             if len(part):
-                x = _nnls(np.column_stack([np.ones(len(part)), part.tokens]).astype(float), part.seconds.to_numpy(float))
-                c.update({f"{kind}0": x[0], f"{kind}_t": x[1]})
+                x = _nnls(np.column_stack([np.ones(len(part)), part.tokens, part.sq_tokens]).astype(float),
+                          part.seconds.to_numpy(float))
+                c.update({f"{kind}0": x[0], f"{kind}_t": x[1], f"{kind}_sq": x[2]})
         dt = df[df.kind == "drafter_train"]
         if len(dt):
             c["drafter_tokens_per_s"] = float(np.median(dt.tokens / dt.seconds))
@@ -117,11 +118,15 @@ class Profiled:
         per_ctx = c["c_kv"] + c["c_att"] * k
         return n * (c["c0"] + c["c_q"] * q) + per_ctx * (n * ctx0 + growth * n * (n - 1) / 2)
 
-    def train_time(self, tokens, gpus):
-        return self.c.get("train0", 0.0) + self.c.get("train_t", 0.0) * tokens / gpus
+    def train_time(self, tokens, gpus, sq_tokens=0.0):
+        return self._pass("train", tokens, gpus, sq_tokens)
 
-    def logprob_time(self, tokens, gpus):
-        return self.c.get("logprob0", 0.0) + self.c.get("logprob_t", 0.0) * tokens / gpus
+    def logprob_time(self, tokens, gpus, sq_tokens=0.0):
+        return self._pass("logprob", tokens, gpus, sq_tokens)
+
+    def _pass(self, kind, tokens, gpus, sq_tokens):
+        c = self.c
+        return c.get(f"{kind}0", 0.0) + (c.get(f"{kind}_t", 0.0) * tokens + c.get(f"{kind}_sq", 0.0) * sq_tokens) / gpus
 
     def sync_time(self):
         return self._sync_s

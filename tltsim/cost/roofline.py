@@ -156,11 +156,12 @@ class Roofline:
         return fixed + o * (first + rest) + (1 - o) * (_series(a0, a1, 0, n) + _series(b0, b1, 0, n))
 
     # --- RL stage costs (whole cluster) ---------------------------------------------------------
-    def train_time(self, tokens, gpus):
-        """Actor update: 6 x params x tokens over the cluster at train_mfu."""
+    def train_time(self, tokens, gpus, sq_tokens=0.0):
+        """Actor update: 6 x params x tokens over the cluster at train_mfu (attention's FLOPs, which grow with
+        `sq_tokens`, the sum of squared sequence lengths, are left out as they are at decode)."""
         return 6 * self.model.params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
 
-    def logprob_time(self, tokens, gpus):
+    def logprob_time(self, tokens, gpus, sq_tokens=0.0):
         """Old-policy and reference log-prob forwards: 2 x (2 x params x tokens)."""
         return 4 * self.model.params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
 

@@ -98,9 +98,9 @@ class Migrate(KnobbedPolicy):
             return StepOutcome(columns=cols)
         # log-prob forwards of the responses finished before the move, on the released GPUs, until the barrier
         done = sr.finished_at <= self.at
-        tokens = float(df["prompt_len"][done].sum() + df["response_len"][done].sum())
+        lengths = (df["prompt_len"] + df["response_len"])[done].astype(float)
         gpus = self.sim.cfg.cluster.gpus
-        work = float(self.sim.cost.logprob_time(tokens, gpus)) * gpus  # GPU-seconds
+        work = float(self.sim.cost.logprob_time(lengths.sum(), gpus, sq_tokens=(lengths**2).sum())) * gpus  # GPU-s
         tp = self.sim.cfg.cluster.tp
         t_at = self.t0 + self.at  # absolute time of the move
         span = min(t - t_at, work / (tp * len(self.released))) if self.released else 0.0

@@ -206,9 +206,11 @@ class AsyncRun:
             take, self.done_groups = self.done_groups[:need], self.done_groups[need:]
             ids = np.array([i for g in take for i in self.group_rows[g]])
             waited = env.now
-            tokens = float(sum(self.s_plen[i] + self.s_rlen[i] for i in ids))
-            phases = [("reward", self.cfg.rl.reward_s + float(cost.logprob_time(tokens, gpus))),
-                      ("train", float(cost.train_time(tokens, gpus))), ("weight_sync", float(cost.sync_time()))]
+            lengths = np.array([self.s_plen[i] + self.s_rlen[i] for i in ids], dtype=float)
+            tokens, sq = float(lengths.sum()), float((lengths**2).sum())
+            phases = [("reward", self.cfg.rl.reward_s + float(cost.logprob_time(tokens, gpus, sq_tokens=sq))),
+                      ("train", float(cost.train_time(tokens, gpus, sq_tokens=sq))),
+                      ("weight_sync", float(cost.sync_time()))]
             for w in trainers:
                 self._log(w, "idle", t0, waited)
             for state, dt in phases:

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, parse_steps
 from tltsim.cost import Roofline
+from tltsim.cost.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
 from tltsim.policies.base import Policy
@@ -85,12 +86,10 @@ class Simulator:
         barrier = env.now
         outcome = self.policy.end_rollout(step, barrier, df, sr)
         trained = outcome.trained if outcome.trained is not None else sr.finished
-        tokens = float(df["prompt_len"][trained].sum() + df["response_len"][trained].sum())
-        gpus = self.cfg.cluster.gpus
-        logprob = float(self.cost.logprob_time(tokens, gpus))
+        logprob, train = self._train_phases(df, trained, sr)
         phases = [
-            ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / gpus)),
-            ("train", float(self.cost.train_time(tokens, gpus))),
+            ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / self.cfg.cluster.gpus)),
+            ("train", train),
             ("weight_sync", float(self.cost.sync_time())),
         ]
         self._record_rollout(step, t0, barrier, df, sr, outcome)
@@ -159,6 +158,19 @@ class Simulator:
         }
 
     # --- records -----------------------------------------------------------------------------
+    def _train_phases(self, df: dict, trained: np.ndarray, sr) -> tuple[float, float]:
+        """(log-prob, train) seconds of the step's trained sequences: spread over every GPU, or (rl.balance_train
+        false) each engine's on its own TP group, as long as the slowest engine takes; padded as rl says."""
+        lengths = (df["prompt_len"] + df["response_len"])[trained].astype(float)
+        if self.cfg.rl.balance_train:
+            parts, gpus = [lengths], self.cfg.cluster.gpus
+        else:
+            engine = sr.engine[trained]
+            parts, gpus = [lengths[engine == e] for e in range(self.engines)], self.cfg.cluster.tp
+        work = [padded_tokens(x, self.cfg.rl.micro_batch_tokens) for x in parts]
+        return tuple(max(float(phase(tokens, gpus, sq_tokens=sq)) for tokens, sq in work)
+                     for phase in (self.cost.logprob_time, self.cost.train_time))
+
     def _shares(self, df: dict) -> list[np.ndarray]:
         """Each engine's rows, in admission order: contiguous chunks of prompt groups (verl), or by `engine`."""
         n = len(df["step"])
