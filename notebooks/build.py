@@ -785,25 +785,29 @@ VALIDATE = [
     md("""
     ## Reading the numbers (the recorded CPU runs, 5 steps each)
 
-    * The fitted cost model matches the profiled iterations of this CPU closely: median error -0.5%
-      on plain decode rows, -0.5% on speculative ones, +1.3% on prefills, within about +-35% for
+    * The fitted cost model matches the profiled iterations of this CPU closely: median error -1.0%
+      on plain decode rows, -0.2% on speculative ones, +1.7% on prefills, within about +-33% for
       every row (section 2). The profile times iterations through the rollout loop with one thread,
-      as a run's workers compute, on a quiet machine.
-    * Replayed with it, the simulator predicts the rollouts: total rollout +5.5% (verl) and -10%
-      (tlt), median per-step rollout error 8.4% and 10.6% on these 5-step runs (2.5% and 5.2% on
-      the 10-step `benchmarks/bench_validate.py`), SD share 6.8% against 7.3% measured, idle
-      fractions within 3.1 points, drafter training -15%.
-    * The speedup check: on this CPU tlt ran at 0.79x of verl's speed (speculating made 0.27-0.58x of
+      in two processes at once (`--processes 2`), as a run's two workers share the machine.
+    * Replayed with it, the simulator predicts the runs: rollout +9.4% (verl) and +8.0% (tlt),
+      median per-step rollout error 9.3% and 6.3% on these 5-step runs, SD share 6.7% against 8.1%
+      measured, idle fractions within 1 point, drafter training -4%.
+    * The training phases follow the run's GRPO: each worker updates on its own responses in
+      padded, length-sorted micro-batches and waits at the gradient all-reduce for the slowest,
+      so the replay (`rl.balance_train = false`, `rl.micro_batch_tokens`) charges the slowest
+      worker's padded tokens: reward stage -0.7% / -7%, update +0.6% / +5%, makespan +5.3% / +4.7%.
+      Not modelled: the tlt run's weight sync (averaging the spot-trained drafters and sharing the
+      step's samples, 0.08 s over 5 steps).
+    * The speedup check: on this CPU tlt ran at 0.86x of verl's speed (speculating made 0.25-0.58x of
       plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
-      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.86x,
-      an 8% error.
-    * Makespan is under-predicted by 14% (verl) and 20% (tlt): the GRPO update, the reward stage
-      and, for tlt, the weight sync take longer in the run than in the single-process profile (not
-      yet broken down; likely two worker processes sharing the machine, and each update waiting at
-      the gradient all-reduce for the worker with more tokens).
+      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.86x
+      (+0.6%).
+    * These are one pair of runs on a shared VM whose speed drifts by several percent from minute
+      to minute; repeats of `benchmarks/bench_validate.py` on the same day gave per-step errors of
+      3-16% and speedup errors of +3% to +14% (benchmarks/results/bench_validate.txt).
 
-    So on this machine the simulator predicts the rollout, where the policies differ, and the
-    comparison; the training phases are what to model better next.
+    So on this machine the simulator predicts the rollout, where the policies differ, the training
+    phases and the comparison, to within the machine's own run-to-run variation.
     """),
 ]
 
