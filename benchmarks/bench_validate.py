@@ -5,9 +5,9 @@
 Steps (each a `tltsim` command a user would type; run on a quiet machine, the timings are the data):
 1. the default target: the shipped pretrained one (real/assets/gcd-tiny-llama), or --pretrain to make it anew;
 2. `tltsim real profile --processes WORKERS` of the engine on this machine;
-3. `tltsim real run` of verl, of tlt and of tlt without spot training (2 workers, --steps each, same seed);
-4. `tltsim validate verl_run tlt_run --profile profile.csv`: per-step and overall errors, the speedup;
-   then the same with the tlt run without spot training.
+3. `tltsim real run` of verl, tlt, tlt, verl (A-B-B-A; 2 workers, --steps each, same seed);
+4. `tltsim validate verl_run tlt_run --profile profile.csv` for each pair: per-step and overall errors, the
+   speedup; then a summary line per pair.
 Targets (issue 8): median |error| of per-step rollout time < 10%; predicted tlt/verl speedup within 15%.
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tltsim.validate import validate
 
 TLTSIM = [sys.executable, "-m", "tltsim"]
 
@@ -47,19 +49,26 @@ def main() -> None:
     # as many processes as the runs have workers: on a CPU they share the cores and the memory bandwidth
     sh(["real", "profile", "--model", str(target), "--device", args.device, "--processes", str(args.workers),
         "-o", str(out / "profile.csv")])
-    runs = {}
-    for name, policy, knobs in (("verl", "verl", []), ("tlt", "tlt", []), ("tlt-nospot", "tlt", ["--knob", "spot=false"])):
+    # A-B-B-A: this machine's speed drifts by several percent from minute to minute, so each policy runs
+    # once before and once after the other's pair; each (verl, tlt) pair is validated on its own
+    for name in ("verl-a", "tlt-a", "tlt-b", "verl-b"):
         run = out / name
         shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
-        sh(["real", "run", "--policy", policy, "--workers", str(args.workers), "--steps", str(args.steps),
+        sh(["real", "run", "--policy", name.split("-")[0], "--workers", str(args.workers), "--steps", str(args.steps),
             "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
-            "--seed", "0", *knobs, "-o", str(run)])
-        runs[name] = str(run)
-    sh(["validate", runs["verl"], runs["tlt"], "--profile", str(out / "profile.csv"), "-o", str(out / "validation")])
-    # tlt without spot training: on a CPU, a worker training the drafter slows the workers still decoding (they
-    # share the machine), which the simulator does not model; this run shows the prediction without that
-    sh(["validate", runs["verl"], runs["tlt-nospot"], "--profile", str(out / "profile.csv"),
-        "-o", str(out / "validation-nospot")])
+            "--seed", "0", "-o", str(run)])
+    results = {}
+    for pair in ("a", "b"):
+        runs = [str(out / f"verl-{pair}"), str(out / f"tlt-{pair}")]
+        sh(["validate", *runs, "--profile", str(out / "profile.csv"), "-o", str(out / f"validation-{pair}")])
+        results[pair] = validate(runs, out / "profile.csv")
+    print("\nA-B-B-A summary (pair a: verl then tlt; pair b: tlt then verl)")
+    print("pair  verl per-step |err|  tlt per-step |err|  speedup measured  predicted  error")
+    for pair, v in results.items():
+        per = v.overall.set_index(["run", "metric"])["error"]
+        errs = [per[(r, "median |error| of per-step rollout")] for r in (v.speedup["baseline"], v.speedup["run"])]
+        print(f"{pair:>4}  {errs[0]:19.3f}  {errs[1]:18.3f}  {v.speedup['measured']:16.3f}  {v.speedup['predicted']:9.3f}"
+              f"  {v.speedup['error']:+.3f}")
 
 
 if __name__ == "__main__":

@@ -802,9 +802,12 @@ VALIDATE = [
       plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
       plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.86x
       (+0.6%).
-    * These are one pair of runs on a shared VM whose speed drifts by several percent from minute
-      to minute; repeats of `benchmarks/bench_validate.py` on the same day gave per-step errors of
-      3-16% and speedup errors of +3% to +14% (benchmarks/results/bench_validate.txt).
+    * These are one pair of short runs on a shared VM whose speed drifts by several percent from
+      minute to minute. The 10-step runs of `benchmarks/bench_validate.py` on the same day did
+      worse for tlt: per-step errors 3-11% (verl) but 15-21% (tlt), speedup errors +7% to +20%,
+      because in them a tlt worker's plain decode iterations ran 10-20% slower than a verl
+      worker's at the same batch size, which nothing outside a run reproduces yet
+      (benchmarks/results/bench_validate.txt).
 
     So on this machine the simulator predicts the rollout, where the policies differ, the training
     phases and the comparison, to within the machine's own run-to-run variation.
