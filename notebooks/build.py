@@ -806,8 +806,9 @@ VALIDATE = [
       minute to minute. The 10-step runs of `benchmarks/bench_validate.py` on the same day did
       worse for tlt: per-step errors 3-11% (verl) but 15-21% (tlt), speedup errors +7% to +20%,
       because in them a tlt worker's plain decode iterations ran 10-20% slower than a verl
-      worker's at the same batch size, which nothing outside a run reproduces yet
-      (benchmarks/results/bench_validate.txt).
+      worker's at the same batch size. Part of that is the engine's: after a speculative iteration
+      the rows hold different lengths and each plain iteration moves KV slots to keep them packed,
+      which the profile (aligned batches) does not time (benchmarks/results/bench_validate.txt).
 
     So on this machine the simulator predicts the rollout, where the policies differ, the training
     phases and the comparison, to within the machine's own run-to-run variation.
