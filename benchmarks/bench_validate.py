@@ -13,14 +13,13 @@ Targets (issue 8): median |error| of per-step rollout time < 10%; predicted tlt/
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-from tltsim.validate import validate
 
 TLTSIM = [sys.executable, "-m", "tltsim"]
 
@@ -57,18 +56,18 @@ def main() -> None:
         sh(["real", "run", "--policy", name.split("-")[0], "--workers", str(args.workers), "--steps", str(args.steps),
             "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
             "--seed", "0", "-o", str(run)])
-    results = {}
     for pair in ("a", "b"):
-        runs = [str(out / f"verl-{pair}"), str(out / f"tlt-{pair}")]
-        sh(["validate", *runs, "--profile", str(out / "profile.csv"), "-o", str(out / f"validation-{pair}")])
-        results[pair] = validate(runs, out / "profile.csv")
+        sh(["validate", str(out / f"verl-{pair}"), str(out / f"tlt-{pair}"), "--profile", str(out / "profile.csv"),
+            "-o", str(out / f"validation-{pair}")])
     print("\nA-B-B-A summary (pair a: verl then tlt; pair b: tlt then verl)")
     print("pair  verl per-step |err|  tlt per-step |err|  speedup measured  predicted  error")
-    for pair, v in results.items():
-        per = v.overall.set_index(["run", "metric"])["error"]
-        errs = [per[(r, "median |error| of per-step rollout")] for r in (v.speedup["baseline"], v.speedup["run"])]
-        print(f"{pair:>4}  {errs[0]:19.3f}  {errs[1]:18.3f}  {v.speedup['measured']:16.3f}  {v.speedup['predicted']:9.3f}"
-              f"  {v.speedup['error']:+.3f}")
+    for pair in ("a", "b"):  # what each validate command wrote
+        v = json.loads((out / f"validation-{pair}" / "validation.json").read_text())
+        per = {(r["run"], r["metric"]): r["error"] for r in v["overall"]}
+        s = v["speedup"]
+        errs = [per[(r, "median |error| of per-step rollout")] for r in (s["baseline"], s["run"])]
+        print(f"{pair:>4}  {errs[0]:19.3f}  {errs[1]:18.3f}  {s['measured']:16.3f}  {s['predicted']:9.3f}"
+              f"  {s['error']:+.3f}")
 
 
 if __name__ == "__main__":

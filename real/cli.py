@@ -85,7 +85,8 @@ def _profile(args) -> int:
     kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
     if args.processes < 1:
         raise TltsimError(f"--processes {args.processes}: must be >= 1")
-    load_target(args.model, args.device)  # a bad --model fails here, with its message, before any process starts
+    if args.processes > 1:
+        load_target(args.model, args.device)  # a bad --model fails here, with its message, before processes start
     df = profile_processes(args.processes, args.model, args.device, args.threads, batches=ints(args.batches, "--batches"),
                            contexts=ints(args.contexts, "--contexts"), repeats=args.repeats, seed=args.seed, **kw)
     with atomic_path(args.out) as tmp:

@@ -176,7 +176,7 @@ class GRPO:
 def all_reduce_tensors(tensors: list[torch.Tensor]) -> None:
     """Sum each tensor over workers, in place (a no-op without a process group): one all-reduce of them all,
     flattened, as DDP buckets gradients (a call per tensor costs a round trip each). One dtype and device."""
-    if not tensors or not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+    if not tensors or not _distributed():
         return
     flat = torch.cat([t.reshape(-1) for t in tensors])
     dist.all_reduce(flat)
@@ -186,6 +186,11 @@ def all_reduce_tensors(tensors: list[torch.Tensor]) -> None:
 
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
     """Sum `t` over workers in place (a no-op without a process group); returns it."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if _distributed():
         dist.all_reduce(t)
     return t
+
+
+def _distributed() -> bool:
+    """Whether a process group with other workers exists (else every all-reduce is a no-op)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -361,9 +361,9 @@ class Worker:
             self.recorder.extra_summary["drafter_warmup_s"] = time.perf_counter() - t
         for p in drafter.parameters():
             dist.broadcast(p.data, src=0)
-        if self.trains:  # the warm-up responses are the buffer's first data (step -1): early spot training
-            shared = [[(t, f.cpu()) for t, f in pairs] if pairs else None]  # on a worker that served few
-            # responses then does not fit just those
+        if self.trains:  # the warm-up responses are the buffer's first data (step -1), so early spot training
+            # on a worker that served few responses does not fit just those
+            shared = [[(t, f.cpu()) for t, f in pairs] if self.rank == 0 else None]
             dist.broadcast_object_list(shared, src=0)
             self.buffer.add(-1, shared[0])
         return drafter.eval()

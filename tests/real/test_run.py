@@ -234,44 +234,41 @@ def test_grpo_update_raises_the_likelihood_of_rewarded_responses():
 
 
 
-def test_micro_batches_bound_padding_and_give_the_one_batch_update():
-    assert micro_batches([5, 1, 3, 3], budget=6) == [[1, 2], [3], [0]]  # sorted; 2 rows x 3 <= 6, 3 x 3 > 6
-    assert micro_batches([9], budget=4) == [[0]]  # longer than the budget: alone
-    prompts = [[1, 5, 6], [1, 5], [1, 5, 6, 7], [1]]
-    responses = [[7, 8, 9, 2], [10], [11, 12], [13, 14, 15, 16, 17]]
-    adv = np.array([1.0, -1.0, 0.5, -0.5])
-    params = []
-    for budget in (10**6, 8):  # one forward of 4 rows x 7; or micro-batches of at most 8 padded tokens
-        model = build_target("test-llama", seed=0).double()
-        grpo = GRPO(model, GRPOConfig(lr=1e-2, micro_batch_tokens=budget))
-        old, ref = grpo.old_logprobs(prompts, responses)
-        stats = grpo.update(prompts, responses, adv, old, ref)
-        params.append((torch.cat([p.detach().ravel() for p in model.parameters()]), old, stats))
-    (p1, old1, s1), (p2, old2, s2) = params
-    assert torch.allclose(old1, old2, atol=1e-6) and torch.allclose(p1, p2, atol=1e-10)
-    assert s1["loss"] == pytest.approx(s2["loss"]) and s1["clip_frac"] == s2["clip_frac"]
-    assert not torch.equal(p1, torch.cat([p.detach().ravel() for p in build_target("test-llama", seed=0).double().parameters()]))
-
 GRPO_CASE = ([[1, 5, 6], [1, 5], [1, 5, 6, 7], [1]], [[7, 8, 9, 2], [10], [11, 12], [13, 14, 15, 16, 17]],
              np.array([1.0, -1.0, 0.5, -0.5]))
 
 
-def _grpo_params(rows) -> torch.Tensor:
-    """Parameters after one GRPO update of the float64 test target on GRPO_CASE's `rows` (this worker's share)."""
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().ravel() for p in model.parameters()])
+
+
+def _grpo_update(rows, micro_batch_tokens=GRPOConfig().micro_batch_tokens):
+    """One GRPO update of the float64 test target on GRPO_CASE's `rows` (a worker's share): (parameters
+    after it, the old log-probs, the update's stats)."""
     prompts, responses, adv = GRPO_CASE
     model = build_target("test-llama", seed=0).double()
-    grpo = GRPO(model, GRPOConfig(lr=1e-2))
+    grpo = GRPO(model, GRPOConfig(lr=1e-2, micro_batch_tokens=micro_batch_tokens))
     prompts, responses = [prompts[i] for i in rows], [responses[i] for i in rows]
     old, ref = grpo.old_logprobs(prompts, responses)
-    grpo.update(prompts, responses, adv[rows], old, ref)
-    return torch.cat([p.detach().ravel() for p in model.parameters()])
+    stats = grpo.update(prompts, responses, adv[rows], old, ref)
+    return _flat(model), old, stats
+
+
+def test_micro_batches_bound_padding_and_give_the_one_batch_update():
+    assert micro_batches([5, 1, 3, 3], budget=6) == [[1, 2], [3], [0]]  # sorted; 2 rows x 3 <= 6, 3 x 3 > 6
+    assert micro_batches([9], budget=4) == [[0]]  # longer than the budget: alone
+    # one forward of 4 rows x 7; or micro-batches of at most 8 padded tokens
+    (p1, old1, s1), (p2, old2, s2) = (_grpo_update([0, 1, 2, 3], budget) for budget in (10**6, 8))
+    assert torch.allclose(old1, old2, atol=1e-6) and torch.allclose(p1, p2, atol=1e-10)
+    assert s1["loss"] == pytest.approx(s2["loss"]) and s1["clip_frac"] == s2["clip_frac"]
+    assert not torch.equal(p1, _flat(build_target("test-llama", seed=0).double()))
 
 
 def _data_parallel_worker(rank, port, out):
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
     try:
-        torch.save(_grpo_params([[0, 3], [1, 2]][rank]), Path(out) / f"rank{rank}.pt")
+        torch.save(_grpo_update([[0, 3], [1, 2]][rank])[0], Path(out) / f"rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
 
@@ -282,8 +279,8 @@ def test_data_parallel_update_is_the_one_batch_update(tmp_path):
     torch.multiprocessing.spawn(_data_parallel_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert torch.equal(ranks[0], ranks[1])
-    assert torch.allclose(ranks[0], _grpo_params([0, 1, 2, 3]), atol=1e-10)
-    assert not torch.allclose(ranks[0], _grpo_params([0, 3]), atol=1e-6)  # one worker's share alone differs
+    assert torch.allclose(ranks[0], _grpo_update([0, 1, 2, 3])[0], atol=1e-10)
+    assert not torch.allclose(ranks[0], _grpo_update([0, 3])[0], atol=1e-6)  # one worker's share alone differs
 
 
 # --- the shipped recorded runs ------------------------------------------------------------------------
