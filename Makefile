@@ -21,7 +21,7 @@ test: setup
 
 # Reruns every benchmark on this machine and rewrites benchmarks/results/ (tens of minutes on 2 CPU cores;
 # run it on an idle machine: the timings are the data).
-BENCHES := sim calibration spec pretrain validate ragged
+BENCHES := sim calibration spec pretrain validate kvcache
 bench: setup
 	for b in $(BENCHES); do $(BIN)/python benchmarks/bench_$$b.py > benchmarks/results/bench_$$b.txt || exit 1; done
 

@@ -80,7 +80,7 @@ class Drafter(nn.Module):
     def forward(self, tokens, prev_features, position_ids, mask, cache=None):
         """g for inputs (x_i, f_{i-1}). tokens long [B, T]; prev_features [B, T, H]; position_ids long
         [B, T]; mask additive float [B, 1, T, K] over the K keys (cached + new), or None when every
-        query sees every key; cache: a DynamicCache with one layer (appended to) or None. Returns g [B, T, H]."""
+        query sees every key; cache: a transformers Cache with one layer (appended to) or None. Returns g [B, T, H]."""
         with torch.no_grad():
             emb = self.embed(tokens)
         h = self.fc(torch.cat([emb, prev_features.to(emb.dtype)], dim=-1))
@@ -94,8 +94,8 @@ class Drafter(nn.Module):
         """`self.layer`'s forward for the _PRE_NORM_LAYERS types, computed from its parts' weights: the
         same arithmetic as calling the layer (RMSNorm as one fused op), without transformers' and
         torch's per-module dispatch, which at drafter sizes costs as much as the arithmetic.
-        rope: (cos, sin); cache_layer: a DynamicCache layer whose keys and values get the new ones
-        appended, or None."""
+        rope: (cos, sin); cache_layer: a transformers cache layer that takes the new keys and values
+        (`update`), or None."""
         layer, attn, mlp = self.layer, self.layer.self_attn, self.layer.mlp
         batch, t, _ = h.shape
         x = _rms_norm(layer.input_layernorm, h)
@@ -105,8 +105,7 @@ class Drafter(nn.Module):
         v = _linear(attn.v_proj, x).view(heads).transpose(1, 2)
         q, k = sys.modules[type(layer).__module__].apply_rotary_pos_emb(q, k, *rope)
         if cache_layer is not None:
-            k = cache_layer.keys = torch.cat([cache_layer.keys, k], dim=2)
-            v = cache_layer.values = torch.cat([cache_layer.values, v], dim=2)
+            k, v = cache_layer.update(k, v)
         out = nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=attn.attention_dropout if self.training else 0.0, scale=attn.scaling,
             enable_gqa=True)

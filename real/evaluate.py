@@ -73,10 +73,18 @@ def evaluate(model, task: GcdTask, problems: list[Problem], greedy: bool = True,
 
 
 @torch.no_grad()
-def accepted_length(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,
-                    max_new_tokens: int | None = None) -> float:
-    """Mean tokens per speculative iteration (accepted drafts + the target's own) when `target` decodes
-    `problems` greedily with `drafter` and `strategy` on every iteration."""
+def accepted_tokens(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,
+                    max_new_tokens: int | None = None) -> np.ndarray:
+    """Tokens per row of every speculative iteration (accepted drafts + the target's own) when `target` decodes
+    `problems` greedily with `drafter` and `strategy` on every iteration (empty for no problems)."""
+    if not problems:
+        return np.zeros(0)
     gen = generate(target, [task.prompt_ids(p) for p in problems], drafter, strategy,
                    max_new_tokens=max_new_tokens or task.max_response_tokens)
-    return float(np.mean([a + 1 for it in gen.iterations if it.mode == "spec" for a in it.accepted]))
+    return np.array([a + 1 for it in gen.iterations if it.mode == "spec" for a in it.accepted], dtype=float)
+
+
+def accepted_length(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,
+                    max_new_tokens: int | None = None) -> float:
+    """Mean of `accepted_tokens`: the drafter's mean accepted length (bonus token included)."""
+    return float(np.mean(accepted_tokens(target, drafter, task, problems, strategy, max_new_tokens)))

@@ -1,22 +1,26 @@
 """A batched KV cache whose rows have different lengths (ragged), with per-row commit and rollback.
 
-One `transformers.DynamicCache` holds every row: layer tensors are [B, kv_heads, S, head_dim].
+Every layer's keys and values live in one preallocated tensor `kv` [L, 2, B, kv_heads, capacity,
+head_dim] (capacity grows by doubling), and a forward's new keys and values are written into it in
+place: no step copies the cache (a `transformers.DynamicCache` concatenates every layer's whole
+cache at every step). `cache` is the `transformers.Cache` over it that a model's forward takes.
+
 Row b's committed tokens sit in slots [0, lens[b]); slots from lens[b] to the committed width
-W = max(lens) are garbage the attention mask hides. A forward appends its T new tokens at slots
-[W + P, W + P + T) for every row (P = tokens appended since the last commit, "pending"); the caller
+W = max(lens) are garbage the attention mask hides. A forward writes its T new tokens at slots
+[W + P, W + P + T) for every row (P = tokens written since the last commit, "pending"); the caller
 says, per query, which pending and new slots it may see (a causal or tree pattern), and the mask
 built here adds the row's committed prefix. `commit` then moves the kept new tokens of each row
-down to lens[b], lens[b] + 1, ... and drops everything else: that is the per-row KV rollback of
-rejected draft tokens. Keys already carry their rotary position (position ids are passed
-explicitly), so moving a key to another slot does not change what it encodes.
+down to lens[b], lens[b] + 1, ... (one indexed copy over all layers) and drops everything else:
+that is the per-row KV rollback of rejected draft tokens. Keys already carry their rotary position
+(position ids are passed explicitly), so moving a key to another slot does not change what it encodes.
 
 Optionally the cache keeps one feature vector per slot (the target's last hidden state for that
-token), compacted the same way, so the drafter and the drafter trainer can read them later.
+token) in the same way, so the drafter and the drafter trainer can read them later.
 """
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 
 class RaggedCache:
@@ -24,12 +28,12 @@ class RaggedCache:
 
     def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device, feature_dim: int | None = None):
-        empty = torch.zeros(batch, kv_heads, 0, head_dim, dtype=dtype, device=device)
-        self.cache = DynamicCache(ddp_cache_data=[(empty, empty)] * num_layers)
+        self.kv = torch.zeros(num_layers, 2, batch, kv_heads, 0, head_dim, dtype=dtype, device=device)
+        self._features = None if feature_dim is None else torch.zeros(batch, 0, feature_dim, dtype=dtype, device=device)
+        self.cache = Cache(layers=[_SlotLayer(self, i) for i in range(num_layers)])
         self.lens = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
         self.width = 0  # committed width W = max(lens) = slot count before the pending region
         self.ragged = False  # some row has fewer than W committed tokens (hidden garbage slots)
-        self.features = None if feature_dim is None else torch.zeros(batch, 0, feature_dim, dtype=dtype, device=device)
         self.dtype = dtype
 
     @property
@@ -37,9 +41,18 @@ class RaggedCache:
         return self.lens.shape[0]
 
     @property
+    def capacity(self) -> int:
+        return self.kv.shape[4]
+
+    @property
     def pending(self) -> int:
-        """Slots appended since the last commit (they follow the committed width)."""
-        return self.cache.layers[0].keys.shape[2] - self.width
+        """Slots written since the last commit (they follow the committed width)."""
+        return self.cache.layers[0].size - self.width
+
+    @property
+    def features(self) -> torch.Tensor | None:
+        """The committed slots' features [B, W, F] (a view), or None when the cache keeps none."""
+        return None if self._features is None else self._features[:, : self.width]
 
     def mask(self, visible: torch.Tensor) -> torch.Tensor:
         """Additive attention mask for the next forward of T tokens per row.
@@ -70,53 +83,59 @@ class RaggedCache:
         """
         batch, k = keep.shape
         pending = self.pending
-        assert self.features is None or (features is not None and features.shape[1] == pending), "features per slot"
+        assert self._features is None or (features is not None and features.shape[1] == pending), "features per slot"
+        if self._features is not None:
+            self._features[:, self.width: self.width + pending] = features
         valid = torch.arange(k, device=keep.device)[None, :] < counts[:, None]
         rows = torch.arange(batch, device=keep.device)[:, None].expand(batch, k)[valid]
         dst = (self.lens[:, None] + torch.arange(k, device=keep.device)[None, :])[valid]
         src = (self.width + keep)[valid]
-        in_place = torch.equal(src, dst)  # e.g. one row, or every row full width, keeping a prefix
-        old_width = self.width
+        if not torch.equal(src, dst):  # else (e.g. one row, or every row full width keeping a prefix) nothing moves
+            self.kv[:, :, rows, :, dst] = self.kv[:, :, rows, :, src]
+            if self._features is not None:
+                self._features[rows, dst] = self._features[rows, src]
         self._set_lens(self.lens + counts)
-        for layer in self.cache.layers:
-            layer.keys = _move(layer.keys, rows, dst, src, self.width, in_place)
-            layer.values = _move(layer.values, rows, dst, src, self.width, in_place)
-        if self.features is not None:
-            full = torch.cat([self.features[:, :old_width], features.to(self.features.dtype)], dim=1)
-            self.features = _move(full, rows, dst, src, self.width, in_place, slot_dim=1)
+        self.rollback()
 
     def commit_all(self) -> None:
         """`commit` keeping every pending slot of every row; with no ragged row (asserted) nothing moves."""
-        assert not self.ragged and self.features is None, "commit_all: ragged rows or features need commit"
+        assert not self.ragged and self._features is None, "commit_all: ragged rows or features need commit"
         self.lens = self.lens + self.pending
         self.width += self.pending
 
     def rollback(self) -> None:
         """Drop every pending slot (commit nothing)."""
         for layer in self.cache.layers:
-            layer.keys = layer.keys[:, :, : self.width]
-            layer.values = layer.values[:, :, : self.width]
+            layer.size = self.width
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only `rows` (long [B']) in this order; nothing may be pending."""
         assert self.pending == 0
         self._set_lens(self.lens[rows])
-        for layer in self.cache.layers:
-            layer.keys = layer.keys[rows, :, : self.width]
-            layer.values = layer.values[rows, :, : self.width]
-        if self.features is not None:
-            self.features = self.features[rows, : self.width]
+        self.kv = self.kv[:, :, rows]
+        if self._features is not None:
+            self._features = self._features[rows]
+        self.rollback()
 
     def extend(self, other: "RaggedCache") -> None:
         """Append the rows of `other` after this cache's rows; nothing may be pending in either."""
         assert self.pending == 0 and other.pending == 0
-        width = max(self.width, other.width)
-        for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            mine.keys = torch.cat([_pad_slots(mine.keys, width, 2), _pad_slots(theirs.keys, width, 2)])
-            mine.values = torch.cat([_pad_slots(mine.values, width, 2), _pad_slots(theirs.values, width, 2)])
-        if self.features is not None:
-            self.features = torch.cat([_pad_slots(self.features, width, 1), _pad_slots(other.features, width, 1)])
+        width, batch = max(self.width, other.width), self.batch
+        self.kv = _stack_rows(self.kv, other.kv, width, slot_dim=4, row_dim=2)
+        if self._features is not None:
+            self._features = _stack_rows(self._features, other._features, width, slot_dim=1, row_dim=0)
         self._set_lens(torch.cat([self.lens, other.lens]))
+        self.rollback()
+        assert self.batch == batch + other.batch
+
+    def reserve(self, slots: int) -> None:
+        """Make room for `slots` slots per row (at least doubling the capacity when it grows)."""
+        if slots <= self.capacity:
+            return
+        capacity = max(slots, 2 * self.capacity)
+        self.kv = _grow(self.kv, capacity, 4)
+        if self._features is not None:
+            self._features = _grow(self._features, capacity, 1)
 
     def _set_lens(self, lens: torch.Tensor) -> None:
         self.lens = lens
@@ -124,21 +143,62 @@ class RaggedCache:
         self.ragged = low < self.width
 
 
-def _move(x: torch.Tensor, rows, dst, src, width: int, in_place: bool, slot_dim: int = 2) -> torch.Tensor:
-    """Copy slot src -> dst of each (row, dst, src) triple (slots along `slot_dim`), then cut to `width` slots."""
-    if slot_dim == 2:  # [B, H, S, D]
-        if not in_place:
-            x[rows, :, dst] = x[rows, :, src]
-        return x[:, :, :width]
-    if not in_place:  # [B, S, F]
-        x[rows, dst] = x[rows, src]
-    return x[:, :width]
+class _SlotLayer(CacheLayerMixin):
+    """One layer of a RaggedCache as transformers sees it: `update` writes the new keys and values at
+    the next free slots of the shared storage and returns views of every slot written so far."""
+
+    is_sliding = False
+
+    def __init__(self, owner: RaggedCache, index: int):  # not CacheLayerMixin's: keys/values are views here
+        self.owner, self.index = owner, index
+        self.size = 0  # slots written (committed width + pending)
+        self.is_initialized = True
+
+    @property
+    def keys(self) -> torch.Tensor:
+        return self.owner.kv[self.index, 0, :, :, : self.size]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self.owner.kv[self.index, 1, :, :, : self.size]
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        pass
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        end = self.size + key_states.shape[2]
+        self.owner.reserve(end)
+        keys, values = self.owner.kv[self.index, :, :, :, :end].unbind(0)
+        keys[:, :, self.size:] = key_states
+        values[:, :, self.size:] = value_states
+        self.size = end
+        return keys, values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.size + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.size
+
+    def get_max_length(self) -> int:
+        return -1
 
 
-def _pad_slots(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-    missing = width - x.shape[dim]
-    if missing == 0:
-        return x
+def _grow(x: torch.Tensor, capacity: int, slot_dim: int) -> torch.Tensor:
     shape = list(x.shape)
-    shape[dim] = missing
-    return torch.cat([x, x.new_zeros(shape)], dim=dim)
+    shape[slot_dim] = capacity
+    out = x.new_zeros(shape)
+    out.narrow(slot_dim, 0, x.shape[slot_dim]).copy_(x)
+    return out
+
+
+def _stack_rows(a: torch.Tensor, b: torch.Tensor, width: int, slot_dim: int, row_dim: int) -> torch.Tensor:
+    """Rows of `a` then rows of `b` (their first `width` slots) in a new tensor with room to grow."""
+    shape = list(a.shape)
+    shape[row_dim] = a.shape[row_dim] + b.shape[row_dim]
+    shape[slot_dim] = max(a.shape[slot_dim], b.shape[slot_dim], width)
+    out = a.new_zeros(shape)
+    for x, start in ((a, 0), (b, a.shape[row_dim])):
+        n = min(x.shape[slot_dim], width)
+        out.narrow(row_dim, start, x.shape[row_dim]).narrow(slot_dim, 0, n).copy_(x.narrow(slot_dim, 0, n))
+    return out

@@ -40,7 +40,7 @@ import transformers
 
 from real.adaptive import rollout
 from real.drafter import Drafter
-from real.evaluate import accepted_length
+from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, GRPOConfig, all_reduce_tensors, group_advantages
 from real.models import SHIPPED_TARGET, load_target
@@ -370,7 +370,7 @@ class Worker:
 
     def step(self, step: int) -> None:
         cfg = self.config
-        probe = self._probe() if self.rank == 0 else float("nan")
+        probe = self._probe()
         dist.barrier()
         t0 = [self.clock()]
         dist.broadcast_object_list(t0, src=0)
@@ -488,12 +488,18 @@ class Worker:
 
     def _probe(self) -> float:
         """Mean accepted length (bonus included) of the current drafter with the current target, greedy,
-        on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter."""
+        on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
+        decodes its share of the prompts at once (a rank left waiting for one that probes alone started
+        its rollout measurably slower on the 2-core CPU machine), and the counts are summed."""
         cfg = self.config
         if self.drafter is None or cfg.probe == 0:
             return float("nan")
         problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")
-        return accepted_length(self.target, self.drafter, self.task, problems, max_new_tokens=cfg.max_new_tokens)
+        mine = [problems[i] for i in np.array_split(np.arange(len(problems)), self.world)[self.rank]]
+        tokens = accepted_tokens(self.target, self.drafter, self.task, mine, max_new_tokens=cfg.max_new_tokens)
+        total = torch.tensor([tokens.sum(), len(tokens)], dtype=torch.float64, device=self.device)
+        all_reduce_tensors([total])
+        return float(total[0] / total[1])
 
     def _checkpoint(self, step: int) -> None:
         """Write RUN_DIR/checkpoint for `step`: every rank's state into a temp dir, which then replaces it."""

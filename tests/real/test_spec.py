@@ -214,7 +214,7 @@ def test_one_query_mask_is_left_out_only_when_no_slot_is_hidden():
     layer = cache.cache.layers[0]
 
     def append(n):  # a forward's keys and values for n new slots per row
-        layer.keys = layer.values = torch.cat([layer.keys, torch.zeros(2, 2, n, 8, dtype=torch.float64)], dim=2)
+        layer.update(torch.zeros(2, 2, n, 8, dtype=torch.float64), torch.zeros(2, 2, n, 8, dtype=torch.float64))
 
     append(3)
     cache.commit(torch.arange(3).expand(2, 3), torch.tensor([3, 3]))
