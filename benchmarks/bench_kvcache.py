@@ -1,13 +1,14 @@
 """The engine's plain decoding step with this tree's KV cache against an earlier revision's, side by side.
 
-    python benchmarks/bench_kvcache.py [--baseline 7ffc472] [--batch 16] [--contexts 16,256,768] [--repeats 5]
+    python benchmarks/bench_kvcache.py [--baseline 7ffc472] [--batch 16] [--contexts 16,256,640] [--repeats 5]
 
 The baseline (default: the last revision whose cache was a `transformers.DynamicCache`, which concatenates every
 layer's whole cache at every step) is read with `git show REV:real/kvcache.py`, so this runs in a git checkout.
 The current cache writes new keys and values into preallocated storage. For each context length and for an
 aligned batch (every row the same length: plain commits move nothing) and a ragged one (three lengths, as after
 speculative iterations accepted different counts: every commit moves the shorter rows' new slot), it prints the
-median engine step of each cache, interleaved, with the shipped target on one thread.
+median engine step of each cache, plain and speculative (4_1_4, with an untrained drafter: the cost of an iteration,
+not a speedup), interleaved, with the shipped target on one thread.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from real.drafter import Drafter
 from real.generate import Engine
 from real.models import SHIPPED_TARGET, load_target
+from real.spec import DraftState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,34 +44,40 @@ def baseline_cache(rev: str):
     return module.RaggedCache
 
 
-def median_step(target, rows: list[list[int]], cache_cls, iterations: int) -> float:
-    engine = Engine(target, max_new_tokens=iterations + 1, eos_token_id=[])
-    generate_module = sys.modules[Engine.__module__]
-    current, generate_module.RaggedCache = generate_module.RaggedCache, cache_cls
+def median_step(target, drafter, rows: list[list[int]], cache_cls, mode: str, iterations: int) -> float:
+    """Median wall time of `iterations` engine steps in `mode` over `rows`, with `cache_cls` as the KV cache (the
+    target's and the drafter's)."""
+    modules = [sys.modules[Engine.__module__], sys.modules[DraftState.__module__]]
+    current = [m.RaggedCache for m in modules]
+    for m in modules:
+        m.RaggedCache = cache_cls
     try:
-        engine.cache = engine._new_cache(0)
+        engine = Engine(target, drafter, max_new_tokens=5 * iterations + 5, eos_token_id=[])
         engine.add(rows)
-        return float(np.median([engine.step().wall_s for _ in range(iterations)]))
+        times = [engine.step(mode, "4_1_4").wall_s for _ in range(iterations + 1)]
+        return float(np.median(times[1:]))  # the first speculative iteration builds the drafter's state
     finally:
-        generate_module.RaggedCache = current
+        for m, cls in zip(modules, current):
+            m.RaggedCache = cls
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--baseline", default="7ffc472")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--contexts", default="16,256,768")
+    p.add_argument("--contexts", default="16,256,640")
     p.add_argument("--iterations", type=int, default=64)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()
     torch.set_num_threads(1)
     caches = {"baseline": baseline_cache(args.baseline), "current": sys.modules[Engine.__module__].RaggedCache}
     target = load_target(SHIPPED_TARGET, "cpu")
+    drafter = Drafter.for_target(target, seed=0).eval()
     vocab = target.config.vocab_size
     gen = np.random.default_rng(0)
-    print(f"batch {args.batch}, {args.iterations} plain iterations after a prompt of the given length, "
+    print(f"batch {args.batch}, {args.iterations} iterations (after a warm one) from a prompt of the given length, "
           f"best of {args.repeats} interleaved repeats; baseline = {args.baseline}")
-    print("context  batch    baseline ms  current ms  current/baseline")
+    print("context  batch    mode   baseline ms  current ms  current/baseline")
     for context in (int(c) for c in args.contexts.split(",")):
         prompt = gen.integers(3, vocab, size=context).tolist()
         batches = {"aligned": [prompt] * args.batch,
@@ -76,12 +85,14 @@ def main() -> None:
         best = {}
         for _ in range(args.repeats):
             for name, rows in batches.items():
-                for kind, cls in caches.items():
-                    t = median_step(target, rows, cls, args.iterations)
-                    best[name, kind] = min(best.get((name, kind), np.inf), t)
+                for mode in ("plain", "spec"):
+                    for kind, cls in caches.items():
+                        t = median_step(target, drafter, rows, cls, mode, args.iterations)
+                        best[name, mode, kind] = min(best.get((name, mode, kind), np.inf), t)
         for name in batches:
-            b, c = best[name, "baseline"], best[name, "current"]
-            print(f"{context:7d}  {name:7s}  {b * 1e3:11.3f}  {c * 1e3:10.3f}  {c / b:16.3f}")
+            for mode in ("plain", "spec"):
+                b, c = best[name, mode, "baseline"], best[name, mode, "current"]
+                print(f"{context:7d}  {name:7s}  {mode:5s}  {b * 1e3:11.3f}  {c * 1e3:10.3f}  {c / b:16.3f}")
 
 
 if __name__ == "__main__":

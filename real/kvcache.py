@@ -28,7 +28,7 @@ class RaggedCache:
 
     def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device, feature_dim: int | None = None):
-        self.kv = torch.zeros(num_layers, 2, batch, kv_heads, 0, head_dim, dtype=dtype, device=device)
+        self._set_storage(torch.zeros(num_layers, 2, batch, kv_heads, 0, head_dim, dtype=dtype, device=device))
         self._features = None if feature_dim is None else torch.zeros(batch, 0, feature_dim, dtype=dtype, device=device)
         self.cache = Cache(layers=[_SlotLayer(self, i) for i in range(num_layers)])
         self.lens = torch.zeros(batch, dtype=torch.long, device=device)  # committed tokens per row
@@ -112,7 +112,7 @@ class RaggedCache:
         """Keep only `rows` (long [B']) in this order; nothing may be pending."""
         assert self.pending == 0
         self._set_lens(self.lens[rows])
-        self.kv = self.kv[:, :, rows]
+        self._set_storage(self.kv[:, :, rows])
         if self._features is not None:
             self._features = self._features[rows]
         self.rollback()
@@ -121,7 +121,7 @@ class RaggedCache:
         """Append the rows of `other` after this cache's rows; nothing may be pending in either."""
         assert self.pending == 0 and other.pending == 0
         width, batch = max(self.width, other.width), self.batch
-        self.kv = _stack_rows(self.kv, other.kv, width, slot_dim=4, row_dim=2)
+        self._set_storage(_stack_rows(self.kv, other.kv, width, slot_dim=4, row_dim=2))
         if self._features is not None:
             self._features = _stack_rows(self._features, other._features, width, slot_dim=1, row_dim=0)
         self._set_lens(torch.cat([self.lens, other.lens]))
@@ -133,9 +133,13 @@ class RaggedCache:
         if slots <= self.capacity:
             return
         capacity = max(slots, 2 * self.capacity)
-        self.kv = _grow(self.kv, capacity, 4)
+        self._set_storage(_grow(self.kv, capacity, 4))
         if self._features is not None:
             self._features = _grow(self._features, capacity, 1)
+
+    def _set_storage(self, kv: torch.Tensor) -> None:
+        self.kv = kv
+        self.views = [layer.unbind(0) for layer in kv.unbind(0)]  # per layer (keys, values) [B, H, capacity, D]
 
     def _set_lens(self, lens: torch.Tensor) -> None:
         self.lens = lens
@@ -156,23 +160,25 @@ class _SlotLayer(CacheLayerMixin):
 
     @property
     def keys(self) -> torch.Tensor:
-        return self.owner.kv[self.index, 0, :, :, : self.size]
+        return self.owner.views[self.index][0].narrow(2, 0, self.size)
 
     @property
     def values(self) -> torch.Tensor:
-        return self.owner.kv[self.index, 1, :, :, : self.size]
+        return self.owner.views[self.index][1].narrow(2, 0, self.size)
 
     def lazy_initialization(self, key_states, value_states) -> None:
         pass
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        end = self.size + key_states.shape[2]
-        self.owner.reserve(end)
-        keys, values = self.owner.kv[self.index, :, :, :, :end].unbind(0)
-        keys[:, :, self.size:] = key_states
-        values[:, :, self.size:] = value_states
+        t = key_states.shape[2]
+        end = self.size + t
+        if end > self.owner.capacity:
+            self.owner.reserve(end)
+        keys, values = self.owner.views[self.index]
+        keys.narrow(2, self.size, t).copy_(key_states)
+        values.narrow(2, self.size, t).copy_(value_states)
         self.size = end
-        return keys, values
+        return keys.narrow(2, 0, end), values.narrow(2, 0, end)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.size + query_length, 0
