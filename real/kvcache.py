@@ -91,7 +91,8 @@ class RaggedCache:
         dst = (self.lens[:, None] + torch.arange(k, device=keep.device)[None, :])[valid]
         src = (self.width + keep)[valid]
         if not torch.equal(src, dst):  # else (e.g. one row, or every row full width keeping a prefix) nothing moves
-            self.kv[:, :, rows, :, dst] = self.kv[:, :, rows, :, src]
+            slots = self.kv.permute(2, 4, 0, 1, 3, 5)  # [B, S, L, 2, H, D]: a (row, slot) pair indexes one block
+            slots[rows, dst] = slots[rows, src]
             if self._features is not None:
                 self._features[rows, dst] = self._features[rows, src]
         self._set_lens(self.lens + counts)
