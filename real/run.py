@@ -489,8 +489,9 @@ class Worker:
     def _probe(self) -> float:
         """Mean accepted length (bonus included) of the current drafter with the current target, greedy,
         on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
-        decodes its share of the prompts at once (a rank left waiting for one that probes alone started
-        its rollout measurably slower on the 2-core CPU machine), and the counts are summed."""
+        decodes its share of the prompts at once (none waits at the barrier while another probes, and more
+        workers probe faster) and the counts are summed: greedy rows do not depend on their batch mates, so
+        the mean is the one a single process would measure."""
         cfg = self.config
         if self.drafter is None or cfg.probe == 0:
             return float("nan")
