@@ -490,8 +490,8 @@ class Worker:
         """Mean accepted length (bonus included) of the current drafter with the current target, greedy,
         on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
         decodes its share of the prompts at once (none waits at the barrier while another probes, and more
-        workers probe faster) and the counts are summed: greedy rows do not depend on their batch mates, so
-        the mean is the one a single process would measure."""
+        workers probe faster) and the counts are summed: a greedy row's tokens do not depend on its batch
+        mates (but for floating-point near-ties), so the mean is the one a single process would measure."""
         cfg = self.config
         if self.drafter is None or cfg.probe == 0:
             return float("nan")
