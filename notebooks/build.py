@@ -802,13 +802,14 @@ VALIDATE = [
       plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
       plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.86x
       (+0.6%).
-    * These are one pair of short runs on a shared VM whose speed drifts by several percent from
-      minute to minute. The 10-step runs of `benchmarks/bench_validate.py` on the same day did
-      worse for tlt: per-step errors 3-11% (verl) but 15-21% (tlt), speedup errors +7% to +20%,
-      because in them a tlt worker's plain decode iterations ran 10-20% slower than a verl
-      worker's at the same batch size. Part of that is the engine's: after a speculative iteration
-      the rows hold different lengths and each plain iteration moves KV slots to keep them packed,
-      which the profile (aligned batches) does not time (benchmarks/results/bench_validate.txt).
+    * These are one pair of short runs on a shared VM whose speed drifts by 10-25% from minute to
+      minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py` did
+      worse for tlt: in calm recordings per-step errors 3-12% (verl) but 12-21% (tlt), speedup
+      errors +7% to +21%, partly because a tlt worker's plain decode iterations ran 5-13% above the
+      profile against 0-9% for a verl worker's, for reasons not found (benchmarks/results/NOTES.md
+      lists what was measured and ruled out). These traces predate the engine's preallocated KV
+      cache: in them, each plain iteration of a batch whose rows differ in length (after a
+      speculative iteration) also moved KV slots, which the profile's aligned batches do not time.
 
     So on this machine the simulator predicts the rollout, where the policies differ, the training
     phases and the comparison, to within the machine's own run-to-run variation.
