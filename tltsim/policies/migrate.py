@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tltsim.cost.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.policies.base import StepOutcome
 from tltsim.policies.knobs import KnobbedPolicy, knob
@@ -98,9 +99,9 @@ class Migrate(KnobbedPolicy):
             return StepOutcome(columns=cols)
         # log-prob forwards of the responses finished before the move, on the released GPUs, until the barrier
         done = sr.finished_at <= self.at
-        lengths = (df["prompt_len"] + df["response_len"])[done].astype(float)
+        tokens, sq = padded_tokens((df["prompt_len"] + df["response_len"])[done], self.sim.cfg.rl.micro_batch_tokens)
         gpus = self.sim.cfg.cluster.gpus
-        work = float(self.sim.cost.logprob_time(lengths.sum(), gpus, sq_tokens=(lengths**2).sum())) * gpus  # GPU-s
+        work = float(self.sim.cost.logprob_time(tokens, gpus, sq_tokens=sq)) * gpus  # GPU-seconds
         tp = self.sim.cfg.cluster.tp
         t_at = self.t0 + self.at  # absolute time of the move
         span = min(t - t_at, work / (tp * len(self.released))) if self.released else 0.0

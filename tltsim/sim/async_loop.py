@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tltsim.cost.padding import padded_tokens
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import check_footprints
 
@@ -206,8 +207,7 @@ class AsyncRun:
             take, self.done_groups = self.done_groups[:need], self.done_groups[need:]
             ids = np.array([i for g in take for i in self.group_rows[g]])
             waited = env.now
-            lengths = np.array([self.s_plen[i] + self.s_rlen[i] for i in ids], dtype=float)
-            tokens, sq = float(lengths.sum()), float((lengths**2).sum())
+            tokens, sq = padded_tokens([self.s_plen[i] + self.s_rlen[i] for i in ids], self.cfg.rl.micro_batch_tokens)
             phases = [("reward", self.cfg.rl.reward_s + float(cost.logprob_time(tokens, gpus, sq_tokens=sq))),
                       ("train", float(cost.train_time(tokens, gpus, sq_tokens=sq))),
                       ("weight_sync", float(cost.sync_time()))]
