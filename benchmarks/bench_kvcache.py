@@ -1,4 +1,4 @@
-"""The engine's decoding steps (plain and speculative) with this tree's KV cache against an earlier revision's, side by side.
+"""The engine's decoding steps (plain and speculative) with this tree's KV cache against an older one's, side by side.
 
     python benchmarks/bench_kvcache.py [--baseline 7ffc472] [--batch 16] [--contexts 16,256,640] [--repeats 5]
 
