@@ -102,16 +102,18 @@ def test_rng_instance_is_used_not_copied():
     assert beg.rng is rng
 
 
-def test_reward_window_matches_np_median():
+@pytest.mark.parametrize("size,counts", [(300, [1, 1, 3, 17, 120]), (8, [1, 1, 1, 2]), (1, [1, 2])])
+def test_reward_window_matches_np_median(size, counts):
     rng = np.random.default_rng(0)
-    w = RewardWindow(300)
+    w = RewardWindow(size)
     samples = []
     for _ in range(400):
-        r, n = float(rng.normal(100, 30)), int(rng.choice([1, 1, 3, 17, 120]))
+        r, n = float(rng.normal(100, 30)), int(rng.choice(counts))
         w.add(r, n)
         samples += [r] * n
-        assert w.count == min(len(samples), 300)
-        assert w.median() == pytest.approx(np.median(samples[-300:]))
+        assert w.count == min(len(samples), size)
+        assert w.median() == pytest.approx(np.median(samples[-size:]))
+    w = RewardWindow(300)
     w.add(5.0, 1000)
     assert w.count == 300 and w.median() == 5.0
     assert RewardWindow(3).median() == math.inf

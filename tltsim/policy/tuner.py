@@ -80,13 +80,16 @@ class RewardWindow:
         """Median of the samples in the window (as np.median would give); +inf when empty."""
         if self.count == 0:
             return math.inf
-        if self._median is None:
-            runs = sorted(self._runs)
-            values = np.array([r for r, _ in runs])
-            ends = np.cumsum([c for _, c in runs])  # ends[i] = samples up to run i
-            lo = values[np.searchsorted(ends, (self.count - 1) // 2, side="right")]
-            hi = values[np.searchsorted(ends, self.count // 2, side="right")]
-            self._median = float((lo + hi) / 2)
+        if self._median is None:  # plain Python: a window holds a few runs, and this runs every iteration
+            lo_at, hi_at = (self.count - 1) // 2, self.count // 2  # sample indices, in sorted order
+            lo, seen = None, 0
+            for value, n in sorted(self._runs):
+                seen += n  # samples up to and including this run
+                if lo is None and lo_at < seen:
+                    lo = value
+                if hi_at < seen:
+                    self._median = float((lo + value) / 2)
+                    break
         return self._median
 
 
