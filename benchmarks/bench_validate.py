@@ -7,7 +7,8 @@ Steps (each a `tltsim` command a user would type; run on a quiet machine, the ti
 2. `tltsim real profile --processes WORKERS` of the engine on this machine;
 3. `tltsim real run` of verl, tlt, tlt, verl (A-B-B-A; 2 workers, --steps each, same seed);
 4. `tltsim validate verl_run tlt_run --profile profile.csv` for each pair: per-step and overall errors, the
-   speedup; then a summary line per pair.
+   speedup; again with `--speed` (the profile scaled step by step by the runs' speed probes: how fast this
+   shared machine ran at each step); then a summary line per pair and way.
 Targets (issue 8): median |error| of per-step rollout time < 10%; predicted tlt/verl speedup within 15%.
 """
 from __future__ import annotations
@@ -56,18 +57,21 @@ def main() -> None:
         sh(["real", "run", "--policy", name.split("-")[0], "--workers", str(args.workers), "--steps", str(args.steps),
             "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
             "--seed", "0", "-o", str(run)])
+    # each pair twice: the profile as measured, and scaled step by step by the runs' speed probes (--speed)
     for pair in ("a", "b"):
-        sh(["validate", str(out / f"verl-{pair}"), str(out / f"tlt-{pair}"), "--profile", str(out / "profile.csv"),
-            "-o", str(out / f"validation-{pair}")])
-    print("\nA-B-B-A summary (pair a: verl then tlt; pair b: tlt then verl)")
-    print("pair  verl per-step |err|  tlt per-step |err|  speedup measured  predicted  error")
+        for speed in ("", "-speed"):
+            sh(["validate", str(out / f"verl-{pair}"), str(out / f"tlt-{pair}"), "--profile", str(out / "profile.csv"),
+                "-o", str(out / f"validation-{pair}{speed}")] + (["--speed"] if speed else []))
+    print("\nA-B-B-A summary (pair a: verl then tlt; pair b: tlt then verl; profile: as measured, or x speed probe)")
+    print("pair  profile  verl per-step |err|  tlt per-step |err|  speedup measured  predicted  error")
     for pair in ("a", "b"):  # what each validate command wrote
-        v = json.loads((out / f"validation-{pair}" / "validation.json").read_text())
-        per = {(r["run"], r["metric"]): r["error"] for r in v["overall"]}
-        s = v["speedup"]
-        errs = [per[(r, "median |error| of per-step rollout")] for r in (s["baseline"], s["run"])]
-        print(f"{pair:>4}  {errs[0]:19.3f}  {errs[1]:18.3f}  {s['measured']:16.3f}  {s['predicted']:9.3f}"
-              f"  {s['error']:+.3f}")
+        for speed in ("", "-speed"):
+            v = json.loads((out / f"validation-{pair}{speed}" / "validation.json").read_text())
+            per = {(r["run"], r["metric"]): r["error"] for r in v["overall"]}
+            s = v["speedup"]
+            errs = [per[(r, "median |error| of per-step rollout")] for r in (s["baseline"], s["run"])]
+            print(f"{pair:>4}  {'x speed' if speed else 'as is':>7}  {errs[0]:19.3f}  {errs[1]:18.3f}  "
+                  f"{s['measured']:16.3f}  {s['predicted']:9.3f}  {s['error']:+.3f}")
 
 
 if __name__ == "__main__":

@@ -129,6 +129,8 @@ def add_run(sub) -> None:
                    help="drafter warm-up AdamW steps without --drafter (default %(default)s)")
     p.add_argument("--probe", type=int, default=d["probe"],
                    help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
+    p.add_argument("--speed-probe", type=int, default=d["speed_probe"], help="plain decode iterations that time the "
+                   "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue RUN_DIR from its last checkpoint")
     p.set_defaults(func=_run)
 
@@ -163,7 +165,7 @@ def _run(args) -> int:
                        group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
                        max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=_knobs(args.knob),
                        grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
-                       probe=args.probe)
+                       probe=args.probe, speed_probe=args.speed_probe)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0

@@ -42,6 +42,7 @@ from real.task import TASK_FILE, GcdTask
 from tltsim.cost.padding import padded_tokens
 from tltsim.policy import FixedTuner, SDSwitch
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
+from tltsim.validate import SPEED_BATCH, SPEED_CONTEXT
 
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
 
@@ -74,6 +75,17 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     sequences = [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(rng, 256)]
     rows += _time_training(target, drafter, sequences, train_rows, repeats, rng)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def speed_probe(target, iterations: int = 8, seed: int = 0) -> float:
+    """How fast this machine runs `target` now: median seconds of `iterations` plain decode iterations (after a
+    warm-up one) at batch SPEED_BATCH after prompts of SPEED_CONTEXT random tokens, through the rollout loop as
+    the profile times them. A run measures it before every step; `tltsim validate --speed` divides it by the
+    cost model's time for the same iteration (tltsim.validate.speed_reference) to follow the machine's drift."""
+    vocab = target.get_output_embeddings().weight.shape[0]
+    prompts = np.random.default_rng(seed).integers(3, vocab, size=(SPEED_BATCH, SPEED_CONTEXT)).tolist()
+    calls = _rollout(target, None, prompts, iterations + 1, None, seed)
+    return float(np.median([sec for _, sec in calls[2:]]))
 
 
 def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1, seed: int = 0,

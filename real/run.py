@@ -44,6 +44,7 @@ from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, GRPOConfig, all_reduce_tensors, group_advantages
 from real.models import SHIPPED_TARGET, load_target
+from real.profile import speed_probe
 from real.record import Recorder, WorkerStep
 from real.sampling import SamplingParams
 from real.task import GcdTask
@@ -84,6 +85,7 @@ class RunConfig:
     drafter_batch: int = 8  # sequences per drafter training batch (warm-up and spot training)
     drafter_lr: float = 1e-3  # drafter AdamW learning rate
     probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
+    speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
 
     def validate(self) -> "RunConfig":
         if self.policy not in POLICIES:
@@ -93,6 +95,9 @@ class RunConfig:
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
+        for name in ("probe", "speed_probe"):
+            if getattr(self, name) < 0:
+                raise TltsimError(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
         if self.prompts < self.workers:
             raise TltsimError(f"prompts={self.prompts} < workers={self.workers}: every worker needs a prompt group")
         if self.device not in ("cpu", "cuda"):
@@ -370,6 +375,7 @@ class Worker:
 
     def step(self, step: int) -> None:
         cfg = self.config
+        speed = self._speed()
         probe = self._probe()
         dist.barrier()
         t0 = [self.clock()]
@@ -414,7 +420,7 @@ class Worker:
         reports = [None] * self.world if self.rank == 0 else None
         dist.gather_object(report, reports, dst=0)
         if self.rank == 0:
-            self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "grpo_loss": stats["loss"],
+            self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed, "grpo_loss": stats["loss"],
                                                   "grpo_clip_frac": stats["clip_frac"]})
             self.recorder.save(self.out)
         self._checkpoint(step)
@@ -485,6 +491,17 @@ class Worker:
         all_reduce_tensors(params)
         for p in params:
             p.div_(weight.item())
+
+    def _speed(self) -> float:
+        """Seconds of the speed probe's plain decode iteration (real.profile.speed_probe), every rank at once as
+        they roll out, averaged over the ranks; NaN when off."""
+        n = self.config.speed_probe
+        if n == 0:
+            return float("nan")
+        total = torch.tensor([speed_probe(self.target, n, seed=_seed(self.config.seed, 998))], dtype=torch.float64,
+                             device=self.device)
+        all_reduce_tensors([total])
+        return float(total[0]) / self.world
 
     def _probe(self) -> float:
         """Mean accepted length (bonus included) of the current drafter with the current target, greedy,

@@ -9,6 +9,13 @@ drafter's quality is replayed from the run: at each step, the quality whose mode
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
 drafter-staleness model; `calibrate_staleness` fits that one). Both sides then go through one function,
 `step_metrics`, so predicted and measured figures are computed the same way.
+
+With `speed=True` (`--speed`), the profile's times are scaled step by step by how fast the machine
+ran then: a run measures, before every step, a fixed plain decode iteration of its target
+(`real.profile.speed_probe`); over the fitted model's time for that iteration it is the step's speed
+factor (tltsim.cost.scaled.StepScaled). On a machine shared with others, whose speed moves by tens of
+percent between minutes, this separates the simulator's errors from the machine's drift; the
+unscaled comparison stays the test of the profile as a forecast.
 """
 from __future__ import annotations
 
@@ -21,6 +28,7 @@ import pandas as pd
 
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
 from tltsim.cost.profiled import Profiled
+from tltsim.cost.scaled import StepScaled
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import Speculative
@@ -33,6 +41,7 @@ METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
+SPEED_BATCH, SPEED_CONTEXT = 8, 64  # real.profile.speed_probe: its batch and prompt length
 
 
 def step_metrics(result: Result) -> pd.DataFrame:
@@ -76,9 +85,32 @@ def load_run(run_dir: str | Path) -> tuple[Result, object]:
     return result, load_trace(run_dir / TRACE_FILE)
 
 
-def replay(run_dir: str | Path, cost) -> tuple[Result, Result]:
-    """(measured, predicted) for one run directory, with the given cost model."""
+def speed_reference(cost, iterations: int) -> float:
+    """The cost model's seconds for the speed probe's median iteration (of `iterations` timed ones, at batch
+    SPEED_BATCH, after prompts of SPEED_CONTEXT tokens: the batch then holds SPEED_CONTEXT + (iterations+1)/2
+    tokens a row)."""
+    return float(cost.decode_time(SPEED_BATCH, SPEED_BATCH * (SPEED_CONTEXT + (iterations + 1) / 2)))
+
+
+def speed_factors(result: Result, cost, where: str = "run") -> dict[int, float]:
+    """Per step, how much slower than `cost` says the machine ran it: the mean of the speed probes before the
+    step and before the next one (the last step: its own), over the model's time for the probe's iteration."""
+    steps = result.steps
+    if "speed_probe_s" not in steps or steps["speed_probe_s"].isna().any():
+        raise TltsimError(f"{where}: no speed probe for every step; --speed needs a run made with "
+                          f"`tltsim real run --speed-probe N` (N > 0, the default)")
+    probe = steps.set_index("step")["speed_probe_s"].astype(float)
+    during = (probe + probe.shift(-1).fillna(probe)) / 2
+    ref = speed_reference(cost, int(result.config.get("speed_probe", 8)))
+    return {int(s): float(v / ref) for s, v in during.items()}
+
+
+def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Result]:
+    """(measured, predicted) for one run directory, with the given cost model (scaled by the run's per-step
+    speed factors when `speed`)."""
     measured, trace = load_run(run_dir)
+    if speed:
+        cost = StepScaled(cost, speed_factors(measured, cost, str(run_dir)))
     cfg = measured.config
     workers = int(cfg.get("workers", measured.timeline["worker"].nunique()))
     per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
@@ -138,7 +170,7 @@ def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) 
     return (lo + hi) / 2
 
 
-def validate(run_dirs: list[str | Path], profile: str | Path | None = None) -> Validation:
+def validate(run_dirs: list[str | Path], profile: str | Path | None = None, speed: bool = False) -> Validation:
     if not run_dirs:
         raise TltsimError("validate: name at least one run directory (written by `tltsim real run`)")
     per_step, overall, predicted = [], [], {}
@@ -150,7 +182,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None) -> V
         if profile is None and not prof.exists():
             raise TltsimError(f"{d}: no profile given and none in the run directory; measure one with "
                               f"`tltsim real profile -o profile.csv` on the same machine and pass --profile profile.csv")
-        measured, pred = replay(d, Profiled.fit(prof))
+        measured, pred = replay(d, Profiled.fit(prof), speed)
         name = f"{measured.config.get('policy', d.name)} ({d.name})"
         runs[name] = (measured, pred)
         predicted[name] = pred

@@ -41,14 +41,17 @@ def target(tmp_path_factory) -> Path:
 
 
 def base(target, **kw) -> RunConfig:
-    return RunConfig(**{"workers": 2, "steps": 3, "model": str(target), "prompts": 4, "group": 2,
-                        "max_new_tokens": 48, "warmup_steps": 20, "warmup_prompts": 16, "probe": 4,
+    return RunConfig(**{"workers": 2, "steps": 3, "model": str(target), "prompts": 3, "group": 2,
+                        "max_running": 2, "max_new_tokens": 48, "warmup_steps": 20, "warmup_prompts": 16, "probe": 4,
                         "knobs": {"threshold": 4, "patience": 2, "arms": "4_2_8,4_1_4"}, **kw})
 
 
 @pytest.fixture(scope="module")
 def greedy_runs(target, tmp_path_factory):
-    """tlt and verl from one seed, greedy, float64 (no argmax ties between tree and plain forwards)."""
+    """tlt and verl from one seed, greedy, float64 (no argmax ties between tree and plain forwards). Every
+    greedy response runs to the 48-token cap, so the work is in the shares: worker 0 has 2 prompt groups (4 rows,
+    2 waves of 2), worker 1 has 1 (1 wave) and is done half the rollout early, time to train the drafter
+    (with equal shares the workers finished within milliseconds of each other and spot training seldom began)."""
     out = tmp_path_factory.mktemp("greedy")
     cfg = base(target, greedy=True, dtype="float64")
     launch(cfg, out / "tlt")
@@ -62,7 +65,8 @@ def test_records_follow_the_schema(greedy_runs):
         res = Result.load(greedy_runs / policy)
         assert list(res.timeline.columns) == TIMELINE_COLUMNS
         assert set(STEP_COLUMNS + ["mean_reward", "accuracy", "sd_share", "mean_accepted", "drafter_train_s",
-                                   "drafter_accepted"]) <= set(res.steps.columns)
+                                   "drafter_accepted", "speed_probe_s"]) <= set(res.steps.columns)
+        assert (res.steps["speed_probe_s"] > 0).all()  # the machine timed before every step
         assert set(REQUEST_COLUMNS) <= set(res.requests.columns)
         assert set(res.iterations.columns) >= {"step", "worker", "batch_size", "mode", "strategy", "accepted",
                                                "wall_s", "t_end"}
@@ -85,9 +89,9 @@ def test_records_follow_the_schema(greedy_runs):
         busy_idle = float((tl["t_end"] - tl["t_start"]).sum())
         assert busy_idle == pytest.approx(s["gpu_seconds"], rel=1e-6)
         trace = load_trace(greedy_runs / policy / "trace.parquet")
-        assert trace.meta.source == "real" and trace.meta.group_size == 2 and len(trace.df) == 3 * 4 * 2
+        assert trace.meta.source == "real" and trace.meta.group_size == 2 and len(trace.df) == 3 * 3 * 2
         assert set(trace.df["engine"]) == {0, 1}
-        # contiguous chunks of prompt groups: prompts 0-1 on worker 0, 2-3 on worker 1
+        # contiguous chunks of prompt groups: prompts 0-1 on worker 0, 2 on worker 1
         assert (trace.df["engine"] == (trace.df["prompt_id"] >= 2)).all()
 
 
@@ -163,8 +167,8 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
 def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     out = tmp_path / "verl"
     cmd = [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
-           "--model", str(target), "--prompts", "4", "--group", "2", "--max-new-tokens", "48", "--greedy",
-           "--dtype", "float64", "--probe", "4", "-o", str(out)]
+           "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
+           "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out)]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     state = out / "checkpoint" / "state.json"

@@ -83,3 +83,43 @@ def test_calibration_needs_probed_runs(tmp_path):
     run = _fake_run(tmp_path / "x", [float("nan")] * 3, [0] * 3)
     with pytest.raises(TltsimError, match="no drafter_accepted per step"):
         calibrate_staleness(run, run)
+
+
+def test_step_scaled_cost_scales_each_steps_times_by_its_factor():
+    from tltsim.cost import Roofline, StepScaled
+
+    trace = load("traces/dapo_like.parquet")
+    cfg = SimConfig(cluster=ClusterConfig(gpus=8, tp=4), steps="0:3")
+    sim = Simulator(trace, cfg, make_policy("verl"))
+    plain = sim.run().steps.set_index("step")
+    scaled_cost = StepScaled(Roofline(sim.model, sim.gpu, 4, cfg.cost), {1: 3.0, 2: 0.5})
+    scaled = Simulator(trace, cfg, make_policy("verl"), cost=scaled_cost).run().steps.set_index("step")
+    fixed = cfg.rl.reward_s  # the reward stage's fixed seconds (a config figure, not the cost model's)
+    plain["reward_s"] -= fixed
+    scaled["reward_s"] -= fixed
+    for col in ("rollout_s", "reward_s", "train_s", "sync_s"):
+        assert scaled.at[0, col] == pytest.approx(plain.at[0, col])  # no factor: 1
+        assert scaled.at[1, col] == pytest.approx(3.0 * plain.at[1, col])
+        assert scaled.at[2, col] == pytest.approx(0.5 * plain.at[2, col])
+    assert scaled_cost.drafter_train_tokens_per_s(4) == pytest.approx(Roofline(sim.model, sim.gpu, 4, cfg.cost)
+                                                                      .drafter_train_tokens_per_s(4) / 0.5)
+
+
+def test_speed_factors_bracket_each_step_with_its_probes():
+    import pandas as pd
+
+    from tltsim.cost.profiled import Profiled
+    from tltsim.records import Result
+    from tltsim.validate import speed_factors, speed_reference
+
+    cost = Profiled({"c0": 1e-3, "c_q": 1e-4, "c_kv": 1e-7, "c_att": 0.0, "d0": 0.0, "d_q": 0.0,
+                     "p0": 0.0, "p_t": 0.0, "p_sq": 0.0})
+    ref = speed_reference(cost, 4)
+    assert ref == pytest.approx(1e-3 + 8e-4 + 1e-7 * 8 * (64 + 2.5))
+    probes = [ref, 2 * ref, 4 * ref]
+    res = Result(pd.DataFrame(), pd.DataFrame({"step": [0, 1, 2], "speed_probe_s": probes}), pd.DataFrame(), {},
+                 {"speed_probe": 4})
+    assert speed_factors(res, cost) == pytest.approx({0: 1.5, 1: 3.0, 2: 4.0})
+    res.steps.loc[1, "speed_probe_s"] = np.nan  # a run made with --speed-probe 0, or before it existed
+    with pytest.raises(TltsimError, match="no speed probe for every step"):
+        speed_factors(res, cost, "somewhere")

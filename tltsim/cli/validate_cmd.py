@@ -12,6 +12,8 @@ def register(sub) -> None:
                    "(give the baseline first, e.g. a verl run, then a tlt run, for the speedup check)")
     p.add_argument("--profile", help="profile CSV from `tltsim real profile` (default: RUN_DIR/profile.csv)")
     p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, validation.json and the predicted results here")
+    p.add_argument("--speed", action="store_true", help="scale the profile's times step by step by the run's "
+                   "speed probe (how fast the machine ran then; for a machine whose speed drifts)")
     p.add_argument("--json", action="store_true", help="print the overall figures as JSON")
     p.set_defaults(func=cmd_validate)
     register_calibrate(sub)
@@ -20,7 +22,7 @@ def register(sub) -> None:
 def cmd_validate(args) -> int:
     from tltsim.validate import validate, write
 
-    v = validate(args.runs, args.profile)
+    v = validate(args.runs, args.profile, speed=args.speed)
     if args.out:
         write(v, args.out)
     if args.json:

@@ -2,11 +2,13 @@
 
 `CostModel` is the interface the simulator calls; `Roofline` is the analytic
 implementation. A profiled model fitted from `tltsim real profile` measurements
-answers the same calls.
+answers the same calls. A cost model may also have `begin_step(step)`, which the simulator calls at
+the start of every synchronous step (`StepScaled`: a machine whose speed drifts).
 """
 from typing import Protocol
 
 from tltsim.cost.roofline import CostParams, Roofline
+from tltsim.cost.scaled import StepScaled
 
 
 class CostModel(Protocol):
@@ -23,4 +25,4 @@ class CostModel(Protocol):
     def drafter_train_tokens_per_s(self, gpus): ...
 
 
-__all__ = ["CostModel", "CostParams", "Roofline"]
+__all__ = ["CostModel", "CostParams", "Roofline", "StepScaled"]

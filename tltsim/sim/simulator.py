@@ -78,6 +78,8 @@ class Simulator:
 
     def _step(self, env, step: int, df: dict):
         t0 = env.now
+        if hasattr(self.cost, "begin_step"):  # a cost model that changes by step (tltsim.cost.scaled)
+            self.cost.begin_step(step)
         df = self.policy.prepare_step(step, df)
         shares = self.policy.split(df, self.engines) or self._shares(df)
         self.policy.begin_step(step, t0)
