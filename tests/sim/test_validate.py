@@ -105,7 +105,7 @@ def test_step_scaled_cost_scales_each_steps_times_by_its_factor():
                                                                       .drafter_train_tokens_per_s(4) / 0.5)
 
 
-def test_speed_factors_bracket_each_step_with_its_probes():
+def test_speed_factors_are_the_median_probe_of_the_steps_around():
     import pandas as pd
 
     from tltsim.cost.profiled import Profiled
@@ -116,10 +116,12 @@ def test_speed_factors_bracket_each_step_with_its_probes():
                      "p0": 0.0, "p_t": 0.0, "p_sq": 0.0})
     ref = speed_reference(cost, 4)
     assert ref == pytest.approx(1e-3 + 8e-4 + 1e-7 * 8 * (64 + 2.5))
-    probes = [ref, 2 * ref, 4 * ref]
-    res = Result(pd.DataFrame(), pd.DataFrame({"step": [0, 1, 2], "speed_probe_s": probes}), pd.DataFrame(), {},
+    probes = np.array([1.0, 1.2, 9.0, 1.1, 1.3, 2.0, 2.2, 2.1]) * ref  # a spike at step 2, a slow spell from 5
+    res = Result(pd.DataFrame(), pd.DataFrame({"step": range(8), "speed_probe_s": probes}), pd.DataFrame(), {},
                  {"speed_probe": 4})
-    assert speed_factors(res, cost) == pytest.approx({0: 1.5, 1: 3.0, 2: 4.0})
+    # medians of steps s-2..s+2 (those that exist): the spike is dropped, the spell followed
+    assert speed_factors(res, cost) == pytest.approx({0: 1.2, 1: 1.15, 2: 1.2, 3: 1.3, 4: 2.0, 5: 2.0, 6: 2.05,
+                                                     7: 2.1})
     res.steps.loc[1, "speed_probe_s"] = np.nan  # a run made with --speed-probe 0, or before it existed
     with pytest.raises(TltsimError, match="no speed probe for every step"):
         speed_factors(res, cost, "somewhere")
