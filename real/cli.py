@@ -63,6 +63,9 @@ def add_profile(sub) -> None:
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
     p.add_argument("--repeats", type=int, default=3, help="timed iterations per cell")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--greedy", action="store_true", help="decode greedily (default: sample at --temperature, as "
+                   "`tltsim real run` does by default; profile with the sampling of the runs you will validate)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default %(default)s)")
     p.add_argument("--processes", type=int, default=1,
                    help="profile in this many processes at once, as a run's --workers share one machine (on a CPU "
                         "they contend for cores and memory); every process's timings go into the CSV")
@@ -71,6 +74,7 @@ def add_profile(sub) -> None:
 
 def _profile(args) -> int:
     from real.profile import profile_processes
+    from real.sampling import SamplingParams
     from tltsim.io import atomic_path
 
     def ints(text, flag):
@@ -88,7 +92,8 @@ def _profile(args) -> int:
     if args.processes > 1:
         load_target(args.model, args.device)  # a bad --model fails here, with its message, before processes start
     df = profile_processes(args.processes, args.model, args.device, args.threads, batches=ints(args.batches, "--batches"),
-                           contexts=ints(args.contexts, "--contexts"), repeats=args.repeats, seed=args.seed, **kw)
+                           contexts=ints(args.contexts, "--contexts"), repeats=args.repeats, seed=args.seed,
+                           sampling=SamplingParams(args.greedy, args.temperature), **kw)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")

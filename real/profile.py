@@ -19,7 +19,10 @@ Engine calls are timed as a run records them: through the rollout loop (real.ada
 from the end of one call to the end of the next, so the loop's own work between calls is in the
 time as it is in a run's timeline. `context` is the KV tokens of the whole batch when the
 iteration starts; every row's time is `seconds` (one measurement; repeats are separate rows).
-The engine runs with no end-of-sequence token, so the batch stays whole while it is timed.
+The engine runs with no end-of-sequence token, so the batch stays whole while it is timed. It picks tokens
+as `sampling` says: by default as `tltsim real run` does by default (at random at temperature 1; drawing a
+token costs ~4% of a plain iteration of the default target on a CPU, and sampled verification walks the
+draft tree); profile with the sampling of the runs you will validate.
 """
 from __future__ import annotations
 
@@ -38,18 +41,21 @@ from real.drafter import Drafter
 from real.generate import Engine
 from real.grpo import GRPO
 from real.models import load_target
+from real.sampling import SamplingParams
 from real.task import TASK_FILE, GcdTask
 from tltsim.cost.padding import padded_tokens
 from tltsim.policy import FixedTuner, SDSwitch
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
 from tltsim.validate import SPEED_BATCH, SPEED_CONTEXT
 
+RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)  # real.run.RunConfig's default
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
 
 
 def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128, 256),
             strategies=tuple(str(s) for s in DEFAULT_ARMS) + ("4_1_4",), repeats: int = 3,
-            train_rows=(4, 16, 64), task: GcdTask | None = None, seed: int = 0, progress=None) -> pd.DataFrame:
+            train_rows=(4, 16, 64), task: GcdTask | None = None, seed: int = 0, progress=None,
+            sampling: SamplingParams = RUN_SAMPLING) -> pd.DataFrame:
     """Time the engine's iterations over a grid, and training on batches of `train_rows` sequences as long
     as the reference solutions of `task`'s problems (default: the default GcdTask); returns COLUMNS."""
     rng = np.random.default_rng(seed)
@@ -60,13 +66,13 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     for i, (b, c) in enumerate(grid):
         prompts = rng.integers(3, vocab, size=(b, c)).tolist()
         # plain: a warm-up iteration, then `repeats` timed ones
-        calls = _rollout(target, drafter, prompts, repeats + 1, None, seed)
+        calls = _rollout(target, drafter, prompts, repeats + 1, None, seed, sampling)
         rows.append(_row("prefill", b, tokens=b * (c - 1), sq_tokens=b * (c - 1) ** 2, seconds=calls[0][1]))
         rows += [_row("decode", b, context=ctx, seconds=sec) for ctx, sec in calls[2:]]
         for name in strategies:
             s = Strategy.parse(name)
             # the first speculative iteration builds the drafter's state (the switch), not a steady-state step
-            calls = _rollout(target, drafter, prompts, repeats + 1, name, seed)
+            calls = _rollout(target, drafter, prompts, repeats + 1, name, seed, sampling)
             rows += [_row("spec", b, context=ctx, depth=s.depth, topk=s.topk, verify=s.verify, seconds=sec)
                      for ctx, sec in calls[2:]]
         if progress:
@@ -77,14 +83,14 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def speed_probe(target, iterations: int = 8, seed: int = 0) -> float:
+def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingParams = RUN_SAMPLING) -> float:
     """How fast this machine runs `target` now: median seconds of `iterations` plain decode iterations (after a
     warm-up one) at batch SPEED_BATCH after prompts of SPEED_CONTEXT random tokens, through the rollout loop as
     the profile times them. A run measures it before every step; `tltsim validate --speed` divides it by the
     cost model's time for the same iteration (tltsim.validate.speed_reference) to follow the machine's drift."""
     vocab = target.get_output_embeddings().weight.shape[0]
     prompts = np.random.default_rng(seed).integers(3, vocab, size=(SPEED_BATCH, SPEED_CONTEXT)).tolist()
-    calls = _rollout(target, None, prompts, iterations + 1, None, seed)
+    calls = _rollout(target, None, prompts, iterations + 1, None, seed, sampling)
     return float(np.median([sec for _, sec in calls[2:]]))
 
 
@@ -110,11 +116,12 @@ def _profile_rank(rank, model, device, threads, seed, kw, out_dir=None) -> pd.Da
     return df
 
 
-def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, seed: int) -> list[tuple[int, float]]:
+def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, seed: int,
+             sampling: SamplingParams = RUN_SAMPLING) -> list[tuple[int, float]]:
     """Prefill `prompts` and run `iterations` decode iterations (speculative with `strategy`) through the
     rollout loop; returns (batch context tokens at the call's start, seconds) per call, the prefill first."""
     per_row = iterations * (Strategy.parse(strategy).depth + 1 if strategy else 1)
-    engine = Engine(target, drafter, max_new_tokens=per_row, eos_token_id=[], seed=seed)
+    engine = Engine(target, drafter, sampling=sampling, max_new_tokens=per_row, eos_token_id=[], seed=seed)
     switch, tuner = (SDSwitch("always"), FixedTuner(strategy)) if strategy else (None, None)
     steps = rollout(engine, prompts, time.perf_counter, switch, tuner).steps
     ctx = sum(len(p) for p in prompts)  # every row's tokens, the pending last one included

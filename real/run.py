@@ -498,7 +498,7 @@ class Worker:
         n = self.config.speed_probe
         if n == 0:
             return float("nan")
-        total = torch.tensor([speed_probe(self.target, n, seed=_seed(self.config.seed, 998))], dtype=torch.float64,
+        total = torch.tensor([speed_probe(self.target, n, _seed(self.config.seed, 998), self.sampling)], dtype=torch.float64,
                              device=self.device)
         all_reduce_tensors([total])
         return float(total[0]) / self.world

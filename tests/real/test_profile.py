@@ -26,6 +26,10 @@ def test_profile_cli_writes_a_profile_the_cost_model_fits(tmp_path):
 def test_profile_rejects_bad_grid(tmp_path, capsys):
     rc = main(["real", "profile", "--model", "test-llama", "--batches", "0,x", "-o", str(tmp_path / "p.csv")])
     assert rc == 2 and "--batches '0,x': expected comma-separated positive integers" in capsys.readouterr().err
+    # the profile samples as a run does by default; its temperature is checked as a run's is
+    rc = main(["real", "profile", "--model", "test-llama", "--temperature", "0", "-o", str(tmp_path / "p.csv")])
+    assert rc == 2 and "temperature=0.0: must be > 0 when sampling (or use greedy)" in capsys.readouterr().err
+    assert not (tmp_path / "p.csv").exists()
 
 
 def test_profile_in_two_processes_keeps_both_timings(tmp_path):
