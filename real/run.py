@@ -208,6 +208,33 @@ def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str)
         dist.destroy_process_group()
 
 
+def all_gather_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]], hidden: int, dtype, device) -> list[list]:
+    """Every rank's (tokens [n], features [n - 1, hidden]) pairs, on the CPU, rank by rank, through two tensor
+    all-gathers: the sizes, then one flat buffer a rank (lengths, tokens and features, in float: token ids and
+    lengths are exact there), padded to the largest. A pickled all_gather_object of the pairs took twice as
+    long (benchmarks/bench_share.py)."""
+    world = dist.get_world_size()
+    wire = torch.float64 if dtype == torch.float64 else torch.float32  # what every backend all-gathers
+
+    def gather(t: torch.Tensor) -> list[torch.Tensor]:
+        out = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(out, t)
+        return [o.cpu() for o in out]
+
+    lengths = torch.tensor([len(t) for t, _ in pairs], dtype=wire)
+    flat = torch.cat([lengths] + [t.to(wire) for t, _ in pairs] + [f.to(wire).reshape(-1) for _, f in pairs])
+    sizes = [sz.tolist() for sz in gather(torch.tensor([len(pairs), len(flat)], device=device))]
+    most = max(1, *(n for _, n in sizes))  # every rank's buffer padded to this (never empty)
+    everyone = []
+    for (n, _), buf in zip(sizes, gather(torch.cat([flat, flat.new_zeros(most - len(flat))]).to(device))):
+        lens = buf[:n].long().tolist()
+        toks = buf[n: n + sum(lens)].long().split(lens)
+        feats = buf[n + sum(lens):][: (sum(lens) - n) * hidden].view(-1, hidden).to(dtype)
+        feats = feats.split([m - 1 for m in lens])
+        everyone.append(list(zip(toks, feats)))
+    return everyone
+
+
 def _seed(*parts: int) -> int:
     """A 63-bit seed mixed from integers."""
     return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> np.uint64(1))
@@ -471,9 +498,8 @@ class Worker:
         on a worker that served few responses does not fit just those)."""
         if not self.trains or self.world == 1:
             return
-        everyone = [None] * self.world
-        dist.all_gather_object(everyone, samples)
-        for rank, pairs in enumerate(everyone):
+        for rank, pairs in enumerate(all_gather_pairs(samples, self.target.config.hidden_size, self.dtype,
+                                                      self.device)):
             if rank != self.rank and pairs:
                 self.buffer.add(step, pairs)
 

@@ -19,7 +19,7 @@ from real.evaluate import accepted_length
 from real.grpo import GRPO, GRPOConfig, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target, load_target
 from real.pretrain import PretrainConfig, save_checkpoint, train
-from real.run import RunConfig, _free_port, launch
+from real.run import RunConfig, _free_port, all_gather_pairs, launch
 from real.task import GcdTask, TaskConfig
 from tltsim.errors import TltsimError
 from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
@@ -285,6 +285,36 @@ def test_data_parallel_update_is_the_one_batch_update(tmp_path):
     assert torch.equal(ranks[0], ranks[1])
     assert torch.allclose(ranks[0], _grpo_update([0, 1, 2, 3])[0], atol=1e-10)
     assert not torch.allclose(ranks[0], _grpo_update([0, 3])[0], atol=1e-6)  # one worker's share alone differs
+
+
+def _gather_worker(rank, port, out):
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        g = torch.Generator().manual_seed(rank)
+        results = {}
+        for case, counts in {"uneven": (3, 1), "one empty": (0, 2)}.items():
+            lengths = torch.randint(2, 40, (counts[rank],), generator=g).tolist()
+            pairs = [(torch.randint(3, 19, (n,), generator=g), torch.randn(n - 1, 16, generator=g).to(torch.bfloat16))
+                     for n in lengths]
+            theirs = [None, None]
+            torch.distributed.all_gather_object(theirs, pairs)
+            results[case] = (all_gather_pairs(pairs, 16, torch.bfloat16, torch.device("cpu")), theirs)
+        torch.save(results, Path(out) / f"rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_samples_are_shared_as_all_gather_object_would(tmp_path):
+    """The drafter's buffer gets every worker's (tokens, features) pairs through tensor all-gathers: the same
+    pairs, in rank order, as a pickled all_gather_object, for uneven counts and lengths and an empty share."""
+    out = tmp_path
+    torch.multiprocessing.spawn(_gather_worker, args=(_free_port(), str(out)), nprocs=2)
+    for rank in range(2):
+        for case, (mine, reference) in torch.load(out / f"rank{rank}.pt", weights_only=False).items():
+            assert [len(p) for p in mine] == [len(p) for p in reference], case
+            for got, want in zip(sum(mine, []), sum(reference, [])):
+                assert torch.equal(got[0], want[0]) and got[0].dtype == torch.long
+                assert torch.equal(got[1], want[1]) and got[1].dtype == torch.bfloat16
 
 
 # --- the shipped recorded runs ------------------------------------------------------------------------
