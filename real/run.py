@@ -57,7 +57,7 @@ from tltsim.trace import TraceMeta
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always")
 # TLTKnobs fields that only the simulator's models use; setting one for a real run is an error
-SIM_ONLY_KNOBS = ("dedicated_gpus", "drift", "tau_samples", "q_start", "q_max", "chunk_iters")
+SIM_ONLY_KNOBS = ("dedicated_gpus", "drift", "tau_samples", "q_start", "q_max", "chunk_iters", "drafter_batch")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 CHECKPOINT = "checkpoint"
 
@@ -126,7 +126,7 @@ class RunConfig:
         sim_only = sorted(set(self.knobs) & set(SIM_ONLY_KNOBS))
         if sim_only:
             raise TltsimError(f"knob(s) {', '.join(sim_only)} only shape the simulator's models; a real run "
-                              "measures them instead: drop them")
+                              "measures them instead (drafter_batch: RunConfig.drafter_batch): drop them")
         k = TLTKnobs(**{**VARIANTS[self.policy], **self.knobs}).validate(self.policy)
         if k.drafter == "ngram":
             raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine")

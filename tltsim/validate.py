@@ -132,7 +132,10 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
                     micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0))),
         seed=int(cfg.get("seed", 0)),
     )
-    policy = make_policy(sim_cfg.policy, cfg.get("knobs") or {})
+    knobs = dict(cfg.get("knobs") or {})
+    if knobs and "drafter_batch" in cfg:  # a spot trainer stops at the end of its batch in progress
+        knobs["drafter_batch"] = int(cfg["drafter_batch"])
+    policy = make_policy(sim_cfg.policy, knobs)
     if isinstance(policy, Speculative):
         policy = ReplayedQuality(policy, measured_qualities(measured))
     predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()

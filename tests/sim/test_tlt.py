@@ -124,6 +124,30 @@ def test_harvested_training_never_exceeds_the_idle_time_that_existed(shipped):
     assert tlt.summary["drafter_train_gpu_seconds"] > 0
 
 
+def test_a_spot_trainer_finishes_its_batch_before_the_reward_stage(shipped):
+    """drafter_batch > 0: told to stop at the barrier, a trainer runs to the end of the batch in progress (at most
+    one batch past the barrier), and the reward stage waits for the last one; 0 (the default): it stops at once."""
+    base, at_once = run(shipped, "tlt", steps="0:4"), run(shipped, "tlt", steps="0:4", drafter_batch=0)
+    assert base.steps.equals(at_once.steps)
+    late = run(shipped, "tlt", steps="0:4", drafter_batch=64)
+    assert late.steps.at[0, "rollout_s"] == pytest.approx(base.steps.at[0, "rollout_s"])  # same rollout
+    steps = late.steps.set_index("step")
+    release = steps.total_s - steps.rollout_s - steps.reward_s - steps.train_s - steps.sync_s
+    assert (release > 1e-6).all()
+    base_release = base.steps.set_index("step").eval("total_s - rollout_s - reward_s - train_s - sync_s")
+    assert np.allclose(base_release, 0.0, atol=1e-9)
+    tl = late.timeline
+    for step, g in tl[tl.state == "drafter_train"].groupby("step"):
+        barrier = steps.at[step, "t_start"] + steps.at[step, "rollout_s"]
+        over = g.t_end - barrier
+        # each at or past the barrier (at it: still loading the drafter), by less than its span
+        assert (over >= 0).all() and (over <= g.t_end - g.t_start).all()
+        assert over.max() == pytest.approx(release[step])  # the last trainer holds the reward stage back
+    for (step, w), g in tl.sort_values("t_start").groupby(["step", "worker"]):  # still tiles every step
+        assert np.allclose(g.t_start.to_numpy()[1:], g.t_end.to_numpy()[:-1])
+        assert g.t_end.iloc[-1] == pytest.approx(steps.at[step, "t_start"] + steps.at[step, "total_s"])
+
+
 def test_min_idle_of_all_workers_means_no_training(shipped):
     res = run(shipped, "tlt", steps="0:3", min_idle=8)
     assert res.summary["drafter_train_gpu_seconds"] == 0.0

@@ -28,6 +28,8 @@ class StepOutcome:
     dropped: int = 0  # responses whose tokens were thrown away this step (off-policy cost, wasted work)
     prework_gpu_s: float = 0.0  # GPU-seconds of the reward stage's log-prob forwards done before the barrier
     columns: dict = field(default_factory=dict)  # extra per-step columns
+    release_s: float = 0.0  # seconds after the barrier until every worker is free for the reward stage (a spot
+    # trainer finishing its batch in progress: its span in `spans` runs that far past the barrier)
 
 
 class Policy:

@@ -83,4 +83,5 @@ class Composite(Policy):
             dropped=a.dropped + b.dropped,
             prework_gpu_s=a.prework_gpu_s + b.prework_gpu_s,
             columns={**b.columns, **a.columns},
+            release_s=max(a.release_s, b.release_s),
         )

@@ -16,6 +16,8 @@ drafter trains on them, then drifts with the policy update.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -63,6 +65,8 @@ class TLTKnobs:
     q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
     chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
     guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.policy.SpeculationGuard)
+    drafter_batch: int = 0  # sequences a spot-training batch: a trainer stops at the end of the batch in progress
+    # when the rollout ends, which holds the next stage back (0: it stops at once)
 
     def validate(self, name: str) -> "TLTKnobs":
         def bad(knob, why):
@@ -75,7 +79,7 @@ class TLTKnobs:
         for k in ("threshold", "min_idle", "cadence", "buffer_steps", "chunk_iters"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
                 raise bad(k, "must be an integer >= 1")
-        for k in ("patience", "dedicated_gpus"):
+        for k in ("patience", "dedicated_gpus", "drafter_batch"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
                 raise bad(k, "must be an integer >= 0")
         for k in ("spot", "guard"):
@@ -196,6 +200,16 @@ class Speculative(Policy):
             guard=self.guards[engine],
         )
 
+    def _stop_time(self, start: float, t: float, load: float, data, tokens_per_s: float) -> float:
+        """When a trainer that started at `start` (loading the drafter for `load` s, then batches of
+        `drafter_batch` samples of the buffer's mean length) is free after being told at `t` to stop: at `t`
+        while loading or with drafter_batch 0, else at the end of the batch in progress."""
+        batch_s = self.k.drafter_batch * max(data.mean_length, 1.0) / tokens_per_s if tokens_per_s > 0 else 0.0
+        trained = t - start - load
+        if batch_s <= 0 or trained <= 0:
+            return t
+        return start + load + math.ceil(trained / batch_s) * batch_s
+
     def worker_done(self, engine: int, t: float) -> None:
         for w in self.trainer.worker_done(engine, t):
             self.train_start.setdefault(w, t)
@@ -204,10 +218,10 @@ class Speculative(Policy):
         self.trainer.preempt(t)
         self.buffer.add(step, sr.generated[sr.generated > 0])  # the sequences whose hidden states the step made
         data = self.buffer.samples(step)
-        spans = {w: (a, t) for w, a in self.train_start.items() if t > a}
         tp = self.sim.cfg.cluster.tp
         per_worker_tps = float(self.sim.cost.drafter_train_tokens_per_s(tp))
         load = getattr(getattr(self.drafter, "config", None), "load_s", 0.0)
+        spans = {w: (a, self._stop_time(a, t, load, data, per_worker_tps)) for w, a in self.train_start.items() if t > a}
         useful = sum(max(0.0, (b - a) - load - CHECKPOINT_S) for a, b in spans.values())
         tokens = useful * per_worker_tps
         samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
@@ -217,6 +231,7 @@ class Speculative(Policy):
         self.drafter.policy_update()
         return StepOutcome(
             spans={w: ("drafter_train", a, b) for w, (a, b) in spans.items()},
+            release_s=max((b - t for _, b in spans.values()), default=0.0),
             columns={
                 "drafter_quality": self.quality_now,
                 "drafter_quality_trained": quality_trained,

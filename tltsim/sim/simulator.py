@@ -95,6 +95,8 @@ class Simulator:
             ("weight_sync", float(self.cost.sync_time())),
         ]
         self._record_rollout(step, t0, barrier, df, sr, outcome)
+        if outcome.release_s > 0:  # workers busy past the barrier (a spot trainer's last batch)
+            yield env.timeout(outcome.release_s)
         for state, dt in phases:
             t = env.now
             yield env.timeout(dt)
@@ -211,8 +213,9 @@ class Simulator:
                     self._timeline.append((step, e, "idle", end, a, np.nan, 0.0, np.nan, ""))
                 self._timeline.append((step, e, state, a, b, np.nan, 0.0, np.nan, ""))
                 end = b
-            if barrier > end:
-                self._timeline.append((step, e, "idle", end, barrier, np.nan, 0.0, np.nan, ""))
+            free = barrier + outcome.release_s  # when the reward stage starts
+            if free > end:
+                self._timeline.append((step, e, "idle", end, free, np.nan, 0.0, np.nan, ""))
         ran = sr.engine >= 0
         self._requests.append({
             "step": np.full(int(ran.sum()), step), "prompt_id": df["prompt_id"][ran], "sample": df["sample"][ran],
