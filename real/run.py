@@ -57,7 +57,8 @@ from tltsim.trace import TraceMeta
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always")
 # TLTKnobs fields that only the simulator's models use; setting one for a real run is an error
-SIM_ONLY_KNOBS = ("dedicated_gpus", "drift", "tau_samples", "q_start", "q_max", "chunk_iters", "drafter_batch")
+SIM_ONLY_KNOBS = ("dedicated_gpus", "drift", "tau_samples", "q_start", "q_max", "chunk_iters", "drafter_batch",
+                  "load_s")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
 CHECKPOINT = "checkpoint"
 

@@ -133,8 +133,9 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
         seed=int(cfg.get("seed", 0)),
     )
     knobs = dict(cfg.get("knobs") or {})
-    if knobs and "drafter_batch" in cfg:  # a spot trainer stops at the end of its batch in progress
-        knobs["drafter_batch"] = int(cfg["drafter_batch"])
+    if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), and stops at the end of
+        # its batch in progress
+        knobs.update(load_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
     policy = make_policy(sim_cfg.policy, knobs)
     if isinstance(policy, Speculative):
         policy = ReplayedQuality(policy, measured_qualities(measured))

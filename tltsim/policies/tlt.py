@@ -63,6 +63,7 @@ class TLTKnobs:
     tau_samples: float = DrafterConfig.tau_samples  # samples that close 63% of the quality gap
     q_start: float = DrafterConfig.q_start  # drafter quality when RL starts
     q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
+    load_s: float = DrafterConfig.load_s  # seconds to load the drafter and its optimizer when training starts
     chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
     guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.policy.SpeculationGuard)
     drafter_batch: int = 0  # sequences a spot-training batch: a trainer stops at the end of the batch in progress
@@ -141,7 +142,7 @@ class Speculative(Policy):
         seed = sim.cfg.seed
         k = self.k
         self.acceptance = AcceptanceModel()
-        cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, k.q_max), drift=k.drift,
+        cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, k.q_max), drift=k.drift, load_s=k.load_s,
                             q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
         if k.drafter == "ngram":
             self.drafter = NgramDrafter()
