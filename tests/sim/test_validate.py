@@ -125,3 +125,35 @@ def test_speed_factors_are_the_median_probe_of_the_steps_around():
     res.steps.loc[1, "speed_probe_s"] = np.nan  # a run made with --speed-probe 0, or before it existed
     with pytest.raises(TltsimError, match="no speed probe for every step"):
         speed_factors(res, cost, "somewhere")
+
+
+def test_replay_takes_the_runs_spot_trainer_settings(tmp_path):
+    """A real run's trainer keeps its drafter in memory (no load time) and stops at the end of its batch of
+    `drafter_batch` sequences: the replay's trainer does too, so the reward stage waits for it. Engine 0 is
+    done 0.6 s before engine 1: with the simulator's default load of 1 s it would still be loading at the
+    barrier and stop at once; a run config without drafter_batch gives a trainer that stops at once."""
+    import pandas as pd
+
+    from tests.sim.conftest import ConstantCost, make_trace
+    from tltsim.records import TIMELINE_COLUMNS, Result
+    from tltsim.validate import replay
+
+    trace = make_trace([[5, 7], [5, 7]])
+    trace.df["engine"] = trace.df["prompt_id"]
+    releases = {}
+    for batch in (8, None):
+        run = tmp_path / f"run{batch}"
+        config = {"policy": "tlt", "workers": 2, "seed": 0, "knobs": {"sd": "never"},
+                  **({"drafter_batch": batch} if batch else {})}
+        Result(pd.DataFrame(columns=TIMELINE_COLUMNS), pd.DataFrame({"step": [0, 1]}), pd.DataFrame(), {},
+               config).save(run)
+        save(trace, run / "trace.parquet")
+        _, predicted = replay(run, ConstantCost(decode=0.3))
+        st = predicted.steps.set_index("step")
+        assert st.rollout_s.tolist() == pytest.approx([0.5 + 7 * 0.3] * 2)
+        releases[batch] = (st.total_s - st.rollout_s - st.reward_s - st.train_s - st.sync_s).to_numpy()
+        train = predicted.timeline[predicted.timeline.state == "drafter_train"]
+        assert set(train.worker) == {0} and len(train) == 2
+    # a batch: 8 sequences of the buffer's mean length (< 20 tokens) at 1000 tokens/s, so < 0.16 s past the barrier
+    assert ((releases[8] > 0) & (releases[8] < 0.16)).all()
+    assert np.allclose(releases[None], 0.0)
