@@ -21,6 +21,7 @@ one-batch update's, up to float rounding.
 """
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,3 +195,16 @@ def _all_reduce(t: torch.Tensor) -> torch.Tensor:
 def _distributed() -> bool:
     """Whether a process group with other workers exists (else every all-reduce is a no-op)."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def free_port() -> int:
+    """A free TCP port on this host (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def barrier() -> None:
+    """Wait for every worker (a no-op without a process group)."""
+    if _distributed():
+        dist.barrier()

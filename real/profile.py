@@ -34,12 +34,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from real.adaptive import rollout
 from real.drafter import Drafter
 from real.generate import Engine
-from real.grpo import GRPO
+from real.grpo import GRPO, barrier, free_port
 from real.models import load_target
 from real.sampling import SamplingParams
 from real.task import TASK_FILE, GcdTask
@@ -65,6 +66,7 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
     grid = [(b, c) for b in batches for c in contexts]
     for i, (b, c) in enumerate(grid):
         prompts = rng.integers(3, vocab, size=(b, c)).tolist()
+        barrier()  # with several processes: each cell timed while the others time theirs, as a run's workers decode
         # plain: a warm-up iteration, then `repeats` timed ones
         calls = _rollout(target, drafter, prompts, repeats + 1, None, seed, sampling)
         rows.append(_row("prefill", b, tokens=b * (c - 1), sq_tokens=b * (c - 1) ** 2, seconds=calls[0][1]))
@@ -98,21 +100,30 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
                       **kw) -> pd.DataFrame:
     """`profile` of target `model` (a preset or a save_pretrained directory, whose task it uses) in `processes`
     processes at once, each with `threads` torch threads and seed `seed + rank`, as a run's workers share the
-    machine; every process's rows, rank 0's first. Rank 0 prints its progress."""
+    machine: in a gloo process group, so each grid cell and each training measurement starts on every process
+    together (on a CPU they contend for cores and memory bandwidth as a run's workers do) and GRPO's update
+    all-reduces its gradients as a run's does. Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
         return _profile_rank(0, model, device, threads, seed, kw)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, seed, kw, tmp), nprocs=processes)
+        mp.spawn(_profile_rank, args=(model, device, threads, seed, kw, tmp, processes, free_port()), nprocs=processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 
-def _profile_rank(rank, model, device, threads, seed, kw, out_dir=None) -> pd.DataFrame:
+def _profile_rank(rank, model, device, threads, seed, kw, out_dir=None, world=1, port=0) -> pd.DataFrame:
     torch.set_num_threads(threads)
-    task = GcdTask.load(model) if os.path.isfile(os.path.join(model, TASK_FILE)) else GcdTask()
-    progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
-    df = profile(load_target(model, device), task=task, seed=seed + rank, progress=progress, **kw)
-    if out_dir is not None:
-        df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        task = GcdTask.load(model) if os.path.isfile(os.path.join(model, TASK_FILE)) else GcdTask()
+        progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
+        df = profile(load_target(model, device), task=task, seed=seed + rank, progress=progress, **kw)
+        if out_dir is not None:
+            df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
+    finally:
+        if world > 1:
+            dist.barrier()  # no rank leaves while another still talks
+            dist.destroy_process_group()
     return df
 
 
@@ -156,14 +167,17 @@ def _time_training(target, drafter, sequences, rows_per_batch, repeats, rng) -> 
             lengths = [len(a) + len(b) for a, b in zip(prompts, responses)]
             tokens = sum(lengths)
             padded, padded_sq = padded_tokens(lengths, grpo.config.micro_batch_tokens)  # what GRPO's forwards process
+            barrier()  # every process times the same stage at once, as a run's workers run it
             start = time.perf_counter()
             old, ref = grpo.old_logprobs(prompts, responses)
             out.append(_row("logprob", tokens=padded, sq_tokens=padded_sq, seconds=time.perf_counter() - start))
+            barrier()
             start = time.perf_counter()
             grpo.update(prompts, responses, rng.choice([-1.0, 1.0], size=rows), old, ref)
             out.append(_row("train", tokens=padded, sq_tokens=padded_sq, seconds=time.perf_counter() - start))
             pairs = [(torch.tensor(a + b), torch.randn(len(a) + len(b) - 1, target.config.hidden_size, dtype=dtype,
                                                        device=device)) for a, b in zip(prompts, responses)]
+            barrier()
             start = time.perf_counter()
             drafter.train_step(pairs, dopt)
             out.append(_row("drafter_train", tokens=tokens, seconds=time.perf_counter() - start))

@@ -27,7 +27,6 @@ import json
 import os
 import pickle
 import shutil
-import socket
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -43,6 +42,7 @@ from real.drafter import Drafter
 from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, GRPOConfig, all_reduce_tensors, group_advantages
+from real.grpo import free_port as _free_port
 from real.models import SHIPPED_TARGET, load_target
 from real.profile import speed_probe
 from real.record import Recorder, WorkerStep
@@ -185,12 +185,6 @@ def _check_run_dir(config: RunConfig, out: Path, resume: bool) -> None:
         if differ:
             raise TltsimError(f"{out}: --resume with a different config ({', '.join(differ)}); "
                               "repeat the original command's options (only --steps may change)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str) -> None:
