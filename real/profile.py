@@ -6,6 +6,9 @@ Rows of the profile (a CSV that `tltsim.cost.profiled.Profiled.fit` reads):
     prefill         Engine.add of `batch` prompts                     batch, tokens, sq_tokens
     decode          one plain iteration                               batch, context
     spec            one speculative iteration (drafting + verify)     batch, context, depth, topk, verify
+    catchup         the drafter ingesting tokens it has not seen         batch, context, tokens (ingested)
+                    (Iteration.catchup_s of the first speculative iteration after prefill: every token, the
+                    SD switch; after 1, 4 and 16 plain iterations: those tokens)
     train           GRPO.update (fwd + bwd + AdamW) on a batch         tokens, sq_tokens (padded, see below)
     logprob         GRPO.old_logprobs (the reward stage's forward)    tokens, sq_tokens (padded)
     drafter_train   Drafter.train_step on (tokens, features) pairs    tokens
@@ -77,6 +80,7 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
             calls = _rollout(target, drafter, prompts, repeats + 1, name, seed, sampling)
             rows += [_row("spec", b, context=ctx, depth=s.depth, topk=s.topk, verify=s.verify, seconds=sec)
                      for ctx, sec in calls[2:]]
+        rows += _catchups(target, drafter, prompts, repeats, seed, sampling)
         if progress:
             progress(i + 1, len(grid))
     task = task or GcdTask()
@@ -140,6 +144,28 @@ def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, se
     for st in steps[: iterations + 1]:
         out.append((ctx, st.t_end - st.t_start))
         ctx += st.tokens if st.mode != "prefill" else 0
+    return out
+
+
+def _catchups(target, drafter, prompts, repeats: int, seed: int, sampling, behind=(1, 4, 16)) -> list[dict]:
+    """Catch-up rows: the drafter's state built over every token (the first speculative iteration after the
+    prefill, as at the SD switch), then `repeats` times, after each k in `behind` plain iterations, its catch-up
+    over the k tokens a row those emitted. Each is the engine's own `catchup_s` of that iteration."""
+    strategy = Strategy.parse("4_1_4")
+    per_row = (strategy.depth + 1) * (1 + repeats * len(behind)) + repeats * sum(behind)
+    engine = Engine(target, drafter, sampling=sampling, max_new_tokens=per_row, eos_token_id=[], seed=seed)
+    engine.add(prompts)
+    b, ctx = len(prompts), sum(len(p) for p in prompts)
+    it = engine.step("spec", strategy)
+    out = [_row("catchup", b, context=ctx, tokens=ctx, seconds=it.catchup_s)]
+    ctx += it.tokens
+    for _ in range(repeats):
+        for k in behind:
+            for _ in range(k):
+                ctx += engine.step("plain").tokens
+            it = engine.step("spec", strategy)
+            out.append(_row("catchup", b, context=ctx, tokens=b * k, seconds=it.catchup_s))
+            ctx += it.tokens
     return out
 
 

@@ -19,6 +19,12 @@ def test_profile_cli_writes_a_profile_the_cost_model_fits(tmp_path):
     assert set(zip(spec.depth, spec.topk, spec.verify)) == {(4, 1, 4), (2, 2, 3)}
     # contexts are the batch's KV tokens when the step starts: at least batch x prompt length
     assert (dec.context >= dec.batch * 8).all()
+    # catch-ups per cell: the build over every token, then 1, 4 and 16 tokens a row, twice (--repeats 2)
+    up = df[df.kind == "catchup"]
+    assert len(up) == 2 * 2 * (1 + 2 * 3) and (up.seconds > 0).all()
+    assert sorted(set((up.tokens / up.batch).round(6))) == [1, 4, 8, 16]  # 8, 16: builds at prompts of 8, 16
+    builds = up[up.tokens == up.context]
+    assert len(builds) == 4 and sorted(set(builds.context / builds.batch)) == [8, 16]
     fit = Profiled.fit(df)
     assert float(fit.decode_time(1, 10)) > 0 and fit.drafter_train_tokens_per_s(1) > 0
 

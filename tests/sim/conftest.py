@@ -28,6 +28,12 @@ class ConstantCost:
         tokens = np.asarray(tokens, dtype=float)
         return np.where(tokens > 0, self.prefill, 0.0)
 
+    def catchup_time(self, batch, tokens_per_row, ctx):  # as Roofline: a drafter forward over the tokens
+        return self.draft_time(np.asarray(batch, dtype=float) * np.asarray(tokens_per_row, dtype=float), 1)
+
+    def switch_time(self, batch, ctx, sq_tokens):  # as Roofline: a target prefill
+        return self.prefill_time(ctx, sq_tokens)
+
     def segment_time(self, q, k, ctx0, growth, n):
         return np.asarray(n, dtype=float) * self.decode
 

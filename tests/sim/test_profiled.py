@@ -8,7 +8,7 @@ from tltsim.errors import TltsimError
 
 TRUE = {"c0": 2e-3, "c_q": 1e-4, "c_kv": 3e-7, "c_att": 5e-8, "d0": 5e-4, "d_q": 2e-5,
         "p0": 1e-3, "p_t": 4e-5, "p_sq": 1e-9, "train0": 0.1, "train_t": 1e-4, "train_sq": 2e-7, "logprob0": 0.01,
-        "logprob_t": 3e-5, "logprob_sq": 5e-8}
+        "logprob_t": 3e-5, "logprob_sq": 5e-8, "g0": 3e-4, "g_q": 6e-6, "g_kv": 2e-8, "g_att": 4e-9}
 
 
 def synthetic_profile(noise=0.0, seed=0) -> pd.DataFrame:
@@ -24,6 +24,8 @@ def synthetic_profile(noise=0.0, seed=0) -> pd.DataFrame:
             for d, k, v in ((4, 1, 4), (8, 4, 16), (8, 4, 48)):
                 t = d * float(truth.draft_time(b, k)) + float(truth.verify_time(b, v + 1, C))
                 rows.append(("spec", b, C, 0, 0, d, k, v, t))
+            for per_row in (1, 4, 16, ctx):  # catch-ups, and the build over every token (the SD switch)
+                rows.append(("catchup", b, C, b * per_row, 0, 0, 0, 0, float(truth.catchup_time(b, per_row, C))))
     for n, length in ((256, 64), (1024, 64), (4096, 512), (4096, 128)):
         sq = n * length  # n / length sequences of `length` tokens
         rows.append(("train", 0, 0, n, sq, 0, 0, 0, float(truth.train_time(n, 1, sq))))
@@ -39,6 +41,21 @@ def test_fit_recovers_the_coefficients_that_made_the_profile():
     for k, v in TRUE.items():
         assert fit.c[k] == pytest.approx(v, rel=1e-6), k
     assert fit.drafter_train_tokens_per_s(2) == pytest.approx(10000.0)
+
+
+def test_catchup_rows_price_the_switch_and_catch_ups_else_the_drafter_and_a_prefill():
+    df = synthetic_profile()
+    fit = Profiled.fit(df)
+    # the switch: the drafter ingests every token of the batch (4 rows holding 2048 tokens in all)
+    g = TRUE
+    assert float(fit.switch_time(4, 2048, 4 * 512**2)) == pytest.approx(
+        g["g0"] + g["g_q"] * 2048 + g["g_kv"] * 2048 + g["g_att"] * 512 * 2048)
+    assert float(fit.catchup_time(4, 3, 2048)) == pytest.approx(
+        g["g0"] + g["g_q"] * 12 + g["g_kv"] * 2048 + g["g_att"] * 3 * 2048)
+    old = Profiled.fit(df[df.kind != "catchup"])  # a profile from before catch-up rows
+    assert "g0" not in old.c
+    assert float(old.catchup_time(4, 3, 2048)) == pytest.approx(float(old.draft_time(12, 1)))
+    assert float(old.switch_time(4, 2048, 4 * 512**2)) == pytest.approx(float(old.prefill_time(2048, 4 * 512**2)))
 
 
 def test_noisy_profile_predicts_within_a_few_percent():

@@ -7,6 +7,10 @@ fitted by least squares on relative error (scipy.optimize.nnls) over the profile
                      (q query tokens, k per request, C context tokens of the batch)
     drafter forward  d(b, topk) = d0 + d_q * b * topk
     spec iteration   depth * d(b, topk) + t(b * (verify + 1), verify + 1, C)
+    drafter catch-up g(n, b, C) = g0 + g_q * n + g_kv * C + g_att * (n / b) * C
+                     (the drafter ingesting n tokens it had not seen, n / b a row, into a batch holding C; at
+                     the SD switch it ingests every token: n = C. Without catch-up rows: d(n, 1), and the
+                     switch is charged as a prefill of the batch's tokens, as the roofline model does)
     prefill          p0 + p_t * tokens + p_sq * sum of squared prompt lengths
     train / logprob  a0 + (a_t * tokens + a_sq * sum of squared sequence lengths) / GPUs
     drafter training tokens per second: median of the measurements
@@ -25,7 +29,7 @@ from scipy.optimize import nnls
 
 from tltsim.errors import TltsimError
 
-KINDS = ("prefill", "decode", "spec", "train", "logprob", "drafter_train")
+KINDS = ("prefill", "decode", "spec", "catchup", "train", "logprob", "drafter_train")
 REQUIRED = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
 
 
@@ -60,6 +64,11 @@ class Profiled:
             y.append(spec.seconds.to_numpy(float))
         x = _nnls(np.vstack(rows), np.concatenate(y))
         c.update(zip(["c0", "c_q", "c_kv", "c_att", "d0", "d_q"], x))
+        up = df[df.kind == "catchup"]
+        if len(up):
+            n, b, C = (up[k].to_numpy(float) for k in ("tokens", "batch", "context"))
+            x = _nnls(np.column_stack([np.ones_like(n), n, C, n / b * C]), up.seconds.to_numpy(float))
+            c.update(zip(["g0", "g_q", "g_kv", "g_att"], x))
         pre = df[df.kind == "prefill"]
         x = _nnls(np.column_stack([np.ones(len(pre)), pre.tokens, pre.sq_tokens]).astype(float), pre.seconds.to_numpy(float))
         c.update(zip(["p0", "p_t", "p_sq"], x))
@@ -84,6 +93,8 @@ class Profiled:
                 p = r.depth * float(self.draft_time(r.batch, r.topk)) + float(self.verify_time(r.batch, r.verify + 1, r.context))
             elif r.kind == "prefill":
                 p = float(self.prefill_time(r.tokens, r.sq_tokens))
+            elif r.kind == "catchup":
+                p = float(self.catchup_time(r.batch, r.tokens / r.batch, r.context))
             else:
                 continue
             out.append({"kind": r.kind, "batch": r.batch, "context": r.context, "verify": r.verify,
@@ -104,6 +115,18 @@ class Profiled:
 
     def draft_time(self, batch, topk=1):
         return self.c["d0"] + self.c["d_q"] * np.asarray(batch, dtype=float) * np.asarray(topk, dtype=float)
+
+    def catchup_time(self, batch, tokens_per_row, ctx):
+        batch, per_row, ctx = (np.asarray(v, dtype=float) for v in (batch, tokens_per_row, ctx))
+        if "g0" not in self.c:  # a profile without catch-up rows
+            return self.draft_time(batch * per_row, 1)
+        c = self.c
+        return c["g0"] + c["g_q"] * batch * per_row + c["g_kv"] * ctx + c["g_att"] * per_row * ctx
+
+    def switch_time(self, batch, ctx, sq_tokens):
+        if "g0" not in self.c:
+            return self.prefill_time(ctx, sq_tokens)
+        return self.catchup_time(batch, np.asarray(ctx, dtype=float) / np.maximum(batch, 1), ctx)
 
     def prefill_time(self, tokens, sq_tokens=None):
         tokens = np.asarray(tokens, dtype=float)

@@ -123,6 +123,16 @@ class Roofline:
         q = np.asarray(batch, dtype=float) * np.asarray(topk, dtype=float)
         return self.p.draft_overhead_s + self._combine(self._d_mem, self._d_fl * q)
 
+    def catchup_time(self, batch, tokens_per_row, ctx):
+        """The drafter feeding on `tokens_per_row` tokens per row it has not seen (plain iterations emitted them):
+        one drafter forward over them."""
+        return self.draft_time(np.asarray(batch, dtype=float) * np.asarray(tokens_per_row, dtype=float), 1)
+
+    def switch_time(self, batch, ctx, sq_tokens):
+        """Building the drafter's state for every running request when speculation switches on: a target
+        prefill of their `ctx` tokens (an engine that keeps no target features must recompute them)."""
+        return self.prefill_time(ctx, sq_tokens)
+
     def prefill_time(self, tokens, sq_tokens=None):
         """Prefill of prompts totalling `tokens` tokens; `sq_tokens` = sum of squared prompt lengths (causal attention)."""
         tokens = np.asarray(tokens, dtype=float)

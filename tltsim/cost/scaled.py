@@ -35,6 +35,12 @@ class StepScaled:
     def prefill_time(self, tokens, sq_tokens=None):
         return self.factor * self.base.prefill_time(tokens, sq_tokens)
 
+    def catchup_time(self, batch, tokens_per_row, ctx):
+        return self.factor * self.base.catchup_time(batch, tokens_per_row, ctx)
+
+    def switch_time(self, batch, ctx, sq_tokens):
+        return self.factor * self.base.switch_time(batch, ctx, sq_tokens)
+
     def segment_time(self, q, k, ctx0, growth, n):
         return self.factor * self.base.segment_time(q, k, ctx0, growth, n)
 

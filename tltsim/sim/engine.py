@@ -14,7 +14,9 @@ Two executors of the same model of an engine:
 Both return an `EngineRollout` with times relative to the rollout's start.
 Prefill of requests admitted mid-rollout is folded into the decode interval
 (chunked prefill mixes it into decode iterations); the first admission and the
-re-prefill at the SD switch are `prefill` intervals of their own.
+drafter's build at the SD switch (cost.switch_time: a target re-prefill in the
+roofline model, the drafter's own pass where a profile measured it) are
+`prefill` intervals of their own.
 """
 from __future__ import annotations
 
@@ -43,10 +45,11 @@ class Speculation:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
         return 0.0 if self.model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
 
-    def catchup_time(self, cost, batch: int, tokens_per_row: float) -> float:
+    def catchup_time(self, cost, batch: int, tokens_per_row: float, ctx: float) -> float:
         """The drafter feeding on `tokens_per_row` tokens per row that plain iterations emitted since it last
-        ran (the first speculative iteration after them): one drafter forward over them (none when model-free)."""
-        return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.draft_time(batch * tokens_per_row, 1))
+        ran (the first speculative iteration after them; the batch holds `ctx` tokens): the cost model's
+        catch-up (none when model-free)."""
+        return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.catchup_time(batch, tokens_per_row, ctx))
 
     def observe(self, strategy, batch: int, reward: float, iters: float = 1) -> None:
         """`iters` speculative iterations of `strategy` at `batch` made `reward` tokens per second: the tuner's
@@ -174,8 +177,8 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 t_seg += dt
                 behind += remaining if drafted else 0.0
                 break
-            if not drafted:  # the switch: re-prefill every running request (prompt + generated) for the drafter
-                dt = float(cost.prefill_time(c, c**2 / b))
+            if not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
+                dt = float(cost.switch_time(b, c, c**2 / b))
                 log.append(("prefill", t_log, t_seg + dt, b, 0.0, np.nan, "", 0.0))
                 switch_at, drafted = t_seg, True
                 t_seg += dt
@@ -187,7 +190,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
             spec.observe(s, b, acc * b * iters / dt, iters)
-            dt += spec.catchup_time(cost, b, behind)  # the switch's cost, not the strategy's: after the rewards
+            dt += spec.catchup_time(cost, b, behind, c)  # the switch's cost, not the strategy's: after the rewards
             behind = 0.0
             log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
             strategies[str(s)] += iters
@@ -270,10 +273,10 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         if not sd and spec is not None:
             sd = spec.switch.advance(b, 1) == 0 and spec.switch.on
         speculate = sd and (guard is None or guard.pays(b))
-        if speculate and not drafted:  # the switch: re-prefill every running request for the drafter
+        if speculate and not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
             drafted = True
             switch_at = env.now - t0
-            dt = float(cost.prefill_time(ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
+            dt = float(cost.switch_time(b, ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
             yield env.timeout(dt)
             clock.append((env.now - t0, tau))
             state_log.append(("prefill", env.now - t0 - dt, env.now - t0, b, 0.0, np.nan, "", 0.0))
@@ -284,7 +287,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             gain = np.minimum(acc_rows, remaining)
             dt = spec.iteration_time(cost, b, s, ctx)
             spec.observe(s, b, float(acc_rows.sum()) / dt)
-            dt += spec.catchup_time(cost, b, behind)  # the switch's cost, not the strategy's: after the rewards
+            dt += spec.catchup_time(cost, b, behind, ctx)  # the switch's cost, not the strategy's: after the rewards
             behind = 0
             strategies[str(s)] += 1
             sd_iters += 1
