@@ -791,25 +791,29 @@ VALIDATE = [
       in two processes at once (`--processes 2`), as a run's two workers share the machine.
     * Replayed with it, the simulator predicts the runs: rollout +9.4% (verl) and +8.0% (tlt),
       median per-step rollout error 9.3% and 6.3% on these 5-step runs, SD share 6.7% against 8.1%
-      measured, idle fractions within 1 point, drafter training -4%.
+      measured, idle fractions within 1 point, drafter training +7% (the replay lets each spot
+      trainer finish its batch in progress at the barrier and charges it no load time, as the real
+      trainer does).
     * The training phases follow the run's GRPO: each worker updates on its own responses in
       padded, length-sorted micro-batches and waits at the gradient all-reduce for the slowest,
       so the replay (`rl.balance_train = false`, `rl.micro_batch_tokens`) charges the slowest
-      worker's padded tokens: reward stage -0.7% / -7%, update +0.6% / +5%, makespan +5.3% / +4.7%.
+      worker's padded tokens: reward stage -0.7% / -7%, update +0.6% / +5%, makespan +5.3% / +6.8%.
       Not modelled: the tlt run's weight sync (averaging the spot-trained drafters and sharing the
-      step's samples, 0.08 s over 5 steps).
+      step's samples, 0.08 s over 5 steps in this run; the sharing has since become 4x cheaper,
+      benchmarks/results/bench_share.txt).
     * The speedup check: on this CPU tlt ran at 0.86x of verl's speed (speculating made 0.25-0.58x of
       plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
-      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.86x
-      (+0.6%).
-    * These are one pair of short runs on a shared VM whose speed drifts by 10-25% from minute to
-      minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py` did
-      worse for tlt: in calm recordings per-step errors 3-12% (verl) but 12-21% (tlt), speedup
-      errors +7% to +21%, partly because a tlt worker's plain decode iterations ran 5-13% above the
-      profile against 0-9% for a verl worker's, for reasons not found (benchmarks/results/NOTES.md
-      lists what was measured and ruled out). These traces predate the engine's preallocated KV
-      cache: in them, each plain iteration of a batch whose rows differ in length (after a
-      speculative iteration) also moved KV slots, which the profile's aligned batches do not time.
+      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.84x
+      (-1.4%).
+    * These are one pair of short runs on a shared VM whose speed drifts by 10-40% from minute to
+      minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py`, 8
+      recordings on 2026-11-30: median per-step rollout error 2-34% (verl) and 5-29% (tlt) with the
+      profile as measured, speedup error within 15% in 14 of 16 pairs; the last recording (the
+      current code) 12.8% / 13.4% and 10.6% / 15.9%, speedup -4.7% and +1.2%. Runs now time a fixed
+      decode iteration before every step (`speed_probe_s`), and `tltsim validate --speed` scales the
+      profile by it step by step: the same last recording then gives 8.9% / 6.7% and 2.0% / 8.0%,
+      speedup -4.7% and +4.9% (benchmarks/results/NOTES.md). These shipped runs predate the speed
+      probe, so `--speed` does not apply to them.
 
     So on this machine the simulator predicts the rollout, where the policies differ, the training
     phases and the comparison, to within the machine's own run-to-run variation.
