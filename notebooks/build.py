@@ -667,7 +667,7 @@ VALIDATE = [
         torch.set_num_threads(2)
         # the profile the cost model is fitted to: a small grid, the strategies the tlt run uses
         profile(load_target(TINY_MODEL), batches=[1, 4], contexts=[16], strategies=["4_2_8", "4_1_4"], repeats=2,
-                train_tokens=(256, 1024)).to_csv(work / "profile.csv", index=False)
+                train_rows=(4, 16)).to_csv(work / "profile.csv", index=False)
         tiny = RunConfig(workers=2, steps=TINY_STEPS, model=TINY_MODEL, prompts=4, group=2, max_new_tokens=48,
                          warmup_steps=10, warmup_prompts=8, probe=2)
         launch(replace(tiny, policy="verl"), work / "verl")
@@ -707,7 +707,7 @@ VALIDATE = [
     """),
     code("""
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    for (kind, g), color in zip(res.groupby("kind"), ["#2c7bb6", "#7b3294", "#1a9641"]):
+    for (kind, g), color in zip(res.groupby("kind"), ["#2c7bb6", "#7b3294", "#1a9641", "#d7191c"]):
         ax.scatter(g["measured_s"] * 1e3, g["predicted_s"] * 1e3, s=14, color=color, label=kind, alpha=0.8)
     lim = [res[["measured_s", "predicted_s"]].min().min() * 1e3 * 0.8, res[["measured_s", "predicted_s"]].max().max() * 1e3 * 1.2]
     ax.plot(lim, lim, "k--", lw=1)
@@ -729,6 +729,34 @@ VALIDATE = [
     """),
     code("""
     pd.Series(v.speedup, name="speedup of the second run over the first")
+    """),
+    md("""
+    ### The machine's speed
+
+    A profile is measured at one minute and the runs at others; a shared machine's speed drifts by
+    tens of percent between minutes. Every run times a fixed plain decode iteration of its target
+    before each step (`speed_probe_s` in its steps table); `validate(..., speed=True)` (`tltsim
+    validate --speed`) scales the profile's times, step by step, by that probe over the fitted
+    model's time for the same iteration (the median of the 5 steps around each, so a momentary
+    spike does not count). Below: the speed factor per step, and the headline errors both ways.
+    """),
+    code("""
+    from tltsim.validate import speed_factors
+
+    probed = all("speed_probe_s" in r.steps for r in measured.values())
+    if not probed:
+        print("these runs predate the speed probe (steps column speed_probe_s): nothing to scale by")
+    # how much slower than the profile the machine ran each step (1: as fast)
+    pd.DataFrame({name: speed_factors(r, cost) for name, r in measured.items()} if probed else {}).rename_axis("step")
+    """),
+    code("""
+    rows = {}
+    for label, val in (("profile as measured", v), ("x speed probe", validate(RUNS, PROFILE, speed=True) if probed else None)):
+        if val is not None:
+            per = val.overall.set_index(["run", "metric"])["error"]
+            rows[label] = {**{f"per-step rollout |error|, {run}": per[(run, "median |error| of per-step rollout")]
+                              for run in val.overall["run"].unique()}, "speedup error": val.speedup["error"]}
+    pd.DataFrame(rows)
     """),
     code("""
     per_step = v.per_step.pivot_table(index=["run", "step"], columns="metric", values=["measured", "predicted"],
@@ -785,35 +813,33 @@ VALIDATE = [
     md("""
     ## Reading the numbers (the recorded CPU runs, 5 steps each)
 
-    * The fitted cost model matches the profiled iterations of this CPU closely: median error -1.0%
-      on plain decode rows, -0.2% on speculative ones, +1.7% on prefills, within about +-33% for
-      every row (section 2). The profile times iterations through the rollout loop with one thread,
-      in two processes at once (`--processes 2`), as a run's two workers share the machine.
-    * Replayed with it, the simulator predicts the runs: rollout +9.4% (verl) and +8.0% (tlt),
-      median per-step rollout error 9.3% and 6.3% on these 5-step runs, SD share 6.7% against 8.1%
-      measured, idle fractions within 1 point, drafter training +7% (the replay lets each spot
-      trainer finish its batch in progress at the barrier and charges it no load time, as the real
-      trainer does).
+    * The fitted cost model matches the profiled iterations of this CPU closely: median error -3.5%
+      on plain decode rows, +0.9% on speculative ones, +0.1% on prefills and -1.4% on the drafter's
+      catch-ups (section 2). The profile times iterations through the rollout loop with one thread,
+      in two processes that start each measurement together (`--processes 2`), as a run's two
+      workers share the machine, and samples tokens as the runs do.
+    * Replayed with it, the simulator predicts the runs: rollout +14.2% (verl) and +5.1% (tlt),
+      median per-step rollout error 8.4% and 3.0%, SD share 7.1% against 8.3% measured, idle
+      fractions within 2 points, drafter training -0.5% (the replay lets each spot trainer finish its
+      batch in progress at the barrier and charges it no load time, as the real trainer does).
     * The training phases follow the run's GRPO: each worker updates on its own responses in
       padded, length-sorted micro-batches and waits at the gradient all-reduce for the slowest,
       so the replay (`rl.balance_train = false`, `rl.micro_batch_tokens`) charges the slowest
-      worker's padded tokens: reward stage -0.7% / -7%, update +0.6% / +5%, makespan +5.3% / +6.8%.
-      Not modelled: the tlt run's weight sync (averaging the spot-trained drafters and sharing the
-      step's samples, 0.08 s over 5 steps in this run; the sharing has since become 4x cheaper,
-      benchmarks/results/bench_share.txt).
-    * The speedup check: on this CPU tlt ran at 0.86x of verl's speed (speculating made 0.25-0.58x of
+      worker's padded tokens: reward stage -1.2% / -5.4%, update +3.3% / +4.1%, makespan +8.9% /
+      +5.4%. Not modelled: the tlt run's weight sync (averaging the spot-trained drafters and sharing
+      the step's samples, 0.04 s over 5 steps).
+    * The speedup check: on this CPU tlt ran at 0.85x of verl's speed (speculating made 0.25-0.57x of
       plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
-      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.84x
-      (-1.4%).
+      plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.88x
+      (+3.3%).
+    * The machine ran these runs 5-13% faster than the profile says (the speed factors); scaled by
+      them, the per-step errors are 2.5% (verl) and 6.1% (tlt), the speedup +4.3%.
     * These are one pair of short runs on a shared VM whose speed drifts by 10-40% from minute to
       minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py`, 8
       recordings on 2026-11-30: median per-step rollout error 2-34% (verl) and 5-29% (tlt) with the
-      profile as measured, speedup error within 15% in 14 of 16 pairs; the last recording (the
-      current code) 12.8% / 13.4% and 10.6% / 15.9%, speedup -4.7% and +1.2%. Runs now time a fixed
-      decode iteration before every step (`speed_probe_s`), and `tltsim validate --speed` scales the
-      profile by it step by step: the same last recording then gives 8.9% / 6.7% and 2.0% / 8.0%,
-      speedup -4.7% and +4.9% (benchmarks/results/NOTES.md). These shipped runs predate the speed
-      probe, so `--speed` does not apply to them.
+      profile as measured, speedup error within 15% in 14 of 16 pairs; with `--speed`, per-step
+      errors under 10% in 22 of 32 runs and the speedup within 15% in 15 of 16 pairs
+      (benchmarks/results/NOTES.md).
 
     So on this machine the simulator predicts the rollout, where the policies differ, the training
     phases and the comparison, to within the machine's own run-to-run variation.
