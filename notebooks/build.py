@@ -820,20 +820,20 @@ VALIDATE = [
       workers share the machine, and samples tokens as the runs do.
     * Replayed with it, the simulator predicts the runs: rollout +14.2% (verl) and +5.1% (tlt),
       median per-step rollout error 8.4% and 3.0%, SD share 7.1% against 8.3% measured, idle
-      fractions within 2 points, drafter training -0.5% (the replay lets each spot trainer finish its
+      fractions within 2 points, drafter training +1.7% (the replay lets each spot trainer finish its
       batch in progress at the barrier and charges it no load time, as the real trainer does).
     * The training phases follow the run's GRPO: each worker updates on its own responses in
       padded, length-sorted micro-batches and waits at the gradient all-reduce for the slowest,
       so the replay (`rl.balance_train = false`, `rl.micro_batch_tokens`) charges the slowest
       worker's padded tokens: reward stage -1.2% / -5.4%, update +3.3% / +4.1%, makespan +8.9% /
-      +5.4%. Not modelled: the tlt run's weight sync (averaging the spot-trained drafters and sharing
+      +6.0%. Not modelled: the tlt run's weight sync (averaging the spot-trained drafters and sharing
       the step's samples, 0.04 s over 5 steps).
     * The speedup check: on this CPU tlt ran at 0.85x of verl's speed (speculating made 0.25-0.57x of
       plain decoding's tokens per second at every batch size, so the guard tried each size, decoded
       plainly otherwise, and tried again when its refusals expired); the simulator predicts 0.88x
-      (+3.3%).
+      (+2.8%).
     * The machine ran these runs 5-13% faster than the profile says (the speed factors); scaled by
-      them, the per-step errors are 2.5% (verl) and 6.1% (tlt), the speedup +4.3%.
+      them, the per-step errors are 2.5% (verl) and 6.1% (tlt), the speedup +3.7%.
     * These are one pair of short runs on a shared VM whose speed drifts by 10-40% from minute to
       minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py`, 8
       recordings on 2026-11-30: median per-step rollout error 2-34% (verl) and 5-29% (tlt) with the

@@ -59,9 +59,10 @@ COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "
 def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128, 256),
             strategies=tuple(str(s) for s in DEFAULT_ARMS) + ("4_1_4",), repeats: int = 3,
             train_rows=(4, 16, 64), task: GcdTask | None = None, seed: int = 0, progress=None,
-            sampling: SamplingParams = RUN_SAMPLING) -> pd.DataFrame:
+            sampling: SamplingParams = RUN_SAMPLING, train_seed: int | None = None) -> pd.DataFrame:
     """Time the engine's iterations over a grid, and training on batches of `train_rows` sequences as long
-    as the reference solutions of `task`'s problems (default: the default GcdTask); returns COLUMNS."""
+    as the reference solutions of `task`'s problems (default: the default GcdTask), drawn with `train_seed`
+    (default `seed`); returns COLUMNS."""
     rng = np.random.default_rng(seed)
     drafter = drafter or Drafter.for_target(target, seed=seed)
     vocab = target.get_output_embeddings().weight.shape[0]
@@ -84,8 +85,9 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
         if progress:
             progress(i + 1, len(grid))
     task = task or GcdTask()
-    sequences = [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(rng, 256)]
-    rows += _time_training(target, drafter, sequences, train_rows, repeats, rng)
+    train_rng = np.random.default_rng(seed if train_seed is None else train_seed)
+    sequences = [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(train_rng, 256)]
+    rows += _time_training(target, drafter, sequences, train_rows, repeats, train_rng)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -106,7 +108,9 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
     processes at once, each with `threads` torch threads and seed `seed + rank`, as a run's workers share the
     machine: in a gloo process group, so each grid cell and each training measurement starts on every process
     together (on a CPU they contend for cores and memory bandwidth as a run's workers do) and GRPO's update
-    all-reduces its gradients as a run's does. Every process's rows, rank 0's first; rank 0 prints its progress."""
+    all-reduces its gradients as a run's does. Every process trains on batches of the same sizes (drawn with
+    `seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
+    Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
         return _profile_rank(0, model, device, threads, seed, kw)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
@@ -121,12 +125,13 @@ def _profile_rank(rank, model, device, threads, seed, kw, out_dir=None, world=1,
     try:
         task = GcdTask.load(model) if os.path.isfile(os.path.join(model, TASK_FILE)) else GcdTask()
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
-        df = profile(load_target(model, device), task=task, seed=seed + rank, progress=progress, **kw)
+        df = profile(load_target(model, device), task=task, seed=seed + rank, progress=progress, train_seed=seed, **kw)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
+        if world > 1:
+            dist.barrier()  # no rank leaves while another still talks (not after a failure: it would wait forever)
     finally:
         if world > 1:
-            dist.barrier()  # no rank leaves while another still talks
             dist.destroy_process_group()
     return df
 

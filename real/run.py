@@ -206,8 +206,8 @@ def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str)
 def all_gather_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]], hidden: int, dtype, device) -> list[list]:
     """Every rank's (tokens [n], features [n - 1, hidden]) pairs, on the CPU, rank by rank, through two tensor
     all-gathers: the sizes, then one flat buffer a rank (lengths, tokens and features, in float: token ids and
-    lengths are exact there), padded to the largest. A pickled all_gather_object of the pairs took twice as
-    long (benchmarks/bench_share.py)."""
+    lengths below 2**24 are exact there, which every vocabulary is), padded to the largest. A pickled
+    all_gather_object of the pairs took 4x as long (benchmarks/results/bench_share.txt)."""
     world = dist.get_world_size()
     wire = torch.float64 if dtype == torch.float64 else torch.float32  # what every backend all-gathers
 

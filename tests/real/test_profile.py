@@ -45,8 +45,9 @@ def test_profile_in_two_processes_keeps_both_timings(tmp_path):
     assert main(["real", "profile", *grid, "-o", str(one)]) == 0
     df, single = read_profile(out), read_profile(one)
     assert len(df) == 2 * len(single)
-    # rank 0 ran with --seed 0 as the single process did, rank 1 with seed 1: training batches of other lengths
+    # both ranks train on batches of the sizes the single process (--seed 0) drew: in the gradient all-reduce
+    # neither waits for a larger batch, so each train row's time is its own size's
     first, second = df.iloc[: len(single)], df.iloc[len(single):]
-    assert first[first.kind == "train"].tokens.tolist() == single[single.kind == "train"].tokens.tolist()
-    assert second[second.kind == "train"].tokens.tolist() != single[single.kind == "train"].tokens.tolist()
+    for rows in (first, second):
+        assert rows[rows.kind == "train"].tokens.tolist() == single[single.kind == "train"].tokens.tolist()
     assert main(["real", "profile", *grid, "--processes", "0", "-o", str(out)]) == 2

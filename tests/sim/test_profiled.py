@@ -90,5 +90,11 @@ def test_bad_profiles_get_clear_errors(tmp_path):
     df.to_csv(f, index=False)
     with pytest.raises(TltsimError, match="row 3, column 'seconds': 'fast' is not a non-negative number"):
         read_profile(f)
+    df = synthetic_profile()
+    i = int(df.index[df.kind == "catchup"][0])
+    df.loc[i, "batch"] = 0
+    df.to_csv(f, index=False)
+    with pytest.raises(TltsimError, match=f"row {i + 1}, column 'batch': 0 for a catchup row"):
+        read_profile(f)
     with pytest.raises(TltsimError, match="no decode rows"):
         Profiled.fit(synthetic_profile().query("kind != 'decode'"))

@@ -84,7 +84,7 @@ class Profiled:
         return cls(c, **kw)
 
     def residuals(self, profile: pd.DataFrame) -> pd.DataFrame:
-        """Predicted vs measured seconds for every decode / spec / prefill row of a profile."""
+        """Predicted vs measured seconds for every decode / spec / catchup / prefill row of a profile."""
         out = []
         for r in profile.itertuples(index=False):
             if r.kind == "decode":
@@ -177,6 +177,11 @@ def read_profile(path: str | Path) -> pd.DataFrame:
     if num.isna().any().any() or (num < 0).any().any():
         i, col = next((i, c) for c in REQUIRED[1:] for i in range(len(df)) if not (num[c].iloc[i] >= 0))
         raise TltsimError(f"{path}, row {i + 1}, column {col!r}: {df[col].iloc[i]!r} is not a non-negative number")
+    unbatched = (df["kind"].isin(["decode", "spec", "catchup"]) & (num["batch"] < 1)).to_numpy()
+    if unbatched.any():
+        i = int(np.flatnonzero(unbatched)[0])
+        raise TltsimError(f"{path}, row {i + 1}, column 'batch': {df['batch'].iloc[i]} for a {df['kind'].iloc[i]} "
+                          "row; an engine iteration has at least one row in its batch")
     return pd.concat([df[["kind"]], num], axis=1)
 
 

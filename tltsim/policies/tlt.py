@@ -201,11 +201,12 @@ class Speculative(Policy):
             guard=self.guards[engine],
         )
 
-    def _stop_time(self, start: float, t: float, load: float, data, tokens_per_s: float) -> float:
+    def _stop_time(self, start: float, t: float, load: float, seq_len: float, tokens_per_s: float) -> float:
         """When a trainer that started at `start` (loading the drafter for `load` s, then batches of
-        `drafter_batch` samples of the buffer's mean length) is free after being told at `t` to stop: at `t`
-        while loading or with drafter_batch 0, else at the end of the batch in progress."""
-        batch_s = self.k.drafter_batch * max(data.mean_length, 1.0) / tokens_per_s if tokens_per_s > 0 else 0.0
+        `drafter_batch` sequences of `seq_len` tokens, prompt included, as the drafter's training throughput
+        counts them) is free after being told at `t` to stop: at `t` while loading or with drafter_batch 0,
+        else at the end of the batch in progress."""
+        batch_s = self.k.drafter_batch * max(seq_len, 1.0) / tokens_per_s if tokens_per_s > 0 else 0.0
         trained = t - start - load
         if batch_s <= 0 or trained <= 0:
             return t
@@ -222,7 +223,9 @@ class Speculative(Policy):
         tp = self.sim.cfg.cluster.tp
         per_worker_tps = float(self.sim.cost.drafter_train_tokens_per_s(tp))
         load = getattr(getattr(self.drafter, "config", None), "load_s", 0.0)
-        spans = {w: (a, self._stop_time(a, t, load, data, per_worker_tps)) for w, a in self.train_start.items() if t > a}
+        seq_len = data.mean_length + (float(np.mean(df["prompt_len"])) if len(df["prompt_len"]) else 0.0)
+        spans = {w: (a, self._stop_time(a, t, load, seq_len, per_worker_tps)) for w, a in self.train_start.items()
+                 if t > a}
         useful = sum(max(0.0, (b - a) - load - CHECKPOINT_S) for a, b in spans.values())
         tokens = useful * per_worker_tps
         samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
