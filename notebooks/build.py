@@ -835,10 +835,10 @@ VALIDATE = [
     * The machine ran these runs 5-13% faster than the profile says (the speed factors); scaled by
       them, the per-step errors are 2.5% (verl) and 6.1% (tlt), the speedup +3.7%.
     * These are one pair of short runs on a shared VM whose speed drifts by 10-40% from minute to
-      minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py`, 8
-      recordings on 2026-11-30: median per-step rollout error 2-34% (verl) and 5-29% (tlt) with the
-      profile as measured, speedup error within 15% in 14 of 16 pairs; with `--speed`, per-step
-      errors under 10% in 22 of 32 runs and the speedup within 15% in 15 of 16 pairs
+      minute (and whose two cores differ). The 10-step runs of `benchmarks/bench_validate.py`, 9
+      recordings on 2026-11-30: median per-step rollout error 2-35% (verl) and 5-30% (tlt) with the
+      profile as measured, speedup error within 15% in 16 of 18 pairs; with `--speed`, per-step
+      errors under 10% in 23 of 36 runs and the speedup within 15% in 17 of 18 pairs
       (benchmarks/results/NOTES.md).
 
     So on this machine the simulator predicts the rollout, where the policies differ, the training
