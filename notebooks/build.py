@@ -751,7 +751,8 @@ VALIDATE = [
     """),
     code("""
     rows = {}
-    for label, val in (("profile as measured", v), ("x speed probe", validate(RUNS, PROFILE, speed=True) if probed else None)):
+    scaled = validate(RUNS, PROFILE, speed=True) if probed else None
+    for label, val in (("profile as measured", v), ("x speed probe", scaled)):
         if val is not None:
             per = val.overall.set_index(["run", "metric"])["error"]
             rows[label] = {**{f"per-step rollout |error|, {run}": per[(run, "median |error| of per-step rollout")]

@@ -442,8 +442,8 @@ class Worker:
         reports = [None] * self.world if self.rank == 0 else None
         dist.gather_object(report, reports, dst=0)
         if self.rank == 0:
-            self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed, "grpo_loss": stats["loss"],
-                                                  "grpo_clip_frac": stats["clip_frac"]})
+            self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed,
+                                                  "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"]})
             self.recorder.save(self.out)
         self._checkpoint(step)
 
@@ -519,8 +519,8 @@ class Worker:
         n = self.config.speed_probe
         if n == 0:
             return float("nan")
-        total = torch.tensor([speed_probe(self.target, n, _seed(self.config.seed, 998), self.sampling)], dtype=torch.float64,
-                             device=self.device)
+        seconds = speed_probe(self.target, n, _seed(self.config.seed, 998), self.sampling)
+        total = torch.tensor([seconds], dtype=torch.float64, device=self.device)
         all_reduce_tensors([total])
         return float(total[0]) / self.world
 

@@ -42,6 +42,7 @@ FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not re
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
 SPEED_BATCH, SPEED_CONTEXT = 8, 64  # real.profile.speed_probe: its batch and prompt length
+SPEED_WINDOW = 5  # steps whose speed probes speak for a step's speed (centred; fewer at the run's ends)
 
 
 def step_metrics(result: Result) -> pd.DataFrame:
@@ -90,9 +91,6 @@ def speed_reference(cost, iterations: int) -> float:
     SPEED_BATCH, after prompts of SPEED_CONTEXT tokens: the batch then holds SPEED_CONTEXT + (iterations+1)/2
     tokens a row)."""
     return float(cost.decode_time(SPEED_BATCH, SPEED_BATCH * (SPEED_CONTEXT + (iterations + 1) / 2)))
-
-
-SPEED_WINDOW = 5  # steps whose speed probes speak for a step's speed (centred; fewer at the run's ends)
 
 
 def speed_factors(result: Result, cost, where: str = "run") -> dict[int, float]:

@@ -17,7 +17,6 @@ drafter trains on them, then drifts with the policy update.
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
