@@ -1,46 +1,59 @@
-"""The notebooks run as shipped and are what notebooks/build.py writes.
+"""The notebooks are in step with their sources and run as shipped.
 
-Each committed notebook is executed top to bottom in a fresh kernel (nbclient), on a temporary
-copy, with notebooks/ as the working directory, as a user opening it would; any cell error fails.
-Every notebook's tables must come out as committed: their written conclusions quote them.
+A notebook's source is `notebooks/NN_name.py` (jupytext percent format); the `.ipynb` beside it is generated
+from it and executed by `jupytext --sync --execute notebooks/NN_name.py`. The fast tests check that every
+source has its notebook, that the two hold the same cells (so an edit to one without regenerating the other
+fails), and that the notebook was committed executed, with inline figures. The slow ones execute each
+committed notebook top to bottom in a fresh kernel (nbclient), on a temporary copy, with notebooks/ as the
+working directory, as a user opening it would; any cell error fails, and its tables and the prose it writes
+from them must come out as committed.
 """
-import importlib.util
 import shutil
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
+from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
+NAMES = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+TIMEOUT_S = 600  # per cell; the default parameters need a small fraction of it
 
 
-def _build():
-    spec = importlib.util.spec_from_file_location("notebooks_build", NOTEBOOKS / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _regenerate(name: str) -> str:
+    return f"`jupytext --sync --execute notebooks/{name}.py`"
 
 
-build = _build()
-NAMES = list(build.NOTEBOOKS)
+def _cells(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
+    return [(c.cell_type, c.source, list(c.metadata.get("tags", []))) for c in nb.cells]
 
 
-def test_every_notebook_is_built_and_committed():
+def test_every_source_has_its_notebook():
     assert NAMES == ["01_traces", "02_compare_policies", "03_tune_tlt", "04_validate"]
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_committed_cells_are_what_build_writes_with_outputs(name):
+def test_notebook_is_its_source_executed(name):
     committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    built = build.notebook(name)
-    assert [(c.id, c.cell_type, c.source) for c in committed.cells] == [(c.id, c.cell_type, c.source) for c in built.cells]
+    assert committed.metadata["jupytext"]["formats"] == "ipynb,py:percent", f"{name}.ipynb is not paired with its .py"
+    assert _cells(committed) == _cells(jupytext.read(NOTEBOOKS / f"{name}.py")), (
+        f"{name}.ipynb is not what {name}.py holds: edit the .py, then run {_regenerate(name)}")
     code = [c for c in committed.cells if c.cell_type == "code"]
-    assert all(c.execution_count is not None for c in code), "commit the notebook executed (build.py --execute)"
+    assert all(c.execution_count is not None for c in code), f"commit the notebook executed: {_regenerate(name)}"
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
     assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), "figures are inline"
     assert (NOTEBOOKS / f"{name}.ipynb").stat().st_size < 1_500_000
+
+
+def test_an_edited_source_is_out_of_step(tmp_path):
+    source = (NOTEBOOKS / "01_traces.py").read_text()
+    edited = tmp_path / "01_traces.py"
+    edited.write_text(source.replace("# ## 1. A shipped trace", "# ## 1. A trace", 1))
+    committed = nbformat.read(NOTEBOOKS / "01_traces.ipynb", as_version=4)
+    assert _cells(jupytext.read(edited)) != _cells(committed)
 
 
 @pytest.mark.slow
@@ -49,17 +62,21 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
     copy = tmp_path / f"{name}.ipynb"
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", copy)
     nb = nbformat.read(copy, as_version=4)
-    build.execute(nb)  # cwd notebooks/; raises CellExecutionError on the first failing cell
+    # cwd notebooks/; raises CellExecutionError on the first failing cell
+    NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     nbformat.write(nb, copy)
     assert all(c.execution_count is not None for c in nb.cells if c.cell_type == "code")
     # deterministic: seeded simulations, and 04's replay of the recorded runs (traces/real_*) with their profile
     committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    assert _tables(nb) == _tables(committed), (
-        f"{name}: the tables differ from the committed notebook's; rerun `python notebooks/build.py --execute "
-        f"{name}` and check the notebook's written text against the new numbers")
+    assert _results(nb) == _results(committed), (
+        f"{name}: the tables or the prose written from them differ from the committed notebook's; rerun "
+        f"{_regenerate(name)}")
 
 
-def _tables(nb) -> list[str]:
-    """The text of every cell's result value (tables, series); prints, which carry timings, are left out."""
-    return [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code"
-            for o in c.outputs if o.output_type == "execute_result" and "image/png" not in o["data"]]
+def _results(nb: nbformat.NotebookNode) -> list[str]:
+    """Every cell's result value (tables, series) and the prose it writes (Markdown); prints, which carry
+    timings, are left out."""
+    return [o["data"]["text/markdown"] if "text/markdown" in o["data"] else o["data"]["text/plain"]
+            for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type in ("execute_result", "display_data") and "image/png" not in o["data"]
+            and (o.output_type == "execute_result" or "text/markdown" in o["data"])]
