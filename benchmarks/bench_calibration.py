@@ -1,4 +1,4 @@
-"""Cost and acceptance models against DESIGN.md's published figures, cell by cell, in one run.
+"""Cost and acceptance models against the published figures of docs/design.md#calibration-figures, cell by cell, in one run.
 
     python benchmarks/bench_calibration.py | tee benchmarks/results/bench_calibration.txt
 
@@ -23,7 +23,7 @@ SPEEDUP = {16: [3.22, 3.08, 3.01, 2.73, 2.67, 2.48], 32: [3.46, 3.28, 3.09, 2.63
            48: [3.56, 3.39, 3.13, 2.51, 2.24, 1.90], 64: [3.62, 3.38, 2.98, 2.27, 1.91, 1.70]}
 BATCH = [1, 2, 4, 8, 16, 32]
 DECODE = {"h100": (165, 430), "a100": (93, 259), "b200": (260, 605)}
-CTX = 8192  # context per request assumed for the grid (DESIGN.md does not give it)
+CTX = 8192  # context per request assumed for the grid (docs/design.md#sd-speedup-grid does not give it)
 ACC = AcceptanceModel()
 
 
@@ -81,7 +81,7 @@ def main() -> None:
         s = DEFAULT_ARMS[0]
         t_sd = (s.depth * float(c.draft_time(1, s.topk)) + float(c.verify_time(1, s.verify + 1, 1000))) * 1e3
         print(f"   {g:5s} {cells[0]:>8s} {cells[1]:>9s}   plain {t_dec:.2f} ms, SD ({s}) {t_sd:.2f} ms")
-    print("   (\">N\": SD still wins when the KV cache is full; DESIGN.md: SD slower on H20, 8.45 vs 3.9 ms/step at bs 1)")
+    print("   (\">N\": SD still wins when the KV cache is full; docs/design.md#single-stream-decode: SD slower on H20, 8.45 vs 3.9 ms/step at bs 1)")
 
 if __name__ == "__main__":
     main()

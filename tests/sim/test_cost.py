@@ -4,7 +4,7 @@ from tltsim.cost import CostParams, Roofline
 from tltsim.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model, preset_names
 
-# DESIGN.md single-stream decode without SD, Qwen2.5-7B (tokens/s)
+# docs/design.md#single-stream-decode: single-stream decode without SD, Qwen2.5-7B (tokens/s)
 MEASURED = {"h100": 165, "a100": 93}
 
 

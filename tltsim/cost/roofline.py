@@ -14,7 +14,7 @@ ridge point: the break-even comes out of the hardware numbers, not a constant.
 Both terms of the max are linear in the context C, and C grows by a fixed amount
 per iteration between batch changes, so the time of n iterations is a sum of
 the max of two arithmetic series: `segment_time` evaluates it in closed form,
-vectorised over segments (DESIGN.md "events at batch changes").
+vectorised over segments (docs/design.md#events-at-batch-changes).
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ class CostParams:
     """Efficiency factors.
 
     Calibration (benchmarks/bench_calibration.py): eta_bw and iteration_overhead_s put Qwen2.5-7B bs-1 decode
-    on H100 / A100 near DESIGN.md's measured 165 / 93 tok/s; eta_flops, draft_overhead_s and overlap are fitted
-    (least squares on log speedup) to DESIGN.md's SD speedup grid (Qwen2.5-32B, TP 4, H100, depth 12, top-k 8,
+    on H100 / A100 near the measured (docs/design.md#single-stream-decode) 165 / 93 tok/s; eta_flops, draft_overhead_s and overlap are fitted
+    (least squares on log speedup) to the SD speedup grid (docs/design.md#sd-speedup-grid) (Qwen2.5-32B, TP 4, H100, depth 12, top-k 8,
     bs 1-32, verify 16-64) at an assumed 8k-token context per request. The fit prefers overlap = 0: measured
     verify steps behave as memory time plus compute time, not their max.
     """

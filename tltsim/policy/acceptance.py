@@ -43,7 +43,7 @@ import numpy as np
 from tltsim.errors import TltsimError
 from tltsim.policy.strategy import Strategy
 
-# DESIGN.md accepted-length table (TLT, Qwen2.5-32B, TP=4, H100, bs 1). The
+# docs/design.md#accepted-length table (TLT, Qwen2.5-32B, TP=4, H100, bs 1). The
 # source does not name the top-k of these runs; we take 8, the top-k of its
 # speedup-vs-batch grid.
 PUBLISHED_ACCEPTED: Mapping[Strategy, float] = {
@@ -141,7 +141,7 @@ def fit(cells: Mapping[Strategy, float], start=(Q_TRAINED, DELTA, BETA)):
     """Fit (q, delta, beta) to measured mean accepted lengths by least squares on their logs.
 
     `cells` maps a strategy to its measured mean accepted length, all at one
-    drafter quality (e.g. the DESIGN table, or `real/` measurements). Returns
+    drafter quality (e.g. the docs/design.md#accepted-length table, or `real/` measurements). Returns
     ``(q, AcceptanceModel(delta, beta))``. Uses one Nelder-Mead run from `start`.
     """
     from scipy.optimize import minimize

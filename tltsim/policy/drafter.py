@@ -35,7 +35,7 @@ Q_NGRAM = 0.39676
 class DrafterConfig:
     """Parameters of the drafter-quality model (defaults: a well-trained EAGLE drafter)."""
 
-    q_start: float = Q_TRAINED    # quality when RL starts: drafter trained before RL (DESIGN table)
+    q_start: float = Q_TRAINED    # quality when RL starts: drafter trained before RL (docs/design.md#accepted-length)
     q_max: float = Q_TRAINED      # learning-curve asymptote: training cannot beat the pre-RL drafter
     drift: float = 0.01           # quality lost per policy update (assumed; no per-step data in TLT)
     q_floor: float = Q_STATIC_RL  # a stale drafter settles here: TLT's static 4.59 at 8_4_48

@@ -1,6 +1,6 @@
 """The trace: one row per generated response, plus metadata.
 
-Columns (DESIGN.md "one record schema"):
+Columns (docs/design.md#one-record-schema):
 
     step          int   RL step the response belongs to (0-based, need not be contiguous)
     prompt_id     int   prompt within the step; a prompt's `group_size` samples share it

@@ -52,7 +52,7 @@ def _dapo(z: np.ndarray, p: dict) -> np.ndarray:
     """Family "dapo": length = median * exp(sigma z + h max(z, 0)^q).
 
     Models DAPO text GRPO rollouts (96 prompts x 8 samples): per step median 436-496,
-    p90 956-1129, p99 1.9k-3.0k, max 3.7k-10.1k tokens (DESIGN.md). Parameters: `median`
+    p90 956-1129, p99 1.9k-3.0k, max 3.7k-10.1k tokens (docs/design.md#response-length-shapes). Parameters: `median`
     466, `sigma` 0.5903, `h` 0.02295, `q` 3: with q fixed, the other three solve median
     466, p90 1042 and p99 2450, the midpoints of the published ranges; the max then lands
     in its range without being fitted. rho 0.4 (within-group correlation) is an assumption.
@@ -62,7 +62,7 @@ def _dapo(z: np.ndarray, p: dict) -> np.ndarray:
     return p["median"] * np.exp(p["sigma"] * z + p["h"] * np.maximum(z, 0.0) ** p["q"])
 
 
-# Intern-S1 fit (DESIGN.md): 385,024 production math rollouts, output lengths a
+# Intern-S1 fit (docs/design.md#response-length-shapes): 385,024 production math rollouts, output lengths a
 # 4-component Gaussian mixture. The weights as published sum to 0.99; they are normalised.
 INTERN_S1_WEIGHTS = np.array([0.36, 0.37, 0.07, 0.19])
 INTERN_S1_MEANS = np.array([4959.0, 9175.0, 12720.0, 17655.0])
@@ -88,7 +88,7 @@ def _mixture_table() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _mixture(z: np.ndarray, p: dict) -> np.ndarray:
-    """Family "mixture": the Intern-S1 4-component Gaussian mixture (DESIGN.md).
+    """Family "mixture": the Intern-S1 4-component Gaussian mixture (docs/design.md#response-length-shapes).
 
     Models long math reasoning rollouts: fitted to 385,024 production rollouts, weights
     .36/.37/.07/.19, means 4959/9175/12720/17655, std 2192/3416/6067/5267 tokens
