@@ -19,6 +19,11 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Regenerates every notebook's .ipynb from its jupytext source notebooks/NN_name.py and executes it (a minute or
+# two on 2 CPU cores); one notebook: $(BIN)/jupytext --sync --execute notebooks/NN_name.py
+notebooks: setup
+	for nb in notebooks/[0-9][0-9]_*.py; do $(BIN)/jupytext --sync --execute $$nb || exit 1; done
+
 # Reruns every benchmark on this machine and rewrites benchmarks/results/bench_*.txt, each headed by when, at
 # which commit and under what load it ran (tens of minutes on 2 CPU cores; run it on an idle machine: the
 # timings are the data). What was learnt from a recording goes in benchmarks/results/NOTES.md, not in the .txt.
@@ -29,4 +34,4 @@ bench: setup
 	    $(BIN)/python benchmarks/bench_$$b.py; } > benchmarks/results/bench_$$b.txt || exit 1; \
 	done
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test notebooks bench
