@@ -237,9 +237,8 @@ import re
 
 from IPython.display import Markdown
 
-err = v.overall.set_index(["run", "metric"])["error"]
-mea = v.overall.set_index(["run", "metric"])["measured"]
-pre = v.overall.set_index(["run", "metric"])["predicted"]
+overall = v.overall.set_index(["run", "metric"])
+err, mea, pre = overall["error"], overall["measured"], overall["predicted"]
 base_run, tlt_run = v.overall["run"].unique()[:2]
 both = (base_run, tlt_run)
 policy = {run: run.split(" (")[0] for run in both}
@@ -259,6 +258,10 @@ def spec_over_plain(timeline: pd.DataFrame) -> pd.Series:
 
 
 ratio = spec_over_plain(list(measured.values())[-1].timeline)
+rates = (f"speculating made {ratio.min():.2f}-{ratio.max():.2f}x of plain decoding's tokens per second at each of "
+         f"the {len(ratio)} batch sizes it ran both at, so the guard tried each size, decoded plainly otherwise, and "
+         f"tried again when its refusals expired" if len(ratio) else "it never decoded plainly and speculatively at "
+         "one batch size, so the two rates cannot be set side by side")
 factors = pd.DataFrame({name: speed_factors(r, cost) for name, r in measured.items()}) if probed else None
 if factors is None:
     speed_text = "These runs carry no speed probe, so nothing scales them."
@@ -287,6 +290,17 @@ def within(s: pd.Series, limit: float) -> str:
     return f"{(s.abs() < limit).sum()} of {len(s)}"
 
 
+bench_text = (
+    f"Over the {len(rec)} recordings of `benchmarks/bench_validate.py` (10-step runs, two pairs each) in "
+    f"`benchmarks/results/NOTES.md`: median per-step rollout error "
+    f"{runs_of('as is', 'verl').min():.0f}-{runs_of('as is', 'verl').max():.0f}% (verl) and "
+    f"{runs_of('as is', 'tlt').min():.0f}-{runs_of('as is', 'tlt').max():.0f}% (tlt) with the profile as measured, "
+    f"speedup error within 15% in {within(runs_of('as is', 'speedup'), 15)} pairs; with `--speed`, per-step errors "
+    f"under 10% in {within(pd.concat([runs_of('x speed', 'verl'), runs_of('x speed', 'tlt')]), 10)} runs and the "
+    f"speedup within 15% in {within(runs_of('x speed', 'speedup'), 15)} pairs." if len(rec) else
+    "The repeated recordings of `benchmarks/bench_validate.py` are in `benchmarks/results/NOTES.md`.")
+
+
 steps_each = sorted({r.summary["steps"] for r in measured.values()})
 display(Markdown(f"""
 **{' and '.join(map(str, steps_each))} steps each.**
@@ -308,18 +322,11 @@ display(Markdown(f"""
   {pair('train_s')}, makespan {pair('makespan_s')}. Not modelled: the {policy[tlt_run]} run's weight sync
   (averaging the spot-trained drafters and sharing the step's samples, {mea[(tlt_run, 'sync_s')]:.2f} s in all).
 * The speedup check: on this CPU {policy[tlt_run]} ran at {v.speedup['measured']:.2f}x of
-  {policy[base_run]}'s speed (speculating made {ratio.min():.2f}-{ratio.max():.2f}x of plain decoding's tokens
-  per second at each of the {len(ratio)} batch sizes it ran both at, so the guard tried each size, decoded plainly
-  otherwise, and tried again when its refusals expired); the simulator predicts {v.speedup['predicted']:.2f}x
+  {policy[base_run]}'s speed ({rates}); the simulator predicts {v.speedup['predicted']:.2f}x
   ({v.speedup['error']:+.1%}).
 * {speed_text}
 * These are one pair of short runs on a shared VM whose speed drifts from minute to minute (and whose two cores
-  differ). Over the {len(rec)} recordings of `benchmarks/bench_validate.py` (10-step runs, two pairs each) in
-  `benchmarks/results/NOTES.md`: median per-step rollout error {runs_of('as is', 'verl').min():.0f}-{runs_of('as is', 'verl').max():.0f}% (verl)
-  and {runs_of('as is', 'tlt').min():.0f}-{runs_of('as is', 'tlt').max():.0f}% (tlt) with the profile as measured,
-  speedup error within 15% in {within(runs_of('as is', 'speedup'), 15)} pairs; with `--speed`, per-step errors
-  under 10% in {within(pd.concat([runs_of('x speed', 'verl'), runs_of('x speed', 'tlt')]), 10)} runs and the speedup
-  within 15% in {within(runs_of('x speed', 'speedup'), 15)} pairs.
+  differ). {bench_text}
 """))
 
 # %% [markdown]
