@@ -223,13 +223,15 @@ def threshold_text(size: float) -> str:
     peaks = {g: t[g].idxmax() for g in THRESHOLD_GPUS}  # the lowest threshold reaching the best speedup
     covers = {g: min([x for x in THRESHOLDS if x >= n], default=None) for g, n in per_engine.items()}
     where = "; ".join(f"{per_engine[g]:.0f} requests per engine at {g} GPUs: best from {peaks[g]}" for g in THRESHOLD_GPUS)
-    rule = ("at every cluster size the best threshold is the first one at or above the number of requests an "
-            "engine holds, so that SD runs from the first iterations" if peaks == covers else
+    rule = ("the best threshold is the first one at or above the number of requests an engine holds, so that SD "
+            "runs from the first iterations" if peaks == covers else
             "the best threshold is not always the first one at or above the requests an engine holds")
     main = t[GPUS]
+    sooner = ("Speculating sooner paid at every cluster size" if all(t[g].is_monotonic_increasing for g in THRESHOLD_GPUS)
+              else "Speculating sooner did not pay at every cluster size")
     left = ", ".join(f"{t[g].max() - t.loc[DEFAULT_THRESHOLD, g]:.2f}x at {g} GPUs" for g in THRESHOLD_GPUS)
     return (f"**The SD threshold** ({size:.2f}x): from {main.min():.2f}x at {main.idxmin()} to {main.max():.2f}x at "
-            f"{main.idxmax()} at {GPUS} GPUs. Speculating sooner paid at the batch sizes these engines reach: {rule} "
+            f"{main.idxmax()} at {GPUS} GPUs. {sooner}: {rule} "
             f"({where}). TLT's default of {DEFAULT_THRESHOLD} leaves {left}.")
 
 
@@ -260,8 +262,9 @@ def min_idle_text(size: float) -> str:
     top = m.index[-1]
     if top > flat:
         static_sd = verl_makespan[GPUS] / Simulator(trace, cfg, make_policy("static-sd")).run().summary["makespan_s"]
+        never = m.loc[top, "drafter_train_gpu_seconds"] == 0
         every = (f", every engine ({ENGINES}) would have to be idle at once, which never happens while the slowest "
-                 f"still rolls out" if top >= ENGINES else "")
+                 f"still rolls out" if top >= ENGINES and never else "")
         text += (f" At {top}{every}: the drafter trains {m.loc[top, 'drafter_train_gpu_seconds']:.0f} GPU-seconds "
                  f"and TLT runs at {m.loc[top, 'speedup']:.3f}x, against {static_sd:.3f}x for static-sd (a drafter "
                  f"trained once, notebook 02).")
@@ -284,8 +287,9 @@ def cadence_text(size: float) -> str:
     best = "training during every step's rollout" if c["speedup"].idxmax() == 1 else f"every {c['speedup'].idxmax()}th step"
     return (f"**Drafter-training cadence** ({size:.2f}x): {best} is best; every {last}th step costs "
             f"{c.loc[first, 'speedup'] - c.loc[last, 'speedup']:.2f}x over steps {STEPS} (accepted length "
-            f"{c.loc[first, 'mean_accepted']:.2f} -> {c.loc[last, 'mean_accepted']:.2f} as the drafter goes "
-            f"staler, and {c.loc[last, 'idle_fraction']:.0%} of GPU time idle instead of "
+            f"{c.loc[first, 'mean_accepted']:.2f} -> {c.loc[last, 'mean_accepted']:.2f}"
+            f"{' as the drafter goes staler' if c.loc[last, 'mean_accepted'] < c.loc[first, 'mean_accepted'] else ''}, "
+            f"and {c.loc[last, 'idle_fraction']:.0%} of GPU time idle instead of "
             f"{c.loc[first, 'idle_fraction']:.0%}).")
 
 

@@ -301,16 +301,25 @@ bench_text = (
     "The repeated recordings of `benchmarks/bench_validate.py` are in `benchmarks/results/NOTES.md`.")
 
 
+per_step_err = max(err[(run, "median |error| of per-step rollout")] for run in both)
+spread = max(runs_of("as is", "verl").max(), runs_of("as is", "tlt").max()) / 100 if len(rec) else 0.15
+conclusion = (
+    "So on this machine the simulator predicts the rollout, where the policies differ, the training phases and the "
+    "comparison, to within the machine's own run-to-run variation."
+    if per_step_err <= spread and abs(v.speedup["error"]) < 0.15 else
+    f"These errors lie outside the spread of the repeated recordings (per-step rollout errors up to {spread:.0%}, "
+    "speedup within 15%): runs this small, or a profile this coarse, do not validate the simulator; make the runs "
+    "and the profile larger (TINY_STEPS and the sizes in the tiny-run cell).")
 steps_each = sorted({r.summary["steps"] for r in measured.values()})
 display(Markdown(f"""
 **{' and '.join(map(str, steps_each))} steps each.**
 
-* The fitted cost model matches the profiled iterations of this CPU: median error {fit['decode']:+.1%} on plain
+* The fitted cost model against the profiled iterations of this CPU: median error {fit['decode']:+.1%} on plain
   decode rows, {fit['spec']:+.1%} on speculative ones, {fit['prefill']:+.1%} on prefills and
   {fit['catchup']:+.1%} on the drafter's catch-ups (section 2). The profile times iterations through the rollout
   loop with one thread, in two processes that start each measurement together (`--processes 2`), as a run's two
   workers share the machine, and samples tokens as the runs do.
-* Replayed with it, the simulator predicts the runs: rollout {pair('rollout_s')} ({' / '.join(policy.values())}),
+* Replayed with it, the simulator's errors on the runs: rollout {pair('rollout_s')} ({' / '.join(policy.values())}),
   median per-step rollout error {pair('median |error| of per-step rollout', '{:.1%}')}, SD share
   {pre[(tlt_run, 'sd_share')]:.1%} against {mea[(tlt_run, 'sd_share')]:.1%} measured, idle fractions within
   {max(abs(err[(run, 'idle_fraction')]) for run in both) * 100:.1f} points, drafter training
@@ -327,8 +336,6 @@ display(Markdown(f"""
 * {speed_text}
 * These are one pair of short runs on a shared VM whose speed drifts from minute to minute (and whose two cores
   differ). {bench_text}
-"""))
 
-# %% [markdown]
-# So on this machine the simulator predicts the rollout, where the policies differ, the training phases and the
-# comparison, to within the machine's own run-to-run variation.
+{conclusion}
+"""))
