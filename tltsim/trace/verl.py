@@ -160,7 +160,7 @@ def _step_frame(f: Path, step: int, records: list[tuple[int, dict]], count_token
     for i, (_, rec) in enumerate(records):
         members.setdefault(rec["input"], []).append(i)
     sizes = Counter(len(v) for v in members.values())
-    group = max(sizes, key=lambda s: (sizes[s], -s))  # the most common size; the smallest on a tie
+    group = max(sizes, key=lambda s: (sizes[s], s))  # the most common size; the largest on a tie (lines get lost)
     prompt_of, sample_of = {}, {}
     prompt = 0
     for text, idx in members.items():
