@@ -67,7 +67,9 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame) -> Calibratio
     if metric_steps - trace_steps:
         notes.append(f"metrics steps {_ranges(metric_steps - trace_steps)} are not in the trace: not fitted")
     if trace_steps - metric_steps:
-        notes.append(f"trace steps {_ranges(trace_steps - metric_steps)} have no metrics ({'timing_s/gen'}): not fitted")
+        notes.append(f"trace steps {_ranges(trace_steps - metric_steps)} have no metrics (timing_s/gen): not fitted")
+    if metrics[["len_mean", "len_max"]].isna().all().all():
+        notes.append("the metrics have no response_length/mean or /max: whether they belong to the trace is not checked")
     if not common:
         raise TltsimError(f"the metrics' steps ({_ranges(metric_steps)}) and the trace's ({_ranges(trace_steps)}) "
                           f"have none in common; give the metrics and the rollout dump of one run")
