@@ -45,7 +45,8 @@ METRICS = EXAMPLE / "metrics.jsonl"  # your VERL_FILE_LOGGER_PATH file (or a wan
 CONFIG = EXAMPLE / "run"  # your run's output folder (holding .hydra/config.yaml)
 GPU = "h100"  # a verl config does not name the GPU: tltsim/presets/gpus
 POLICIES = ["verl", "tlt", "tlt-base", "partial", "tail-batching"]  # the first is the baseline
-CLUSTER_SIZES = [8, 16, 32]  # GPUs for the what-if: the same calibrated GPU, more or fewer of them
+CLUSTER_SIZES = [4, 8, 16]  # GPUs for the what-if: the same calibrated GPU, more or fewer of them (at most
+# TP x prompts per step, or some engines get no prompt group)
 
 # %%
 # %matplotlib inline

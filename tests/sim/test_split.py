@@ -61,3 +61,10 @@ def test_simulate_prints_the_note_once_on_stderr(two_rank_log, tmp_path, capsys)
     assert main(["compare", "--trace", str(path), "--gpus", "16", "--tp", "4", "--policies", "verl,tlt",
                  "-o", str(tmp_path / "cmp"), "--no-progress", "--no-report"]) == 0
     assert len([e for e in capsys.readouterr().err.splitlines() if "engine column" in e]) == 1
+
+
+def test_fewer_prompt_groups_than_engines_is_said(two_rank_log):
+    few = Trace.from_frame(two_rank_log.df[two_rank_log.df.prompt_id < 3].drop(columns="engine"), TraceMeta(source="t"))
+    res = _run(few, 4)
+    assert res.config["split_note"] == "step 0 has 3 prompt groups for 4 engines: 1 engine(s) get no responses in it"
+    assert _run(few, 3).config["split_note"] == ""

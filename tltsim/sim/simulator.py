@@ -301,12 +301,17 @@ def choose_split(trace: Trace, split: str, engines: int) -> tuple[str, str]:
                          f"cluster.split = 'trace', {idle} engine(s) get no responses" if idle else "")
     if split == "auto" and has and named == list(range(engines)):
         return "trace", ""
+    notes = []
     if split == "auto" and has:
-        return "contiguous", (
+        notes.append(
             f"the trace's engine column names {len(named)} engine(s) ({_id_range(named)}) but the cluster has "
             f"{engines} (gpus / tp): the responses are split over all {engines} in contiguous chunks of prompt groups, "
             f"as verl does; give the recorded cluster ({len(named)} engines) to replay the recorded assignment")
-    return "contiguous", ""
+    groups = trace.df.groupby("step")["prompt_id"].nunique()
+    if groups.min() < engines:  # one chunk of prompt groups per engine: some get none
+        notes.append(f"step {int(groups.idxmin())} has {int(groups.min())} prompt groups for {engines} engines: "
+                     f"{engines - int(groups.min())} engine(s) get no responses in it")
+    return "contiguous", "; ".join(notes)
 
 
 def _id_range(ids: list[int]) -> str:
