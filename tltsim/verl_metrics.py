@@ -12,7 +12,6 @@ training step and is skipped. A wandb CSV has one row per step: a step column (`
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tltsim.errors import TltsimError
+from tltsim.jsonl import read_objects
 
 GEN = "timing_s/gen"  # the rollout of the step: verl's marked_timer("gen") around generate_sequences
 STEP = "timing_s/step"  # the whole step
@@ -47,18 +47,8 @@ def read_metrics(path) -> pd.DataFrame:
 
 def _read_jsonl(path: Path) -> dict[int, dict]:
     rows: dict[int, dict] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TltsimError(f"{path}: cannot read the file as UTF-8 text ({e})") from None
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); verl's file logger writes one JSON object a line") from None
-        if not isinstance(rec, dict) or "step" not in rec or not isinstance(rec.get("data"), dict):
+    for n, rec in read_objects(path, "verl's file-logger metrics"):
+        if "step" not in rec or not isinstance(rec.get("data"), dict):
             raise TltsimError(f"{path}, line {n}: expected {{\"step\": k, \"data\": {{...}}}} as verl's file logger "
                               f"writes it; is this VERL_FILE_LOGGER_PATH's file?")
         step = _step(rec["step"], f"{path}, line {n}, key 'step'")

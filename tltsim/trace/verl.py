@@ -30,6 +30,7 @@ from typing import Callable
 import pandas as pd
 
 from tltsim.errors import TltsimError
+from tltsim.jsonl import read_objects
 from tltsim.trace.schema import Trace, TraceMeta, show, whole_number
 
 KEYS = ("input", "output")  # what every line needs; "score" and "step" are used when present
@@ -103,22 +104,7 @@ def _read_file(f: Path) -> tuple[int, list[tuple[int, dict]]]:
     """(step, [(line number, record)]) of one dump file; the step from the lines or else the file name."""
     records = []
     step_at: tuple[int, int] | None = None  # (step, line) of the first line that names one
-    for n, raw in enumerate(f.read_bytes().split(b"\n"), start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise TltsimError(f"{f}, line {n}: byte 0x{raw[e.start]:02x} at position {e.start + 1} is not UTF-8; "
-                              f"verl writes its dumps as UTF-8, so the file was changed or cut: re-dump it "
-                              f"or fix the line") from None
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            raise TltsimError(f"{f}, line {n}: not valid JSON ({e}); each line of a rollout dump is one JSON object") from None
-        if not isinstance(rec, dict):
-            raise TltsimError(f"{f}, line {n}: a JSON {type(rec).__name__}, not an object; each line of a rollout "
-                              f"dump is one JSON object")
+    for n, rec in read_objects(f, "a verl rollout dump"):
         for key in KEYS:
             if key not in rec:
                 raise TltsimError(f"{f}, line {n}: no key {key!r}; a line of verl's rollout dump has 'input' "
