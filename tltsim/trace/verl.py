@@ -37,10 +37,10 @@ KEYS = ("input", "output")  # what every line needs; "score" and "step" are used
 
 
 def is_rollout_dump(path) -> bool:
-    """True for a directory, or a .jsonl file whose first record has a response text in "output"."""
+    """True for a directory holding .jsonl files, or a .jsonl file whose first record has a response text in "output"."""
     path = Path(path)
     if path.is_dir():
-        return True
+        return any(path.glob("*.jsonl"))
     if path.suffix.lower() != ".jsonl" or not path.is_file():
         return False
     with open(path, "rb") as f:
