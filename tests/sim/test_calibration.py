@@ -76,8 +76,10 @@ def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, 
     cluster = ["--gpus", "16", "--tp", "4", "--gpu", "h100", "--model", "qwen2.5-7b", "--max-num-seqs", "64"]
     cal = tmp_path / "cal.json"
     assert main(["validate", "--verl-metrics", str(mpath), "--trace", str(tpath), *cluster, "--json",
-                 "--save-calibration", str(cal)]) == 0
+                 "--save-calibration", str(cal), "-o", str(tmp_path / "val")]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert json.loads((tmp_path / "val" / "calibration.json").read_text()) == out
+    assert len((tmp_path / "val" / "per_step.csv").read_text().splitlines()) == 1 + 8
     assert abs(out["speed_factor"] / 1.4 - 1) < 0.05 and out["error_after"] < out["error_before"]
     assert len(out["per_step"]) == 8 and json.loads(cal.read_text())["speed_factor"] == out["speed_factor"]
     for name, extra in (("plain", []), ("cal", ["--calibration", str(cal)])):
