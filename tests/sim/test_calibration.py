@@ -90,6 +90,9 @@ def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, 
     plain, calibrated = (Result.load(tmp_path / n / "verl") for n in ("plain", "cal"))
     assert calibrated.summary["rollout_s"] == pytest.approx(out["speed_factor"] * plain.summary["rollout_s"], rel=1e-9)
     assert calibrated.config["speed_factor"] == out["speed_factor"]
+    assert main(["simulate", "--trace", str(tpath), *cluster, "--gpu", "a100", "--calibration", str(cal),
+                 "--policy", "verl", "-o", str(tmp_path / "a100"), "--no-progress"]) == 0
+    assert "fitted on gpu h100 (now a100)" in capsys.readouterr().err
 
 
 def test_unrelated_metrics_cannot_be_saved(run, tmp_path, capsys):

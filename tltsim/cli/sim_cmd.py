@@ -65,8 +65,9 @@ def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
         verl = read_verl_config(args.verl_config)
         cfg = configmod.override(cfg, **verl.overrides())
         _note(verl.notes())
-    if getattr(args, "calibration", None):
-        cfg = configmod.override(cfg, speed_factor=float(load_calibration(args.calibration)["speed_factor"]))
+    saved = load_calibration(args.calibration) if getattr(args, "calibration", None) else None
+    if saved:
+        cfg = configmod.override(cfg, speed_factor=float(saved["speed_factor"]))
     cfg = configmod.override(
         cfg,
         **{
@@ -86,8 +87,8 @@ def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
     )
     if not cfg.trace:
         raise TltsimError("no trace given; pass --trace FILE or set trace = ... in the config file")
-    if getattr(args, "calibration", None):
-        _note(cluster_notes(load_calibration(args.calibration), cfg, args.calibration))
+    if saved:
+        _note(cluster_notes(saved, cfg, args.calibration))
     return cfg
 
 
