@@ -31,7 +31,7 @@
 # * predict every policy on the calibrated cluster (what each would save per step), and on other
 #   cluster sizes.
 #
-# It runs on the small example run of `examples/verl/` (4 steps; `examples/verl/README.md` says how it
+# It runs on the small example run of `examples/verl/` (a few steps; `examples/verl/README.md` says how it
 # was made); point the parameters at your own run's files. It takes well under a minute.
 
 # %% tags=["parameters"]
