@@ -2,29 +2,44 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 from tltsim import config as configmod
+from tltsim.calibration import cluster_notes, load_calibration
 from tltsim.errors import TltsimError
 from tltsim.export import write_chrome_trace
 from tltsim.policies import make_policy, policy_names
 from tltsim.sim.simulator import Simulator
 from tltsim.table import format_table
 from tltsim.trace import load as load_trace
+from tltsim.verl_config import read_verl_config
 
 
-def _cluster_flags(p) -> None:
+def cluster_flags(p) -> None:
+    """The trace and cluster flags of simulate, compare and validate --verl-metrics."""
     p.add_argument("--trace", help="trace file (.parquet, .csv, .jsonl, verl-style log, Vidur CSV)")
     p.add_argument("--config", help="TOML config file; flags override it")
+    p.add_argument("--verl-config", metavar="CONFIG", help="a verl run's .hydra/config.yaml (or its output folder): "
+                   "GPUs, TP, memory utilisation, max_num_seqs; overrides --config, flags override it")
     p.add_argument("--model", help="model preset (e.g. qwen2.5-7b) or .toml path")
     p.add_argument("--gpu", help="GPU preset (h100, h200, a100, b200, h20) or .toml path")
     p.add_argument("--gpus", type=int, help="GPUs in the cluster")
     p.add_argument("--tp", type=int, help="tensor-parallel size per rollout engine")
-    p.add_argument("--max-running", type=int, help="max concurrent requests per engine")
+    p.add_argument("--max-running", "--max-num-seqs", dest="max_running", type=int,
+                   help="max concurrent requests per engine (verl's rollout.max_num_seqs)")
+    p.add_argument("--gpu-memory-utilization", type=float, metavar="F",
+                   help="share of GPU memory the rollout engine fills with weights and KV cache (verl's rollout key)")
     p.add_argument("--steps", help="A:B selects trace steps A..B-1")
     p.add_argument("--exact", action="store_true", default=None, help="run every decode iteration (reference path)")
     p.add_argument("--seed", type=int)
+
+
+def _cluster_flags(p) -> None:
+    cluster_flags(p)
+    p.add_argument("--calibration", metavar="CAL.json", help="a speed factor fitted to your cluster "
+                   "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): every time is scaled by it")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE", help="policy knob, repeatable (e.g. threshold=16)")
     p.add_argument("-o", "--out", required=True, help="output directory")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -43,8 +58,16 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def _config(args, policy: str | None = None) -> configmod.SimConfig:
+def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
+    """--config, then --verl-config, then --calibration, then the flags, each overriding the one before."""
     cfg = configmod.load(args.config) if args.config else configmod.SimConfig()
+    if args.verl_config:
+        verl = read_verl_config(args.verl_config)
+        cfg = configmod.override(cfg, **verl.overrides())
+        _note(verl.notes())
+    saved = load_calibration(args.calibration) if getattr(args, "calibration", None) else None
+    if saved:
+        cfg = configmod.override(cfg, speed_factor=float(saved["speed_factor"]))
     cfg = configmod.override(
         cfg,
         **{
@@ -55,15 +78,32 @@ def _config(args, policy: str | None = None) -> configmod.SimConfig:
             "cluster.gpus": args.gpus,
             "cluster.tp": args.tp,
             "cluster.max_running": args.max_running,
+            "cost.mem_fraction": args.gpu_memory_utilization,
             "steps": args.steps,
             "exact": args.exact,
             "seed": args.seed,
-            "policy_knobs": _knobs(args.knob) or None,
+            "policy_knobs": _knobs(getattr(args, "knob", [])) or None,
         },
     )
     if not cfg.trace:
         raise TltsimError("no trace given; pass --trace FILE or set trace = ... in the config file")
+    if saved:
+        _note(cluster_notes(saved, cfg, args.calibration))
     return cfg
+
+
+def sim_trace(args, cfg: configmod.SimConfig):
+    """The config's trace; with --verl-config, checked against it (and given its cap when it has none)."""
+    trace = load_trace(cfg.trace)
+    if args.verl_config:
+        trace, notes = read_verl_config(args.verl_config).check_trace(trace)
+        _note(notes)
+    return trace
+
+
+def _note(lines) -> None:
+    for line in dict.fromkeys(line for line in lines if line):  # each once, in order
+        print(f"tltsim: note: {line}", file=sys.stderr)
 
 
 def _knobs(pairs: list[str]) -> dict:
@@ -88,9 +128,10 @@ def run_policy(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool):
 
 
 def cmd_simulate(args) -> int:
-    cfg = _config(args, args.policy)
-    trace = load_trace(cfg.trace)
+    cfg = sim_config(args, args.policy)
+    trace = sim_trace(args, cfg)
     result = run_policy(trace, cfg, Path(args.out), not args.no_progress)
+    _note([result.config["split_note"]])
     if args.json:
         print(json.dumps(result.summary, indent=2, default=float))
     else:
@@ -112,14 +153,17 @@ def policy_dir(out: Path, name: str) -> Path:
 
 
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool) -> list[dict]:
-    rows = []
+    rows, notes = [], []
     for name in policies:
         cfg = replace(base_cfg, policy=name)
         result = run_policy(trace, cfg, policy_dir(out, name), progress)
         rows.append(dict(result.summary))
-    base = rows[0]["makespan_s"]
+        notes.append(result.config["split_note"])
+    _note(notes)
+    base, base_step = rows[0]["makespan_s"], rows[0]["mean_step_s"]
     for r in rows:
         r["speedup"] = base / r["makespan_s"] if r["makespan_s"] else float("nan")
+        r["saved_per_step_s"] = base_step - r["mean_step_s"]  # mean step time saved over the baseline
     return rows
 
 
@@ -127,14 +171,19 @@ def cmd_compare(args) -> int:
     names = [n.strip() for n in (args.policies or ",".join(policy_names())).split(",") if n.strip()]
     if not names:
         raise TltsimError("--policies is empty; name at least one policy, e.g. --policies verl,tlt")
-    cfg = _config(args)
+    cfg = sim_config(args)
     for n in names:  # fail fast on unknown names before any run
         make_policy(n, cfg.policy_knobs)
-    trace = load_trace(cfg.trace)
+    trace = sim_trace(args, cfg)
     out = Path(args.out)
     rows = compare(trace, cfg, names, out, not args.no_progress)
     if args.json:
         print(json.dumps({"policies": rows}, indent=2, default=float))
+    elif args.calibration:
+        columns = COMPARE_COLUMNS[:2] + ["saved_per_step_s"] + COMPARE_COLUMNS[2:]
+        print(f"calibrated with {args.calibration} (speed factor {cfg.speed_factor:.3f}): predicted on your cluster; "
+              f"saved_per_step_s is the mean step time saved over {rows[0]['policy']}")
+        print(format_table(columns, [[r[c] for c in columns] for r in rows]))
     else:
         print(format_table(COMPARE_COLUMNS, [[r[c] for c in COMPARE_COLUMNS] for r in rows]))
     if not args.no_report:

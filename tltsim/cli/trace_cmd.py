@@ -8,6 +8,8 @@ from tltsim.errors import TltsimError
 from tltsim.trace import FAMILIES, load, save, stats, synth
 from tltsim.trace.formats import SUFFIXES
 from tltsim.trace.schema import Trace, TraceMeta
+from tltsim.trace.tokens import token_counter
+from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
 
 
 def register(subparsers) -> None:
@@ -38,10 +40,12 @@ def register(subparsers) -> None:
     g.set_defaults(func=_synth)
 
     c = sub.add_parser("convert", help="convert between formats (and import verl / Vidur logs)")
-    c.add_argument("input", help="trace file to read")
+    c.add_argument("input", help="trace file to read, or a verl rollout dump (trainer.rollout_data_dir or one file of it)")
     c.add_argument("output", help=f"file to write ({', '.join(SUFFIXES)})")
     c.add_argument("--max-len", type=int, help="declare the generation cap (e.g. for logs that do not record it)")
     c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
+    c.add_argument("--tokenizer", metavar="TOK", help="verl rollout dumps only: the run's tokenizer (a local model or "
+                   "tokenizer directory) that counts the tokens of the dumped texts")
     c.set_defaults(func=_convert)
 
 
@@ -97,10 +101,23 @@ def _params(items: list[str]) -> dict:
 
 
 def _convert(args) -> int:
-    trace = load(args.input, requests_per_step=args.requests_per_step)
+    trace = _read_input(args)
     if args.max_len is not None:
         meta = TraceMeta.from_dict({**trace.meta.to_dict(), "max_response_len": args.max_len}, path="--max-len")
         trace = Trace.from_frame(trace.df, meta, path=args.input)
     save(trace, args.output)
     print(f"wrote {args.output}: {len(trace.df)} responses in {len(trace.steps)} steps, source {trace.meta.source}")
     return 0
+
+
+def _read_input(args) -> Trace:
+    if not is_rollout_dump(args.input):
+        if args.tokenizer:
+            raise TltsimError(f"--tokenizer applies to verl rollout dumps (texts); {args.input} is not one: drop it")
+        return load(args.input, requests_per_step=args.requests_per_step)
+    if not args.tokenizer:
+        raise TltsimError(f"{args.input} is a verl rollout dump: it keeps texts, not token counts, so counting its "
+                          f"tokens needs the run's tokenizer; pass --tokenizer DIR (the run's model directory)")
+    if args.requests_per_step is not None:
+        raise TltsimError("--requests-per-step applies to Vidur CSV traces only; drop it")
+    return read_rollout_dump(args.input, token_counter(args.tokenizer), tokenizer=args.tokenizer)

@@ -2,14 +2,25 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
+from tltsim.cli.sim_cmd import cluster_flags, sim_config, sim_trace
+from tltsim.errors import TltsimError
 from tltsim.table import format_table
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="replay real runs in the simulator and compare predicted with measured")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories written by `tltsim real run` "
+    p = sub.add_parser("validate", help="replay real runs in the simulator and compare predicted with measured; "
+                       "or calibrate it to a verl run (--verl-metrics)")
+    p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="directories written by `tltsim real run` "
                    "(give the baseline first, e.g. a verl run, then a tlt run, for the speedup check)")
+    p.add_argument("--verl-metrics", metavar="METRICS", help="a verl run's metrics (the file logger's JSONL, "
+                   "VERL_FILE_LOGGER_PATH, or a wandb CSV): fit the speed factor of its cluster from its --trace "
+                   "(with the cluster flags or --verl-config)")
+    p.add_argument("--save-calibration", metavar="CAL.json", help="with --verl-metrics: save the speed factor for "
+                   "`tltsim simulate|compare --calibration CAL.json`")
+    cluster_flags(p)
     p.add_argument("--profile", help="profile CSV from `tltsim real profile` (default: RUN_DIR/profile.csv)")
     p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, validation.json and the predicted results here")
     p.add_argument("--speed", action="store_true", help="scale the profile's times step by step by the run's "
@@ -22,6 +33,11 @@ def register(sub) -> None:
 def cmd_validate(args) -> int:
     from tltsim.validate import validate, write
 
+    if args.verl_metrics:
+        return cmd_validate_verl(args)
+    if not args.runs:
+        raise TltsimError("validate: name at least one run directory (written by `tltsim real run`), "
+                          "or give --verl-metrics METRICS --trace TRACE to calibrate to a verl run")
     v = validate(args.runs, args.profile, speed=args.speed)
     if args.out:
         write(v, args.out)
@@ -43,6 +59,51 @@ def cmd_validate(args) -> int:
         print(f"\nspeedup of {s['run']} over {s['baseline']}: measured {s['measured']:.3f}, predicted "
               f"{s['predicted']:.3f} ({s['error']:+.1%})")
     return 0
+
+
+def cmd_validate_verl(args) -> int:
+    from tltsim.calibration import calibrate, save
+    from tltsim.verl_metrics import read_metrics
+
+    if args.runs or args.profile or args.speed:
+        raise TltsimError("--verl-metrics calibrates from a verl run's files; drop the run directories, --profile and --speed")
+    cfg = sim_config(args)
+    cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics))
+    if args.out:
+        from tltsim.io import atomic_path, write_json
+
+        with atomic_path(Path(args.out) / "per_step.csv") as tmp:
+            cal.per_step.to_csv(tmp, index=False)
+        write_json(Path(args.out) / "calibration.json", cal.to_json())
+    if args.json:
+        print(json.dumps(cal.to_json(), default=float, indent=2, allow_nan=False))
+    else:
+        _print_calibration(cal)
+    for note in cal.notes:
+        print(f"tltsim: note: {note}", file=sys.stderr)
+    if args.save_calibration:
+        save(cal, args.save_calibration)  # refuses, with the notes, when nothing could be fitted
+        if not args.json:
+            print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
+    return 0
+
+
+def _print_calibration(cal) -> None:
+    d = cal.per_step
+    print(format_table(["step", "gen_s", "pred", "x speed", "step_s", "pred", "x speed", "len_mean", "trace", "fitted"],
+                       [[int(r.step), r.measured_gen_s, r.predicted_gen_s, r.calibrated_gen_s, r.measured_step_s,
+                         r.predicted_step_s, r.calibrated_step_s, r.metrics_len_mean, r.trace_len_mean,
+                         "yes" if r.fitted else r.reason] for r in d.itertuples()]))
+    if cal.speed_factor is None:
+        print("\nno speed factor: no step of the metrics matches the trace")
+        return
+    c = cal.cluster
+    print(f"\nspeed factor {cal.speed_factor:.3f} (measured / predicted rollout time, median of {int(d.fitted.sum())} "
+          f"steps) for {c['gpus']} x {c['gpu']}, TP {c['tp']}, {c['model']}")
+    step = (f"; per-step step time {cal.step_error_before:.1%} -> {cal.step_error_after:.1%}"
+            if cal.step_error_before is not None else "")
+    print(f"median |error| of per-step rollout time: {cal.error_before:.1%} as modelled, {cal.error_after:.1%} "
+          f"with the factor{step}")
 
 
 def register_calibrate(sub) -> None:

@@ -5,7 +5,9 @@ how fast the machine was then (the run's speed probe over the profile's time for
 iteration): on a shared machine the speed moves by 10-40% between minutes, and a profile measured
 at one minute does not say what the next one costs. The simulator calls `begin_step(step)` at the
 start of every synchronous step (tltsim.sim.simulator); every time is the base model's times the
-step's factor (1 for a step without one), and drafter-training throughput is divided by it.
+step's factor (`default` for a step without one), and drafter-training throughput is divided by it.
+With no per-step factors and a default, it is a cluster uniformly slower or faster than the model
+(the calibrated speed factor, SimConfig.speed_factor).
 """
 from __future__ import annotations
 
@@ -13,15 +15,16 @@ from __future__ import annotations
 class StepScaled:
     """`base`'s times, each multiplied by factors[step] of the step being simulated."""
 
-    def __init__(self, base, factors: dict[int, float]):
+    def __init__(self, base, factors: dict[int, float], default: float = 1.0):
         self.base = base
         self.factors = {int(s): float(f) for s, f in factors.items()}
-        self.factor = 1.0
+        self.default = float(default)
+        self.factor = self.default
         self.kv_capacity_tokens = base.kv_capacity_tokens
         self.name = f"{getattr(base, 'name', 'cost')} x step speed"
 
     def begin_step(self, step: int) -> None:
-        self.factor = self.factors.get(int(step), 1.0)
+        self.factor = self.factors.get(int(step), self.default)
 
     def decode_time(self, batch, ctx):
         return self.factor * self.base.decode_time(batch, ctx)

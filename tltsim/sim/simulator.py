@@ -19,7 +19,7 @@ import simpy
 from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, parse_steps
-from tltsim.cost import Roofline
+from tltsim.cost import Roofline, StepScaled
 from tltsim.cost.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
@@ -37,6 +37,8 @@ class Simulator:
         self.model = load_model(c.model)
         self.gpu = load_gpu(c.gpu)
         self.cost = cost or Roofline(self.model, self.gpu, c.tp, cfg.cost)
+        if cfg.speed_factor != 1.0:  # a calibrated cluster (tltsim.calibration)
+            self.cost = StepScaled(self.cost, {}, default=cfg.speed_factor)
         self.policy = policy or Policy()
         self.reserved_workers = self.policy.reserved_gpus(c) // c.tp
         self.workers = c.gpus // c.tp  # one worker per TP group; the first `engines` roll out
@@ -44,7 +46,7 @@ class Simulator:
         lo, hi = parse_steps(cfg.steps)
         steps = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
         self.trace = trace.select_steps(steps)
-        self.split = _choose_split(self.trace, c.split, self.engines)
+        self.split, self.split_note = choose_split(self.trace, c.split, self.engines)
         self.policy.bind(self)
 
     def run(self, progress: bool = False) -> Result:
@@ -266,6 +268,7 @@ class Simulator:
         iterations = pd.concat(self._iterations, ignore_index=True) if self._iterations else None
         config = self.cfg.to_dict()
         config["engines"] = self.engines
+        config["split"], config["split_note"] = self.split, self.split_note  # the split that ran, and why
         config["policy_knobs"] = {**config["policy_knobs"], **getattr(self.policy, "knobs", {})}
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
 
@@ -277,19 +280,42 @@ def _requests_frame(per_step: list[dict]) -> pd.DataFrame:
     return pd.DataFrame({c: np.concatenate([r[c] for r in per_step]) for c in per_step[0]})
 
 
-def _choose_split(trace: Trace, split: str, engines: int) -> str:
+def choose_split(trace: Trace, split: str, engines: int) -> tuple[str, str]:
+    """(the split that runs, a one-line note when the trace's engine column is not the one that runs, else "").
+
+    "auto" takes the trace's engine column only when it names exactly the cluster's engines 0..engines-1;
+    otherwise the responses go to all engines in contiguous chunks, and the note says so: replaying a
+    two-rank log on four engines by its column would leave two engines idle every step."""
     has = "engine" in trace.df.columns
-    fits = has and int(trace.df["engine"].max()) < engines
-    if split == "trace" and not fits:
+    named = sorted(int(e) for e in trace.df["engine"].unique()) if has else []
+    if split == "trace":
         if not has:
             raise TltsimError("cluster.split = 'trace' but the trace has no 'engine' column; use split = 'contiguous'")
-        raise TltsimError(
-            f"the trace records engines up to {int(trace.df['engine'].max())} but the cluster has {engines} "
-            f"engines (gpus / tp); match the cluster to the recording or use split = 'contiguous'"
-        )
-    if split == "auto":
-        return "trace" if fits else "contiguous"
-    return split
+        if named[-1] >= engines:
+            raise TltsimError(
+                f"the trace records engines up to {named[-1]} but the cluster has {engines} "
+                f"engines (gpus / tp); match the cluster to the recording or use split = 'contiguous'"
+            )
+        idle = engines - len(named)
+        return "trace", (f"the trace's engine column names {len(named)} of the cluster's {engines} engines: with "
+                         f"cluster.split = 'trace', {idle} engine(s) get no responses" if idle else "")
+    if split == "auto" and has and named == list(range(engines)):
+        return "trace", ""
+    notes = []
+    if split == "auto" and has:
+        notes.append(
+            f"the trace's engine column names {len(named)} engine(s) ({_id_range(named)}) but the cluster has "
+            f"{engines} (gpus / tp): the responses are split over all {engines} in contiguous chunks of prompt groups, "
+            f"as verl does; give the recorded cluster ({len(named)} engines) to replay the recorded assignment")
+    groups = trace.df.groupby("step")["prompt_id"].nunique()
+    if groups.min() < engines:  # one chunk of prompt groups per engine: some get none
+        notes.append(f"step {int(groups.idxmin())} has {int(groups.min())} prompt groups for {engines} engines: "
+                     f"{engines - int(groups.min())} engine(s) get no responses in it")
+    return "contiguous", "; ".join(notes)
+
+
+def _id_range(ids: list[int]) -> str:
+    return f"{ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 1 else ", ".join(map(str, ids))
 
 
 def simulate(trace: Trace, cfg: SimConfig, policy: Policy | None = None, progress: bool = False) -> Result:

@@ -139,6 +139,9 @@ def _load_jsonl(path: Path) -> Trace:
     if not records:
         raise TltsimError(f"{path}: the file has no records; a JSONL trace needs one JSON object per line")
     _, first = records[0]
+    if isinstance(first.get("output"), str):
+        raise TltsimError(f"{path}: a verl rollout dump (response texts, not lengths); convert it with "
+                          f"`tltsim trace convert {path} out.parquet --tokenizer MODEL_DIR` (the run's tokenizer counts the tokens)")
     if isinstance(first.get("output"), list):
         df, meta = frame_from_verl(records, path)
         return Trace.from_frame(df, meta, path=path)

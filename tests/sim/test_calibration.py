@@ -1,0 +1,168 @@
+"""Calibrating to a verl run: its metrics and config read as verl writes them, the speed factor fitted and applied."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from tltsim.calibration import calibrate
+from tltsim.cli import main
+from tltsim.config import ClusterConfig, SimConfig
+from tltsim.errors import TltsimError
+from tltsim.records import Result
+from tltsim.sim.simulator import Simulator
+from tltsim.trace import save, synth
+from tltsim.verl_config import read_verl_config
+from tltsim.verl_metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = SimConfig(cluster=ClusterConfig(gpus=16, tp=4, gpu="h100", model="qwen2.5-7b", max_running=64))
+
+
+@pytest.fixture(scope="module")
+def run():
+    """A trace with verl's 1-based steps and the simulator's per-step times for it."""
+    t = synth("dapo", 8, 16, 4, 4096, seed=2)
+    t = type(t)(t.df.assign(step=t.df.step + 1), t.meta)
+    return t, Simulator(t, CFG).run().steps.set_index("step")
+
+
+def _metrics(path, trace, steps, factor, noise, seed=0, bad=()):
+    """verl's file-logger JSONL: the simulator's times x factor, noise relative, steps in `bad` 3x slower."""
+    rng = np.random.default_rng(seed)
+    lines = [{"step": 0, "data": {"val-core/acc/mean@1": 0.3}}]  # validation before training: not a step
+    for s, r in steps.iterrows():
+        slow = 3.0 if s in bad else 1.0
+        lens = trace.step(s)["response_len"] if s in trace.steps else trace.step(trace.steps[0])["response_len"]
+        lines.append({"step": int(s), "elapsed_seconds": 1.0 * s, "data": {
+            "timing_s/gen": r.rollout_s * factor * slow * (1 + noise * rng.standard_normal()),
+            "timing_s/step": r.total_s * factor * slow * (1 + noise * rng.standard_normal()),
+            "response_length/mean": float(lens.mean()) + 1, "response_length/max": int(lens.max()) + 1}})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_the_fitted_factor_comes_back_within_5_percent(run, tmp_path):
+    trace, steps = run
+    for factor, seed in ((1.7, 0), (0.6, 1)):
+        m = read_metrics(_metrics(tmp_path / "m.jsonl", trace, steps, factor, 0.03, seed, bad=(3,)))
+        cal = calibrate(trace, CFG, m)
+        assert abs(cal.speed_factor / factor - 1) < 0.05
+        assert cal.error_after < 0.05 < cal.error_before and cal.step_error_after < cal.step_error_before
+        assert cal.per_step.fitted.all() and not cal.notes
+
+
+def test_metrics_unrelated_to_the_trace_are_reported_not_fitted(run, tmp_path):
+    trace, steps = run
+    other = synth("lognormal", 8, 16, 4, 16384, seed=9, median=3000)
+    other = type(other)(other.df.assign(step=other.df.step + 1), other.meta)
+    cal = calibrate(trace, CFG, read_metrics(_metrics(tmp_path / "m.jsonl", other, steps, 1.5, 0.03)))
+    assert cal.speed_factor is None and not cal.per_step.fitted.any()
+    assert any("not of one run" in n for n in cal.notes) and any("response lengths" in n for n in cal.notes)
+    shifted = steps.set_axis(steps.index + 20)  # other steps of the run
+    with pytest.raises(TltsimError, match="none in common"):
+        calibrate(trace, CFG, read_metrics(_metrics(tmp_path / "s.jsonl", trace, shifted, 1.5, 0.03)))
+    part = read_metrics(_metrics(tmp_path / "p.jsonl", trace, steps.iloc[2:], 1.5, 0.0))
+    cal = calibrate(trace, CFG, part)
+    assert cal.notes == ["trace steps 1-2 have no metrics (timing_s/gen): not fitted"]
+    assert cal.speed_factor == pytest.approx(1.5)
+
+
+def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, capsys):
+    trace, steps = run
+    tpath = save(trace, tmp_path / "t.parquet")
+    mpath = _metrics(tmp_path / "m.jsonl", trace, steps, 1.4, 0.02)
+    cluster = ["--gpus", "16", "--tp", "4", "--gpu", "h100", "--model", "qwen2.5-7b", "--max-num-seqs", "64"]
+    cal = tmp_path / "cal.json"
+    assert main(["validate", "--verl-metrics", str(mpath), "--trace", str(tpath), *cluster, "--json",
+                 "--save-calibration", str(cal), "-o", str(tmp_path / "val")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert json.loads((tmp_path / "val" / "calibration.json").read_text()) == out
+    assert len((tmp_path / "val" / "per_step.csv").read_text().splitlines()) == 1 + 8
+    assert abs(out["speed_factor"] / 1.4 - 1) < 0.05 and out["error_after"] < out["error_before"]
+    assert len(out["per_step"]) == 8 and json.loads(cal.read_text())["speed_factor"] == out["speed_factor"]
+    for name, extra in (("plain", []), ("cal", ["--calibration", str(cal)])):
+        assert main(["compare", "--trace", str(tpath), *cluster, "--policies", "verl,tlt", "-o", str(tmp_path / name),
+                     "--no-progress", "--no-report", *extra]) == 0
+    text = capsys.readouterr().out
+    assert "saved_per_step_s" in text and f"speed factor {out['speed_factor']:.3f}" in text
+    plain, calibrated = (Result.load(tmp_path / n / "verl") for n in ("plain", "cal"))
+    assert calibrated.summary["rollout_s"] == pytest.approx(out["speed_factor"] * plain.summary["rollout_s"], rel=1e-9)
+    assert calibrated.config["speed_factor"] == out["speed_factor"]
+    assert main(["simulate", "--trace", str(tpath), *cluster, "--gpu", "a100", "--calibration", str(cal),
+                 "--policy", "verl", "-o", str(tmp_path / "a100"), "--no-progress"]) == 0
+    assert "fitted on gpu h100 (now a100)" in capsys.readouterr().err
+
+
+def test_unrelated_metrics_cannot_be_saved(run, tmp_path, capsys):
+    trace, steps = run
+    other = synth("lognormal", 8, 16, 4, 16384, seed=9, median=3000)
+    other = type(other)(other.df.assign(step=other.df.step + 1), other.meta)
+    tpath = save(trace, tmp_path / "t.parquet")
+    mpath = _metrics(tmp_path / "m.jsonl", other, steps, 1.5, 0.03)
+    assert main(["validate", "--verl-metrics", str(mpath), "--trace", str(tpath), "--gpus", "16", "--tp", "4",
+                 "--save-calibration", str(tmp_path / "cal.json")]) == 2
+    captured = capsys.readouterr()
+    assert "no speed factor" in captured.out and "not of one run" in captured.err
+    assert not (tmp_path / "cal.json").exists()
+
+
+def _verl_yaml(path, **rollout):
+    cfg = {"data": {"train_batch_size": 16, "max_response_length": 4096},
+           "actor_rollout_ref": {"model": {"path": "/models/Qwen2.5-7B-Instruct"},
+                                 "rollout": {"n": 4, "tensor_model_parallel_size": 4, "gpu_memory_utilization": 0.7,
+                                             "max_num_seqs": 48,
+                                             "response_length": "${oc.select:data.max_response_length,512}",
+                                             "prompt_length": "${data.max_prompt_length}", **rollout}},
+           "trainer": {"n_gpus_per_node": 8, "nnodes": 2}}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / ".hydra").mkdir(exist_ok=True)
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_verl_config_sets_the_cluster_and_flags_override_it(run, tmp_path, capsys):
+    v = read_verl_config(_verl_yaml(tmp_path / "out"))
+    assert (v.gpus, v.tp, v.mem_fraction, v.max_running, v.group_size, v.response_length, v.model) == \
+        (16, 4, 0.7, 48, 4, 4096, "qwen2.5-7b")
+    trace, _ = run
+    checked, notes = v.check_trace(trace)
+    assert checked.meta.max_response_len == 4096 and notes == []
+    tpath = save(trace, tmp_path / "t.parquet")
+    assert main(["simulate", "--trace", str(tpath), "--verl-config", str(tmp_path / "out"), "--tp", "2",
+                 "--policy", "verl", "-o", str(tmp_path / "sim"), "--no-progress"]) == 0
+    c = Result.load(tmp_path / "sim").config
+    assert (c["cluster"]["gpus"], c["cluster"]["tp"], c["cluster"]["max_running"], c["cost"]["mem_fraction"]) == (16, 2, 48, 0.7)
+    assert main(["simulate", "--trace", str(tpath), "--verl-config", str(tmp_path / "out"), "--gpu-memory-utilization",
+                 "0.5", "--policy", "verl", "-o", str(tmp_path / "sim2"), "--no-progress"]) == 0
+    assert Result.load(tmp_path / "sim2").config["cost"]["mem_fraction"] == 0.5
+    with pytest.raises(TltsimError, match="tensor_model_parallel_size = '\\$\\{oc.env:TP\\}' uses a resolver"):
+        read_verl_config(_verl_yaml(tmp_path / "o3", tensor_model_parallel_size="${oc.env:TP}"))
+    _, notes = read_verl_config(_verl_yaml(tmp_path / "o4", n=8)).check_trace(trace)
+    assert notes and "rollout.n = 8 but the trace has groups of 4" in notes[0]
+
+
+def test_metrics_from_a_wandb_csv_and_bad_lines(tmp_path):
+    csv = tmp_path / "w.csv"
+    csv.write_text("Step,run-1 - timing_s/gen,run-1 - timing_s/gen__MIN,run-1 - response_length/mean\n"
+                   "1,10.5,10.0,300\n2,,,310\n3,12.0,11.0,320\n")
+    m = read_metrics(csv)
+    assert m.index.tolist() == [1, 3] and m.gen_s.tolist() == [10.5, 12.0] and m.len_mean.tolist() == [300, 320]
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"step": 1, "data": {"timing_s/gen": 3.0}}\n{"step": 2, "data": {"timing_s/gen": "fast"}}\n')
+    with pytest.raises(TltsimError, match=r"b\.jsonl, line 2, key 'timing_s/gen': 'fast' is not a number"):
+        read_metrics(bad)
+    bad.write_text('{"step": 0, "data": {"val/acc": 1}}\n')
+    with pytest.raises(TltsimError, match="no line has 'timing_s/gen'"):
+        read_metrics(bad)
+
+
+def test_the_shipped_example_calibrates_to_its_stated_factor(tmp_path, capsys):
+    ex = ROOT / "examples" / "verl"
+    trace = tmp_path / "run.parquet"
+    assert main(["trace", "convert", str(ex / "rollout"), str(trace), "--tokenizer", str(ex / "tokenizer")]) == 0
+    assert main(["validate", "--verl-metrics", str(ex / "metrics.jsonl"), "--trace", str(trace),
+                 "--verl-config", str(ex / "run"), "--gpu", "h100", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after convert's line
+    assert abs(out["speed_factor"] / 1.3 - 1) < 0.05 and not out["notes"]  # make_examples.py: FACTOR = 1.3

@@ -1,0 +1,194 @@
+"""A verl run's config as cluster and rollout settings: `--verl-config CONFIG.yaml` (or the run's output folder).
+
+Hydra keeps the run's composed config in `<output folder>/.hydra/config.yaml`. The keys read:
+
+    trainer.n_gpus_per_node x trainer.nnodes              cluster.gpus (colocated: every GPU rolls out)
+    actor_rollout_ref.rollout.tensor_model_parallel_size   cluster.tp
+    actor_rollout_ref.rollout.gpu_memory_utilization       cost.mem_fraction (weights + KV cache share)
+    actor_rollout_ref.rollout.max_num_seqs                 cluster.max_running (SGLang: max_running_requests)
+    actor_rollout_ref.rollout.n                            group size: checked against the trace
+    actor_rollout_ref.rollout.response_length              the cap: the trace's max_response_len if it has none
+    data.train_batch_size                                  prompts per step: checked against the trace
+    actor_rollout_ref.model.path                           cluster.model when its name starts with a preset's
+
+Hydra saves the config unresolved, so values may be interpolations: `${data.max_response_length}`,
+`${oc.select:data.max_response_length,512}` and relative `${.key}` are resolved here (the forms verl's
+own config uses for these keys); other resolvers are reported. A key that is absent is left to the
+defaults and flags. The GPU type is not in a verl config: pass --gpu.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tltsim.errors import TltsimError
+from tltsim.hardware import preset_names
+from tltsim.trace import Trace, TraceMeta
+
+ROLLOUT = "actor_rollout_ref.rollout"
+_INTERPOLATION = re.compile(r"^\$\{(.*)\}$")
+
+
+@dataclass(frozen=True)
+class VerlConfig:
+    """The settings a verl config gives; None where it does not say."""
+
+    path: str
+    gpus: int | None = None
+    tp: int | None = None
+    mem_fraction: float | None = None
+    max_running: int | None = None
+    group_size: int | None = None
+    response_length: int | None = None
+    train_batch_size: int | None = None
+    model_path: str | None = None
+
+    @property
+    def model(self) -> str | None:
+        """The model preset whose name the model path's last part starts with (the longest such), or None."""
+        if not self.model_path:
+            return None
+        name = Path(self.model_path.rstrip("/")).name.lower()
+        match = [p for p in preset_names("models") if name.startswith(p)]
+        return max(match, key=len) if match else None
+
+    def overrides(self) -> dict:
+        """Dotted SimConfig keys (tltsim.config.override) for the settings given."""
+        return {"cluster.gpus": self.gpus, "cluster.tp": self.tp, "cost.mem_fraction": self.mem_fraction,
+                "cluster.max_running": self.max_running, "cluster.model": self.model}
+
+    def notes(self) -> list[str]:
+        """What the config says that the simulation cannot take as is."""
+        if self.model_path and self.model is None:
+            return [f"{self.path}: the model {self.model_path} is not a preset ({', '.join(preset_names('models'))}); "
+                    f"the simulation uses --model (or its default): pass the closest one"]
+        return []
+
+    def check_trace(self, trace: Trace) -> tuple[Trace, list[str]]:
+        """The trace with the config's cap declared when it has none, and notes where the two disagree."""
+        notes, m = [], trace.meta
+        if self.group_size is not None and m.group_size != self.group_size:
+            notes.append(f"{self.path}: {ROLLOUT}.n = {self.group_size} but the trace has groups of {m.group_size}; "
+                         f"the trace may come from another run")
+        prompts = trace.df.groupby("step")["prompt_id"].nunique()
+        if self.train_batch_size is not None and (prompts != self.train_batch_size).any():
+            notes.append(f"{self.path}: data.train_batch_size = {self.train_batch_size} but the trace has "
+                         f"{int(prompts.min())}-{int(prompts.max())} prompts per step")
+        if self.response_length is not None and m.max_response_len is None:
+            longest = int(trace.df["response_len"].max())
+            if longest > self.response_length:
+                raise TltsimError(f"{self.path}: {ROLLOUT}.response_length = {self.response_length} but the trace has "
+                                  f"a response of {longest} tokens; the config and the trace are not of one run")
+            trace = Trace(trace.df, TraceMeta(**{**m.to_dict(), "max_response_len": self.response_length}))
+        elif self.response_length is not None and m.max_response_len != self.response_length:
+            notes.append(f"{self.path}: {ROLLOUT}.response_length = {self.response_length} but the trace's cap is "
+                         f"{m.max_response_len}")
+        return trace, notes
+
+
+def read_verl_config(path) -> VerlConfig:
+    """Read a verl run's Hydra config (the .yaml file, or the output folder holding .hydra/config.yaml)."""
+    import yaml
+
+    path = _config_file(Path(path))
+    try:
+        root = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise TltsimError(f"{path}: not a readable YAML file ({first}); give the run's .hydra/config.yaml") from None
+    if not isinstance(root, dict) or not any(k in root for k in ("trainer", "actor_rollout_ref")):
+        raise TltsimError(f"{path}: no 'trainer' or 'actor_rollout_ref' section; give the .hydra/config.yaml of a "
+                          f"verl PPO/GRPO run")
+    get = _Reader(root, path)
+    per_node, nodes = get.whole("trainer.n_gpus_per_node"), get.whole("trainer.nnodes")
+    return VerlConfig(
+        path=str(path),
+        gpus=per_node * nodes if per_node is not None and nodes is not None else per_node,
+        tp=get.whole(f"{ROLLOUT}.tensor_model_parallel_size"),
+        mem_fraction=get.fraction(f"{ROLLOUT}.gpu_memory_utilization"),
+        max_running=get.whole(f"{ROLLOUT}.max_num_seqs"),
+        group_size=get.whole(f"{ROLLOUT}.n"),
+        response_length=get.whole(f"{ROLLOUT}.response_length"),
+        train_batch_size=get.whole("data.train_batch_size"),
+        model_path=get.text("actor_rollout_ref.model.path"),
+    )
+
+
+def _config_file(path: Path) -> Path:
+    if path.is_dir():
+        for candidate in (path / ".hydra" / "config.yaml", path / "config.yaml"):
+            if candidate.is_file():
+                return candidate
+        raise TltsimError(f"{path}: no .hydra/config.yaml in it; give a verl run's output folder or its config file")
+    if not path.is_file():
+        raise TltsimError(f"{path} does not exist; give a verl run's .hydra/config.yaml")
+    return path
+
+
+class _Reader:
+    """Values by dotted key, interpolations resolved, types checked; None for an absent key or a null."""
+
+    def __init__(self, root: dict, path: Path):
+        self.root, self.path = root, path
+
+    def whole(self, key: str) -> int | None:
+        v = self.value(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TltsimError(f"{self.path}: {key} = {v!r} is not a whole number >= 1")
+        return v
+
+    def fraction(self, key: str) -> float | None:
+        v = self.value(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise TltsimError(f"{self.path}: {key} = {v!r} is not a fraction in (0, 1]")
+        return float(v)
+
+    def text(self, key: str) -> str | None:
+        v = self.value(key)
+        return None if v is None else str(v)
+
+    def value(self, key: str, depth: int = 0):
+        found, v = self._lookup(key.split("."))
+        if not found:
+            return None
+        m = _INTERPOLATION.match(v) if isinstance(v, str) else None
+        if m is None:
+            return v
+        if depth > 10:
+            raise TltsimError(f"{self.path}: {key} = {v!r}: the interpolations go round in a circle")
+        inner = m.group(1).strip()
+        if inner.startswith("oc.select:"):
+            target, _, default = inner[len("oc.select:"):].partition(",")
+            target = self._absolute(target.strip(), key)
+            found, _ = self._lookup(target.split("."))
+            if found and self.value(target, depth + 1) is not None:
+                return self.value(target, depth + 1)
+            import yaml
+
+            return yaml.safe_load(default) if default.strip() else None
+        if ":" in inner or "$" in inner:
+            raise TltsimError(f"{self.path}: {key} = {v!r} uses a resolver tltsim does not evaluate; write the value "
+                              f"in place or pass the matching flag")
+        return self.value(self._absolute(inner, key), depth + 1)
+
+    @staticmethod
+    def _absolute(target: str, key: str) -> str:
+        """`${.x}` is a sibling of `key`, `${..x}` a sibling of its parent; anything else is absolute."""
+        dots = len(target) - len(target.lstrip("."))
+        if not dots:
+            return target
+        parent = key.split(".")[:-dots]
+        return ".".join(parent + [target[dots:]])
+
+    def _lookup(self, parts: list[str]):
+        node = self.root
+        for p in parts:
+            if not isinstance(node, dict) or p not in node:
+                return False, None
+            node = node[p]
+        return True, node

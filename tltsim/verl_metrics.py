@@ -1,0 +1,100 @@
+"""A verl run's per-step metrics: the file logger's JSONL, or a wandb CSV export of the same keys.
+
+With `trainer.logger=[console,file]`, verl's FileLogger (verl/utils/tracking.py) writes one line per
+`Tracking.log(data, step)` to the path in VERL_FILE_LOGGER_PATH:
+
+    {"step": 3, "elapsed_seconds": 812.4, "data": {"timing_s/gen": 61.2, "timing_s/step": 98.7, ...}}
+
+(older versions have no elapsed_seconds; which keys appear varies with version and config). A line
+without `timing_s/gen` (the step-0 validation before training, a validation-only line) is not a
+training step and is skipped. A wandb CSV has one row per step: a step column (`step`, `_step` or
+`Step`) and the same keys as columns, or `<run> - <key>` columns as a panel's export names them.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tltsim.errors import TltsimError
+from tltsim.jsonl import read_objects
+
+GEN = "timing_s/gen"  # the rollout of the step: verl's marked_timer("gen") around generate_sequences
+STEP = "timing_s/step"  # the whole step
+LEN_MEAN, LEN_MAX = "response_length/mean", "response_length/max"  # tokens, EOS counted
+KEYS = {GEN: "gen_s", STEP: "step_s", LEN_MEAN: "len_mean", LEN_MAX: "len_max"}
+STEP_COLUMNS = ("step", "_step", "Step")
+
+
+def read_metrics(path) -> pd.DataFrame:
+    """Per training step (the index, verl's global step): gen_s, step_s, len_mean, len_max (NaN where absent).
+
+    Raises TltsimError naming the file, line or column when the file is not such a log."""
+    path = Path(path)
+    if not path.is_file():
+        raise TltsimError(f"{path} does not exist; give the file verl's file logger wrote (VERL_FILE_LOGGER_PATH) "
+                          f"or a wandb CSV export")
+    rows = _read_csv(path) if path.suffix.lower() == ".csv" else _read_jsonl(path)
+    if not rows:
+        raise TltsimError(f"{path}: no line has {GEN!r}; these are not the metrics of a verl training run "
+                          f"(log with trainer.logger=[console,file])")
+    frame = pd.DataFrame.from_dict(rows, orient="index").sort_index()
+    frame.index.name = "step"
+    return frame.reindex(columns=list(KEYS.values()))
+
+
+def _read_jsonl(path: Path) -> dict[int, dict]:
+    rows: dict[int, dict] = {}
+    for n, rec in read_objects(path, "verl's file-logger metrics"):
+        if "step" not in rec or not isinstance(rec.get("data"), dict):
+            raise TltsimError(f"{path}, line {n}: expected {{\"step\": k, \"data\": {{...}}}} as verl's file logger "
+                              f"writes it; is this VERL_FILE_LOGGER_PATH's file?")
+        step = _step(rec["step"], f"{path}, line {n}, key 'step'")
+        row = {KEYS[k]: _number(rec["data"][k], f"{path}, line {n}, key {k!r}") for k in KEYS if k in rec["data"]}
+        if "gen_s" in row and not math.isnan(row["gen_s"]):
+            rows.setdefault(step, {}).update(row)  # a step logged twice: the later values win
+    return rows
+
+
+def _read_csv(path: Path) -> dict[int, dict]:
+    try:
+        df = pd.read_csv(path)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise TltsimError(f"{path}: not a readable CSV file ({e})") from None
+    step_col = next((c for c in STEP_COLUMNS if c in df.columns), None)
+    if step_col is None:
+        raise TltsimError(f"{path}: no step column ({', '.join(STEP_COLUMNS)}); export the run's history with its steps")
+    cols = {}
+    for key, name in KEYS.items():
+        found = [c for c in df.columns if c == key or c.endswith(f" - {key}")]
+        if len(found) > 1:
+            raise TltsimError(f"{path}: columns {', '.join(map(repr, found))} all hold {key}; export one run")
+        if found:
+            cols[name] = found[0]
+    rows: dict[int, dict] = {}
+    for i, rec in enumerate(df.to_dict("records"), start=2):  # line 1 is the header
+        row = {name: _number(rec[c], f"{path}, line {i}, column {c!r}") for name, c in cols.items()}
+        if "gen_s" in row and not math.isnan(row["gen_s"]):
+            rows[_step(rec[step_col], f"{path}, line {i}, column {step_col!r}")] = row
+    return rows
+
+
+def _step(v, where: str) -> int:
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise TltsimError(f"{where}: {v!r} is not a step number")
+    return int(v)
+
+
+def _number(v, where: str) -> float:
+    if v is None:
+        return math.nan
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TltsimError(f"{where}: {v!r} is not a number")
+    v = float(v)
+    if math.isinf(v) or v < 0:
+        raise TltsimError(f"{where}: {v!r} is not a time or length (a finite number >= 0)")
+    return v
