@@ -11,14 +11,13 @@ Hydra keeps the run's composed config in `<output folder>/.hydra/config.yaml`. T
     data.train_batch_size                                  prompts per step: checked against the trace
     actor_rollout_ref.model.path                           cluster.model when its name starts with a preset's
 
-Hydra saves the config unresolved, so values may be interpolations: `${data.max_response_length}`,
-`${oc.select:data.max_response_length,512}` and relative `${.key}` are resolved here (the forms verl's
-own config uses for these keys); other resolvers are reported. A key that is absent is left to the
+Hydra saves the config unresolved, so values may be interpolations (`${data.max_response_length}`,
+`${oc.select:data.max_response_length,512}`, relative `${.key}`): OmegaConf, the library Hydra is built on,
+resolves them; one that cannot be resolved is reported. A key that is absent is left to the
 defaults and flags. The GPU type is not in a verl config: pass --gpu.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from tltsim.hardware import preset_names
 from tltsim.trace import Trace, TraceMeta
 
 ROLLOUT = "actor_rollout_ref.rollout"
-_INTERPOLATION = re.compile(r"^\$\{(.*)\}$")
 
 
 @dataclass(frozen=True)
@@ -100,7 +98,9 @@ def read_verl_config(path) -> VerlConfig:
     if not isinstance(root, dict) or not any(k in root for k in ("trainer", "actor_rollout_ref")):
         raise TltsimError(f"{path}: no 'trainer' or 'actor_rollout_ref' section; give the .hydra/config.yaml of a "
                           f"verl PPO/GRPO run")
-    get = _Reader(root, path)
+    from omegaconf import OmegaConf
+
+    get = _Reader(OmegaConf.create(root), path)
     per_node, nodes = get.whole("trainer.n_gpus_per_node"), get.whole("trainer.nnodes")
     return VerlConfig(
         path=str(path),
@@ -127,9 +127,10 @@ def _config_file(path: Path) -> Path:
 
 
 class _Reader:
-    """Values by dotted key, interpolations resolved, types checked; None for an absent key or a null."""
+    """Values by dotted key, interpolations resolved by OmegaConf (Hydra's own config library), types checked;
+    None for an absent key or a null."""
 
-    def __init__(self, root: dict, path: Path):
+    def __init__(self, root, path: Path):
         self.root, self.path = root, path
 
     def whole(self, key: str) -> int | None:
@@ -152,43 +153,13 @@ class _Reader:
         v = self.value(key)
         return None if v is None else str(v)
 
-    def value(self, key: str, depth: int = 0):
-        found, v = self._lookup(key.split("."))
-        if not found:
-            return None
-        m = _INTERPOLATION.match(v) if isinstance(v, str) else None
-        if m is None:
-            return v
-        if depth > 10:
-            raise TltsimError(f"{self.path}: {key} = {v!r}: the interpolations go round in a circle")
-        inner = m.group(1).strip()
-        if inner.startswith("oc.select:"):
-            target, _, default = inner[len("oc.select:"):].partition(",")
-            target = self._absolute(target.strip(), key)
-            found, _ = self._lookup(target.split("."))
-            if found and self.value(target, depth + 1) is not None:
-                return self.value(target, depth + 1)
-            import yaml
+    def value(self, key: str):
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
 
-            return yaml.safe_load(default) if default.strip() else None
-        if ":" in inner or "$" in inner:
-            raise TltsimError(f"{self.path}: {key} = {v!r} uses a resolver tltsim does not evaluate; write the value "
-                              f"in place or pass the matching flag")
-        return self.value(self._absolute(inner, key), depth + 1)
-
-    @staticmethod
-    def _absolute(target: str, key: str) -> str:
-        """`${.x}` is a sibling of `key`, `${..x}` a sibling of its parent; anything else is absolute."""
-        dots = len(target) - len(target.lstrip("."))
-        if not dots:
-            return target
-        parent = key.split(".")[:-dots]
-        return ".".join(parent + [target[dots:]])
-
-    def _lookup(self, parts: list[str]):
-        node = self.root
-        for p in parts:
-            if not isinstance(node, dict) or p not in node:
-                return False, None
-            node = node[p]
-        return True, node
+        try:
+            return OmegaConf.select(self.root, key, default=None)
+        except OmegaConfBaseException as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise TltsimError(f"{self.path}: {key} cannot be resolved ({first}); write the value in place or pass "
+                              f"the matching flag") from None
