@@ -33,7 +33,7 @@ from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.policy import AcceptanceModel, Strategy
-from tltsim.records import Result
+from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
 
@@ -41,7 +41,6 @@ METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
-SPEED_BATCH, SPEED_CONTEXT = 8, 64  # real.profile.speed_probe: its batch and prompt length
 SPEED_WINDOW = 5  # steps whose speed probes speak for a step's speed (centred; fewer at the run's ends)
 
 

@@ -9,6 +9,7 @@ from tltsim import config as configmod
 from tltsim.errors import TltsimError
 from tltsim.export import write_chrome_trace
 from tltsim.policies import make_policy, policy_names
+from tltsim.policy.decisions import knobs_from_text
 from tltsim.sim.simulator import Simulator
 from tltsim.table import format_table
 from tltsim.trace import load as load_trace
@@ -58,25 +59,12 @@ def _config(args, policy: str | None = None) -> configmod.SimConfig:
             "steps": args.steps,
             "exact": args.exact,
             "seed": args.seed,
-            "policy_knobs": _knobs(args.knob) or None,
+            "policy_knobs": knobs_from_text(args.knob) or None,
         },
     )
     if not cfg.trace:
         raise TltsimError("no trace given; pass --trace FILE or set trace = ... in the config file")
     return cfg
-
-
-def _knobs(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise TltsimError(f"--knob {pair!r}: expected KEY=VALUE, e.g. --knob threshold=16")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def run_policy(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool):

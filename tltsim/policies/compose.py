@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy, StepOutcome
+from tltsim.sim.hooks import Policy, StepOutcome
 
 
 class Composite(Policy):

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy, StepOutcome
+from tltsim.sim.hooks import Policy, StepOutcome
 from tltsim.policy import CHECKPOINT_S, AcceptanceModel, DrafterConfig, DrafterQuality, NgramDrafter, parse_arms
 from tltsim.policy.decisions import VARIANTS as DECISION_VARIANTS
 from tltsim.policy.decisions import DecisionKnobs

@@ -10,9 +10,11 @@ times, its fast path's chunking) is not here: those are the simulator's own knob
     knobs.control(e, seed)   engine e's EngineControl (switch, tuner seeded seed * 1000 + e, guard)
     knobs.trainer(workers)   the SpotTrainer
     knobs.buffer()           the DataBuffer
+    knobs_from_text(["threshold=16", ...])   knob values given as KEY=VALUE text (`--knob`)
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from tltsim.errors import TltsimError
@@ -101,3 +103,18 @@ class DecisionKnobs:
     def buffer(self) -> DataBuffer:
         """The drafter's data buffer."""
         return DataBuffer(self.buffer_steps, self.keep_long_prev)
+
+
+def knobs_from_text(pairs: list[str]) -> dict:
+    """KEY=VALUE strings (the CLI's `--knob`) as a knob dict: a value is read as JSON (16, 0.5, true), else kept
+    as the string it is (8_4_48)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise TltsimError(f"--knob {pair!r}: expected KEY=VALUE, e.g. --knob threshold=16")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

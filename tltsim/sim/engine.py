@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -56,6 +57,19 @@ class Speculation:
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
         return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
+
+
+class Entry(NamedTuple):
+    """What an executor logs as it goes (merged into Intervals by `_merge`)."""
+
+    state: str
+    t_start: float
+    t_end: float
+    batch_size: float  # at the entry's start
+    tokens: float = 0.0
+    accepted: float = np.nan  # mean accepted length of its speculative iterations
+    strategy: str = ""
+    weight: float = 0.0  # speculative iterations
 
 
 @dataclass
@@ -147,9 +161,9 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
         if b > 0 and k > 0:
             control.observe_plain(int(b), float(dt) / k, int(round(k)))
     t = float(np.sum(seg_times[plain]))
-    log = [("prefill", 0.0, float(pre[0]), batch[0], 0.0, np.nan, "", 0.0)]
+    log = [Entry("prefill", 0.0, float(pre[0]), batch[0])]
     if sd_from > 0:
-        log.append(("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain])), np.nan, "", 0.0))
+        log.append(Entry("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain]))))
     drafted = split is None  # SD on from the start: the drafter is prefilled with the target, no re-prefill
     behind = 0.0  # tokens per row emitted by plain iterations since the drafter last ran
     switch_at = None
@@ -166,13 +180,13 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
             if s is None:  # speculating does not pay here: the rest of the segment decodes plainly
                 dt = float(cost.segment_time(b, 1, c, b, remaining))
                 control.observe_plain(b, dt / remaining, int(round(remaining)))
-                log.append(("decode", t_log, t_seg + dt, b, b * remaining, np.nan, "", 0.0))
+                log.append(Entry("decode", t_log, t_seg + dt, b, b * remaining))
                 t_seg += dt
                 behind += remaining if drafted else 0.0
                 break
             if not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
                 dt = float(cost.switch_time(b, c, c**2 / b))
-                log.append(("prefill", t_log, t_seg + dt, b, 0.0, np.nan, "", 0.0))
+                log.append(Entry("prefill", t_log, t_seg + dt, b))
                 switch_at, drafted = t_seg, True
                 t_seg += dt
                 t_log = t_seg
@@ -185,7 +199,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
             dt += catchup
             control.observe_spec(s, b, acc * b * iters, dt, catchup, iters)
             behind = 0.0
-            log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
+            log.append(Entry("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
             strategies[str(s)] += iters
             sd_iters += iters
             sd_acc += iters * acc
@@ -232,7 +246,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     cap = cost.kv_capacity_tokens
     footprint = check_footprints(prompt_len, response_len, cap)
     records: list[dict] = []
-    state_log: list[tuple] = []  # (state, t0, t1, batch, tokens, accepted, strategy, weight), see _merge
+    state_log: list[Entry] = []
     strategies: Counter = Counter()
     sd_iters = sd_acc = 0.0
     switch_at = None
@@ -257,18 +271,18 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             yield env.timeout(dt)
             clock.append((env.now - t0, tau))
             # the first admission is a prefill interval; later ones fold into the current mode
-            state_log.append((mode, env.now - t0 - dt, env.now - t0, len(running), 0.0, np.nan, "", 0.0))
+            state_log.append(Entry(mode, env.now - t0 - dt, env.now - t0, len(running)))
         b = len(running)
         rows = np.array(running)
         ctx = float(np.sum(prompt_len[rows] + generated[rows]))
         s = control.decide(b) if control is not None else None
-        if s is not None and not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
-            drafted = True
+        if s is not None and not drafted:  # the switch: the drafter's state for every running request
+            drafted = True  # (cost.switch_time)
             switch_at = env.now - t0
             dt = float(cost.switch_time(b, ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
             yield env.timeout(dt)
             clock.append((env.now - t0, tau))
-            state_log.append(("prefill", env.now - t0 - dt, env.now - t0, b, 0.0, np.nan, "", 0.0))
+            state_log.append(Entry("prefill", env.now - t0 - dt, env.now - t0, b))
         if s is not None:
             acc_rows = np.asarray(spec.acceptance.sample(s, spec.quality, spec.rng, b), dtype=float)
             remaining = response_len[rows] - generated[rows]
@@ -294,7 +308,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         now = env.now - t0
         clock.append((now, tau))
         records.append({"batch_size": b, "mode": mode, "strategy": strat, "accepted": acc, "wall_s": dt, "t_end": now})
-        state_log.append((mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
+        state_log.append(Entry(mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
         done = [r for r in running if generated[r] >= response_len[r]]
         for r in done:
             finished_at[r] = now
@@ -307,12 +321,10 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     )
 
 
-def _merge(log) -> list[Interval]:
-    """Merge consecutive entries of one state into intervals.
-
-    Entries are (state, t_start, t_end, batch, tokens, accepted, strategy, weight): batch is the batch at the
-    interval's start, accepted the weight-averaged accepted length (weight = speculative iterations), strategy
-    the one with the most weight."""
+def _merge(log: list[Entry]) -> list[Interval]:
+    """Merge consecutive entries of one state into intervals: batch is the batch at the interval's start,
+    accepted the weight-averaged accepted length (weight = speculative iterations), strategy the one with
+    the most weight."""
     out: list[Interval] = []
     weights: list[Counter] = []
     for state, a, b, batch, tokens, acc, strat, w in log:
