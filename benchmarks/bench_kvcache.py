@@ -77,7 +77,7 @@ def main() -> None:
     gen = np.random.default_rng(0)
     print(f"batch {args.batch}, {args.iterations} iterations (after a warm one) from a prompt of the given length, "
           f"best of {args.repeats} interleaved repeats; baseline = {args.baseline}")
-    print("context  batch    mode   baseline ms  current ms  current/baseline")
+    print("context  batch    mode         baseline ms  current ms  current/baseline")
     for context in (int(c) for c in args.contexts.split(",")):
         prompt = gen.integers(3, vocab, size=context).tolist()
         batches = {"aligned": [prompt] * args.batch,
@@ -85,14 +85,14 @@ def main() -> None:
         best = {}
         for _ in range(args.repeats):
             for name, rows in batches.items():
-                for mode in ("plain", "spec"):
+                for mode in ("decode", "spec_decode"):
                     for kind, cls in caches.items():
                         t = median_step(target, drafter, rows, cls, mode, args.iterations)
                         best[name, mode, kind] = min(best.get((name, mode, kind), np.inf), t)
         for name in batches:
-            for mode in ("plain", "spec"):
+            for mode in ("decode", "spec_decode"):
                 b, c = best[name, mode, "baseline"], best[name, mode, "current"]
-                print(f"{context:7d}  {name:7s}  {mode:5s}  {b * 1e3:11.3f}  {c * 1e3:10.3f}  {c / b:16.3f}")
+                print(f"{context:7d}  {name:7s}  {mode:11s}  {b * 1e3:11.3f}  {c * 1e3:10.3f}  {c / b:16.3f}")
 
 
 if __name__ == "__main__":

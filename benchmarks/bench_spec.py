@@ -115,24 +115,24 @@ def main() -> None:
     max_new = task.max_response_tokens
     print(f"{len(prompts)} held-out prompts, greedy; times exclude prefill; best of {args.repeats} runs per setting, "
           f"the settings of a batch size interleaved run by run; load average {os.getloadavg()[0]:.1f} at start")
-    print(f"{'batch':>5} {'mode':>6} {'strategy':>8} {'tokens':>7} {'tok/s':>8} {'tok/call':>8} {'speedup':>7} "
+    print(f"{'batch':>5} {'mode':>11} {'strategy':>8} {'tokens':>7} {'tok/s':>8} {'tok/call':>8} {'speedup':>7} "
           f"{'identical':>9}")
     for batch in args.batches:
-        settings = [("plain", None)] + [("spec", s) for s in args.strategies]
+        settings = [("decode", None)] + [("spec_decode", s) for s in args.strategies]
         best = {}  # setting -> (tokens per prompt, least seconds, row-iterations)
         for _ in range(args.repeats):
             for mode, strategy in settings:
-                out, secs, calls = decode(target, drafter if mode == "spec" else None, prompts, batch, mode, strategy,
-                                          eos, max_new)
+                out, secs, calls = decode(target, drafter if mode == "spec_decode" else None, prompts, batch, mode,
+                                          strategy, eos, max_new)
                 if (mode, strategy) not in best or secs < best[mode, strategy][1]:
                     best[mode, strategy] = (out, secs, calls)
-        ref, secs, _ = best["plain", None]
+        ref, secs, _ = best["decode", None]
         base = sum(map(len, ref)) / secs
         for mode, strategy in settings:
             out, secs, calls = best[mode, strategy]
             tokens = sum(map(len, out))
-            same = "-" if mode == "plain" else str(out == ref)
-            print(f"{batch:>5} {mode:>6} {strategy or '-':>8} {tokens:>7} {tokens / secs:>8.0f} {tokens / calls:>8.2f} "
+            same = "-" if mode == "decode" else str(out == ref)
+            print(f"{batch:>5} {mode:>11} {strategy or '-':>8} {tokens:>7} {tokens / secs:>8.0f} {tokens / calls:>8.2f} "
                   f"{tokens / secs / base:>7.2f} {same:>9}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 

@@ -102,7 +102,7 @@ def _profile(args) -> int:
 
 def add_run(sub) -> None:
     from real.grpo import GRPOConfig
-    from real.run import POLICIES, RunConfig
+    from real.run_config import POLICIES, RunConfig
 
     d = {f.name: f.default for f in fields(RunConfig)}
     g = GRPOConfig()
@@ -163,12 +163,12 @@ def _run(args) -> int:
 
     from real.grpo import GRPOConfig
     from real.run import RunConfig, launch
-    from tltsim.cli.sim_cmd import _knobs
+    from tltsim.policy.decisions import knobs_from_text
 
     config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
                        drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
                        group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
-                       max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=_knobs(args.knob),
+                       max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=knobs_from_text(args.knob),
                        grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
                        probe=args.probe, speed_probe=args.speed_probe)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args))

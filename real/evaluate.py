@@ -81,7 +81,7 @@ def accepted_tokens(target, drafter, task: GcdTask, problems: list[Problem], str
         return np.zeros(0)
     gen = generate(target, [task.prompt_ids(p) for p in problems], drafter, strategy,
                    max_new_tokens=max_new_tokens or task.max_response_tokens)
-    return np.array([a + 1 for it in gen.iterations if it.mode == "spec" for a in it.accepted], dtype=float)
+    return np.array([a + 1 for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted], dtype=float)
 
 
 def accepted_length(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,

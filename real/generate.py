@@ -6,8 +6,9 @@ the next iteration feeds it (plain decoding feeds just it; speculative decoding 
 of a draft tree). A row finishes on its own, at an end-of-sequence token (kept in its output) or at
 `max_new_tokens`, and leaves the batch; `add` admits new rows at any time (continuous batching).
 
-`step(mode=...)` runs one iteration and returns its `Iteration` record, so an outside policy can
-choose plain or speculative decoding, and the strategy, at every iteration. The drafter keeps its
+`step(mode=...)` ("decode" or "spec_decode", the records' state names) runs one iteration and
+returns its `Iteration` record, so an outside policy can choose plain or speculative decoding, and
+the strategy, at every iteration. The drafter keeps its
 own KV state across plain iterations: the first speculative iteration after plain ones feeds it the
 tokens they emitted (with the target features kept from their forwards; the target is not run
 again), and the first one of all, or after `set_drafter`, builds it from every running row.
@@ -34,10 +35,10 @@ class Iteration:
     """What one engine iteration did."""
 
     index: int  # 0, 1, ... in the engine's life
-    mode: str  # "prefill" (rows admitted), "plain" or "spec"
-    strategy: str  # depth_topk_verify for "spec", "" otherwise
+    mode: str  # "prefill" (rows admitted), "decode" or "spec_decode"
+    strategy: str  # depth_topk_verify for "spec_decode", "" otherwise
     batch_size: int  # rows processed
-    proposed: int  # draft tokens sent to the target per row (0 unless "spec")
+    proposed: int  # draft tokens sent to the target per row (0 unless "spec_decode")
     accepted: list[int]  # per row, draft tokens accepted (a spec row emits accepted + 1 tokens)
     tokens: int  # tokens processed ("prefill") or emitted (decode), over all rows
     wall_s: float  # wall-clock seconds of the iteration
@@ -142,20 +143,20 @@ class Engine:
         return ids
 
     @torch.no_grad()
-    def step(self, mode: str = "plain", strategy: str | Strategy | None = None) -> Iteration:
-        """One decoding iteration over every running row: "plain" (one token per row) or "spec"
+    def step(self, mode: str = "decode", strategy: str | Strategy | None = None) -> Iteration:
+        """One decoding iteration over every running row: "decode" (one token per row) or "spec_decode"
         (draft with `strategy`, verify in one target forward, emit accepted + 1 tokens per row)."""
         if self.running == 0:
             raise TltsimError("step: no running rows; add prompts first")
         start = time.perf_counter()
         roots = torch.tensor([t[-1] for t in self.tokens], device=self.device)
-        reprefill = mode == "spec" and self._last_mode != "spec"
+        reprefill = mode == "spec_decode" and self._last_mode != "spec_decode"
         catchup_s = 0.0
-        if mode == "plain":  # the drafter's state is kept: the next spec iteration feeds it what plain ones emitted
+        if mode == "decode":  # the drafter's state is kept: the next spec iteration feeds it what plain ones emitted
             tree, label = DraftTree.root_only(roots), ""
-        elif mode == "spec":
+        elif mode == "spec_decode":
             if self.drafter is None:
-                raise TltsimError("step(mode='spec') needs a drafter; pass drafter= to the engine")
+                raise TltsimError("step(mode='spec_decode') needs a drafter; pass drafter= to the engine")
             strat = draftable(strategy or DEFAULT_STRATEGY)
             if self._draft is None:
                 self._draft = DraftState(self.drafter, self.running)
@@ -164,11 +165,11 @@ class Engine:
             catchup_s = time.perf_counter() - t_ingest if reprefill else 0.0
             tree, label = self._draft.draft(roots, g_root, self.cache.lens, strat), str(strat)
         else:
-            raise TltsimError(f"step: mode {mode!r} is not 'plain' or 'spec'")
+            raise TltsimError(f"step: mode {mode!r} is not 'decode' or 'spec_decode'")
         positions = self.cache.lens[:, None] + tree.depth
         hidden = self._forward(self.cache, tree.tokens, positions, tree.visible())
         logits = self.lm_head(hidden)
-        if mode == "plain":  # same rule as a one-node tree, without the walk
+        if mode == "decode":  # same rule as a one-node tree, without the walk
             path = torch.zeros_like(roots)[:, None]
             accepted, nxt = torch.zeros_like(roots), next_tokens(logits[:, 0], self.sampling, self.generator)
         elif tree.chain and self.sampling.greedy:
@@ -246,7 +247,7 @@ def generate(target, prompts: list[list[int]], drafter=None, strategy: str | Non
     engine = Engine(target, drafter, sampling=SamplingParams(greedy, temperature, top_p), max_new_tokens=max_new_tokens,
                     eos_token_id=eos_token_id, seed=seed, collect_features=collect_features)
     ids = engine.add(prompts)
-    mode = "plain" if drafter is None else "spec"
+    mode = "decode" if drafter is None else "spec_decode"
     while engine.running:
         engine.step(mode, strategy)
     finished = [engine.finished[i] for i in ids]

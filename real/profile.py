@@ -48,9 +48,9 @@ from real.models import load_target
 from real.sampling import SamplingParams
 from real.task import TASK_FILE, GcdTask
 from tltsim.cost.padding import padded_tokens
-from tltsim.policy import FixedTuner, SDSwitch
+from tltsim.policy import EngineControl, FixedTuner, SDSwitch
 from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
-from tltsim.validate import SPEED_BATCH, SPEED_CONTEXT
+from tltsim.records import SPEED_BATCH, SPEED_CONTEXT
 
 RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)  # real.run.RunConfig's default
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
@@ -142,13 +142,13 @@ def _rollout(target, drafter, prompts, iterations: int, strategy: str | None, se
     rollout loop; returns (batch context tokens at the call's start, seconds) per call, the prefill first."""
     per_row = iterations * (Strategy.parse(strategy).depth + 1 if strategy else 1)
     engine = Engine(target, drafter, sampling=sampling, max_new_tokens=per_row, eos_token_id=[], seed=seed)
-    switch, tuner = (SDSwitch("always"), FixedTuner(strategy)) if strategy else (None, None)
-    steps = rollout(engine, prompts, time.perf_counter, switch, tuner).steps
+    control = EngineControl(SDSwitch("always"), FixedTuner(strategy)) if strategy else None
+    calls = rollout(engine, prompts, time.perf_counter, control).calls
     ctx = sum(len(p) for p in prompts)  # every row's tokens, the pending last one included
     out = []
-    for st in steps[: iterations + 1]:
-        out.append((ctx, st.t_end - st.t_start))
-        ctx += st.tokens if st.mode != "prefill" else 0
+    for call in calls[: iterations + 1]:
+        out.append((ctx, call.t_end - call.t_start))
+        ctx += call.tokens if call.mode != "prefill" else 0
     return out
 
 
@@ -161,14 +161,14 @@ def _catchups(target, drafter, prompts, repeats: int, seed: int, sampling, behin
     engine = Engine(target, drafter, sampling=sampling, max_new_tokens=per_row, eos_token_id=[], seed=seed)
     engine.add(prompts)
     b, ctx = len(prompts), sum(len(p) for p in prompts)
-    it = engine.step("spec", strategy)
+    it = engine.step("spec_decode", strategy)
     out = [_row("catchup", b, context=ctx, tokens=ctx, seconds=it.catchup_s)]
     ctx += it.tokens
     for _ in range(repeats):
         for k in behind:
             for _ in range(k):
-                ctx += engine.step("plain").tokens
-            it = engine.step("spec", strategy)
+                ctx += engine.step("decode").tokens
+            it = engine.step("spec_decode", strategy)
             out.append(_row("catchup", b, context=ctx, tokens=b * k, seconds=it.catchup_s))
             ctx += it.tokens
     return out

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from real.adaptive import Step
-from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from real.adaptive import EngineCall
+from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow
 from tltsim.summary import summarize
 from tltsim.trace import Trace, TraceMeta, save as save_trace
 
@@ -36,7 +36,7 @@ class WorkerStep:
     """One worker's account of one RL step (picklable: it travels to rank 0)."""
 
     worker: int
-    calls: list[Step]  # engine calls of its rollout, in order
+    calls: list[EngineCall]  # engine calls of its rollout, in order
     phases: list[tuple[str, float, float]]  # (state, t_start, t_end) after its rollout: idle, drafter_train, reward, ...
     responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at
     done_at: float  # run clock when its share was generated
@@ -44,26 +44,25 @@ class WorkerStep:
     extra: dict = field(default_factory=dict)  # per-worker figures summed into the step row (e.g. GRPO stats)
 
 
-def intervals(calls: list[Step]) -> list[tuple]:
-    """Timeline rows (state, t_start, t_end, batch_size, tokens, accepted, strategy) of a rollout.
+def intervals(step: int, worker: int, calls: list[EngineCall]) -> list[TimelineRow]:
+    """The timeline rows of a worker's rollout in step `step`.
 
     Consecutive calls in one state at one batch size with one strategy merge into one interval;
     `tokens` adds up, `accepted` is the mean over the merged speculative calls.
     """
-    out: list[list] = []
+    out: list[TimelineRow] = []
     n_acc = 0
     for c in calls:
         last = out[-1] if out else None
-        if last is not None and (last[0], last[3], last[6]) == (c.mode, c.batch_size, c.strategy):
-            last[2] = c.t_end
-            last[4] += c.tokens
-            if c.mode == "spec_decode":
-                n_acc += 1
-                last[5] += (c.accepted - last[5]) / n_acc
+        if last is not None and (last.state, last.batch_size, last.strategy) == (c.mode, c.batch_size, c.strategy):
+            n_acc += c.mode == "spec_decode"
+            accepted = last.accepted + (c.accepted - last.accepted) / n_acc if c.mode == "spec_decode" else last.accepted
+            out[-1] = last._replace(t_end=c.t_end, tokens=last.tokens + c.tokens, accepted=accepted)
             continue
         n_acc = 1
-        out.append([c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted, c.strategy])
-    return [tuple(r) for r in out]
+        out.append(TimelineRow(step, worker, c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted,
+                               c.strategy))
+    return out
 
 
 class Recorder:
@@ -72,7 +71,7 @@ class Recorder:
     def __init__(self, config: dict, meta: TraceMeta):
         self.config = config
         self.meta = meta
-        self.timeline: list[tuple] = []
+        self.timeline: list[TimelineRow] = []
         self.steps: list[dict] = []
         self.requests: list[dict] = []
         self.iterations: list[dict] = []
@@ -86,7 +85,8 @@ class Recorder:
         rec = cls(config, meta)
         old = Result.load(out)
         keep = lambda df: df[df["step"] <= last_step]  # noqa: E731
-        rec.timeline = list(keep(old.timeline)[TIMELINE_COLUMNS].itertuples(index=False, name=None))
+        rows = keep(old.timeline)[TIMELINE_COLUMNS].itertuples(index=False, name=None)
+        rec.timeline = [TimelineRow(*r) for r in rows]
         rec.steps = keep(old.steps).to_dict("records")
         rec.requests = keep(old.requests).to_dict("records")
         rec.iterations = keep(old.iterations).to_dict("records") if old.iterations is not None else []
@@ -97,7 +97,7 @@ class Recorder:
     @property
     def clock_end(self) -> float:
         """Where the run clock stood at the end of the last recorded step (0 before any)."""
-        return max((r[4] for r in self.timeline), default=0.0)
+        return max((r.t_end for r in self.timeline), default=0.0)
 
     def add(self, step: int, t0: float, reports: list[WorkerStep], columns: dict) -> dict:
         """Record step `step` (started at t0) from every worker's report; returns its steps row."""
@@ -107,11 +107,11 @@ class Recorder:
         phase_end = {s: max((b for r in reports for st, _, b in r.phases if st == s), default=barrier)
                      for s in ("reward", "train", "weight_sync")}
         for r in reports:
-            rows = [(step, r.worker, *iv) for iv in intervals(r.calls)]
-            rows += [(step, r.worker, s, a, b, math.nan, 0.0, math.nan, "") for s, a, b in r.phases if b > a]
-            last = max((row[4] for row in rows), default=t0)
+            rows = intervals(step, r.worker, r.calls)
+            rows += [TimelineRow(step, r.worker, s, a, b) for s, a, b in r.phases if b > a]
+            last = max((row.t_end for row in rows), default=t0)
             if end > last:
-                rows.append((step, r.worker, "idle", last, end, math.nan, 0.0, math.nan, ""))
+                rows.append(TimelineRow(step, r.worker, "idle", last, end))
             self.timeline += rows
             self.iterations += [{"step": step, "worker": r.worker, "batch_size": c.batch_size, "mode": c.mode,
                                  "strategy": c.strategy, "accepted": c.accepted, "wall_s": c.wall_s, "t_end": c.t_end,

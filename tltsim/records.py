@@ -15,8 +15,10 @@ requests: one row per response
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -25,9 +27,28 @@ from tltsim.io import atomic_path, write_json
 
 # Worker states, in the order plots stack and colour them.
 STATES = ["prefill", "decode", "spec_decode", "drafter_train", "idle", "reward", "train", "weight_sync"]
-TIMELINE_COLUMNS = ["step", "worker", "state", "t_start", "t_end", "batch_size", "tokens", "accepted", "strategy"]
+
+
+class TimelineRow(NamedTuple):
+    """One timeline row: a worker in one state from t_start to t_end (the optional fields as the schema says)."""
+
+    step: int
+    worker: int
+    state: str
+    t_start: float
+    t_end: float
+    batch_size: float = math.nan
+    tokens: float = 0.0
+    accepted: float = math.nan
+    strategy: str = ""
+
+
+TIMELINE_COLUMNS = list(TimelineRow._fields)
 STEP_COLUMNS = ["step", "t_start", "rollout_s", "reward_s", "train_s", "sync_s", "total_s"]
 REQUEST_COLUMNS = ["step", "prompt_id", "sample", "engine", "prompt_len", "response_len", "admitted_at", "finished_at"]
+# A real run's steps column speed_probe_s: seconds of one plain decode iteration at batch SPEED_BATCH after
+# prompts of SPEED_CONTEXT tokens (real.profile.speed_probe), how fast the machine ran before the step
+SPEED_BATCH, SPEED_CONTEXT = 8, 64
 
 _FRAMES = ("timeline", "steps", "requests", "iterations")
 

@@ -31,9 +31,9 @@ from tltsim.cost.profiled import Profiled
 from tltsim.cost.scaled import StepScaled
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
-from tltsim.policies.tlt import Speculative
+from tltsim.policies.tlt import TLTPolicy
 from tltsim.policy import AcceptanceModel, Strategy
-from tltsim.records import Result
+from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
 
@@ -41,7 +41,6 @@ METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
-SPEED_BATCH, SPEED_CONTEXT = 8, 64  # real.profile.speed_probe: its batch and prompt length
 SPEED_WINDOW = 5  # steps whose speed probes speak for a step's speed (centred; fewer at the run's ends)
 
 
@@ -135,16 +134,16 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
         # its batch in progress
         knobs.update(load_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
     policy = make_policy(sim_cfg.policy, knobs)
-    if isinstance(policy, Speculative):
+    if isinstance(policy, TLTPolicy):
         policy = ReplayedQuality(policy, measured_qualities(measured))
     predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
     return measured, predicted
 
 
-class ReplayedQuality(Speculative):
+class ReplayedQuality(TLTPolicy):
     """A speculative policy whose drafter quality at each step is the one measured in the real run."""
 
-    def __init__(self, inner: Speculative, qualities: dict[int, float]):
+    def __init__(self, inner: TLTPolicy, qualities: dict[int, float]):
         self.__dict__.update(inner.__dict__)
         self.qualities = qualities
 

@@ -1,5 +1,91 @@
+import ast
 import subprocess
 import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Layers, bottom first: a module imports only from its own layer or those below (ast, so imports inside
+# functions count too), and the pairs in SIBLINGS_APART not even within a layer.
+LAYERS = [
+    {"tltsim", "tltsim.errors", "tltsim.io", "tltsim.records", "tltsim.trace", "tltsim.summary"},  # records, I/O
+    {"tltsim.policy"},  # decisions, driven by every executor
+    {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real"},  # executors
+    {"tltsim.validate", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
+    {"tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines
+]
+SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below
+    "tltsim.sim": {"tltsim.policies", "real"},  # the simulator knows its hooks (tltsim.sim.hooks), not the policies
+    "tltsim.cost": {"tltsim.sim", "tltsim.policies", "real", "tltsim.config"},
+    "real": {"tltsim.sim", "tltsim.policies", "tltsim.config", "tltsim.hardware"},  # real/ stands on the policy layer
+    "tltsim.policies": {"real"},
+    "real.cli": {"tltsim.cli"},
+}
+
+
+def unit(module: str) -> str | None:
+    """The layering unit of a module: tltsim.<subpackage or module>, real, real.cli; None outside the project."""
+    parts = module.split(".")
+    if parts[0] == "real":
+        return "real.cli" if module == "real.cli" else "real"
+    if parts[0] != "tltsim":
+        return None
+    return "tltsim" if len(parts) == 1 else f"tltsim.{parts[1]}"
+
+
+def imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def wrong_way(files) -> list[str]:
+    """'importer -> imported' for every import that runs against the layers."""
+    rank = {u: i for i, layer in enumerate(LAYERS) for u in layer}
+    bad = []
+    for path in files:
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        src = unit(module)
+        for name in sorted(imports(path)):
+            dst = unit(name)
+            if dst is None or dst == src:
+                continue
+            if rank[dst] > rank[src] or dst in SIBLINGS_APART.get(src, ()):
+                bad.append(f"{module} -> {name}")
+    return bad
+
+
+def project_files() -> list[Path]:
+    return sorted(p for pkg in ("tltsim", "real") for p in (ROOT / pkg).rglob("*.py"))
+
+
+def test_every_unit_has_a_layer():
+    rank = {u for layer in LAYERS for u in layer}
+    assert {unit(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"))
+            for p in project_files()} <= rank
+
+
+def test_imports_run_one_way():
+    assert wrong_way(project_files()) == []
+
+
+def test_a_wrong_way_import_is_caught(tmp_path, monkeypatch):
+    """The check itself: a simulator module that imports the policies, a real/ module that imports the simulator."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "tltsim" / "sim").mkdir(parents=True)
+    (tmp_path / "real").mkdir()
+    sim = tmp_path / "tltsim" / "sim" / "engine.py"
+    sim.write_text("from tltsim.policy import EngineControl\n\ndef f():\n    from tltsim.policies import make_policy\n")
+    real = tmp_path / "real" / "run.py"
+    real.write_text("import tltsim.sim.simulator\nfrom tltsim.records import Result\n")
+    policy = tmp_path / "tltsim" / "policy.py"
+    policy.write_text("from tltsim.sim.engine import Speculation\n")
+    assert wrong_way([sim, real, policy]) == ["tltsim.sim.engine -> tltsim.policies",
+                                              "real.run -> tltsim.sim.simulator", "tltsim.policy -> tltsim.sim.engine"]
 
 
 def test_policy_layer_imports_neither_torch_nor_simpy():

@@ -19,7 +19,9 @@ from real.evaluate import accepted_length
 from real.grpo import GRPO, GRPOConfig, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target, load_target
 from real.pretrain import PretrainConfig, save_checkpoint, train
-from real.run import RunConfig, _free_port, all_gather_pairs, launch
+from real.grpo import free_port
+from real.run import RunConfig, launch
+from real.spot import all_gather_pairs
 from real.task import GcdTask, TaskConfig
 from tltsim.errors import TltsimError
 from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
@@ -197,7 +199,7 @@ def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
 def test_bad_runs_are_refused_before_any_worker_starts(tmp_path):
     with pytest.raises(TltsimError, match="tlt-base"):
         launch(base("test-llama", policy="tlt-base"), tmp_path / "a")
-    with pytest.raises(TltsimError, match="only shape the simulator"):
+    with pytest.raises(TltsimError, match="unknown knob"):  # the simulator's drafter model: not a knob here
         launch(base("test-llama", knobs={"drift": 0.1}), tmp_path / "b")
     with pytest.raises(TltsimError, match="no knobs"):
         launch(base("test-llama", policy="verl"), tmp_path / "c")
@@ -280,7 +282,7 @@ def _data_parallel_worker(rank, port, out):
 def test_data_parallel_update_is_the_one_batch_update(tmp_path):
     """2 gloo workers, each updating on half of the responses, end with the parameters one process gets from
     all of them (gradients summed over workers in one flattened all-reduce, loss over the global token count)."""
-    torch.multiprocessing.spawn(_data_parallel_worker, args=(_free_port(), str(tmp_path)), nprocs=2)
+    torch.multiprocessing.spawn(_data_parallel_worker, args=(free_port(), str(tmp_path)), nprocs=2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert torch.equal(ranks[0], ranks[1])
     assert torch.allclose(ranks[0], _grpo_update([0, 1, 2, 3])[0], atol=1e-10)
@@ -308,7 +310,7 @@ def test_samples_are_shared_as_all_gather_object_would(tmp_path):
     """The drafter's buffer gets every worker's (tokens, features) pairs through tensor all-gathers: the same
     pairs, in rank order, as a pickled all_gather_object, for uneven counts and lengths and an empty share."""
     out = tmp_path
-    torch.multiprocessing.spawn(_gather_worker, args=(_free_port(), str(out)), nprocs=2)
+    torch.multiprocessing.spawn(_gather_worker, args=(free_port(), str(out)), nprocs=2)
     for rank in range(2):
         for case, (mine, reference) in torch.load(out / f"rank{rank}.pt", weights_only=False).items():
             assert [len(p) for p in mine] == [len(p) for p in reference], case

@@ -40,7 +40,7 @@ def test_greedy_speculation_is_lossless(arch, kind, strategy, trained):
     gen = real.generate(target(arch, kind), PROMPTS[kind], drafter=drafter, strategy=strategy, max_new_tokens=MAX_NEW,
                         eos_token_id=ragged_eos(arch, kind))
     assert _tokens(gen) == reference(arch, kind)
-    spec = [it for it in gen.iterations if it.mode == "spec"]
+    spec = [it for it in gen.iterations if it.mode == "spec_decode"]
     assert spec and all(it.strategy == strategy for it in spec)
     assert [it.batch_size for it in spec] == sorted((it.batch_size for it in spec), reverse=True)  # batch shrinks
     assert spec[-1].batch_size < len(PROMPTS[kind])
@@ -58,7 +58,7 @@ def test_batch_one_matches_generate_per_prompt(arch):
 def _mean_accept_length(arch, kind, drafter):
     gen = real.generate(target(arch, kind), PROMPTS[kind], drafter=drafter, strategy="4_1_4", max_new_tokens=MAX_NEW,
                         eos_token_id=ragged_eos(arch, kind))
-    accepted = [a for it in gen.iterations if it.mode == "spec" for a in it.accepted]
+    accepted = [a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
     return 1 + sum(accepted) / len(accepted), accepted
 
 
@@ -82,7 +82,7 @@ def test_iteration_records_as_a_frame():
     frame = gen.frame()
     assert list(frame.columns) == ["index", "mode", "strategy", "batch_size", "proposed", "accepted", "tokens",
                                    "wall_s", "reprefill", "catchup_s"]
-    decode = frame[frame["mode"] == "spec"]
+    decode = frame[frame["mode"] == "spec_decode"]
     # every emitted token is an accepted draft or the one recovered/bonus token per row, up to EOS/cap cuts
     assert decode["tokens"].sum() == sum(map(len, gen.tokens))
     assert all(t <= sum(a) + len(a) for t, a in zip(decode["tokens"], decode["accepted"]))
@@ -97,7 +97,7 @@ def test_switching_modes_mid_generation_is_lossless():
     engine = Engine(target(arch, kind), trained_drafter(arch, kind), max_new_tokens=MAX_NEW,
                     eos_token_id=ragged_eos(arch, kind))
     ids = engine.add(PROMPTS[kind])
-    schedule = ["plain"] * 3 + ["spec"] * 2 + ["plain"] + ["spec"] * 100
+    schedule = ["decode"] * 3 + ["spec_decode"] * 2 + ["decode"] + ["spec_decode"] * 100
     records = []
     for mode in schedule:
         if not engine.running:
@@ -115,13 +115,13 @@ def test_rows_added_mid_run_match_their_own_generation():
     engine = Engine(target(arch, kind), trained_drafter(arch, kind), max_new_tokens=MAX_NEW,
                     eos_token_id=ragged_eos(arch, kind))
     first = engine.add(prompts[:3])
-    engine.step("spec", "4_1_4")
-    engine.step("plain")
+    engine.step("spec_decode", "4_1_4")
+    engine.step("decode")
     second = engine.add(prompts[3:5])  # joins a running batch in plain mode
-    engine.step("spec", "4_2_6")
+    engine.step("spec_decode", "4_2_6")
     third = engine.add(prompts[5:])  # joins while the drafter state is live
     while engine.running:
-        engine.step("spec", "4_2_6")
+        engine.step("spec_decode", "4_2_6")
     got = tuple(tuple(engine.finished[i].tokens) for i in first + second + third)
     assert got == reference(arch, kind)
     assert [r.batch_size for r in engine.iterations if r.mode == "prefill"] == [3, 2, 1]
@@ -168,7 +168,7 @@ def test_bad_prompts_and_modes_are_user_errors():
         engine.add([[1, 2], [VOCAB + 5]])
     engine.add([[1, 2]])
     with pytest.raises(TltsimError, match="drafter"):
-        engine.step("spec")
+        engine.step("spec_decode")
     with pytest.raises(TltsimError, match="mode"):
         engine.step("fast")
 
@@ -180,7 +180,7 @@ def test_chain_drafting_is_the_tree_search_with_top_k_one(strategy):
     drafter = trained_drafter(arch, kind)
     engine = Engine(target(arch, kind), drafter, max_new_tokens=MAX_NEW, eos_token_id=[])
     engine.add(PROMPTS[kind])
-    for mode in ["spec", "plain", "spec"]:  # rows of different lengths in the drafter's cache
+    for mode in ["spec_decode", "decode", "spec_decode"]:  # rows of different lengths in the drafter's cache
         engine.step(mode, "4_2_6")
     state, strat = engine._draft, draftable(strategy)
     roots = torch.tensor([t[-1] for t in engine.tokens])

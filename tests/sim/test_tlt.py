@@ -9,7 +9,7 @@ from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
-from tltsim.policy import FixedTuner, SDSwitch, SpeculationGuard
+from tltsim.policy import EngineControl, FixedTuner, SDSwitch, SpeculationGuard
 from tltsim.sim.engine import Speculation, fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
@@ -27,9 +27,10 @@ class FourTokens:
         return np.full(size, 4)
 
 
-def spec(threshold=1, patience=2, quality=0.9):
-    sw = SDSwitch("adaptive", threshold, patience)
-    return Speculation(switch=sw, tuner=FixedTuner("4_1_4"), acceptance=FourTokens(), quality=quality, model_free=True)
+def spec(threshold=1, patience=2, quality=0.9, guard=None):
+    control = EngineControl(SDSwitch("adaptive", threshold, patience), FixedTuner("4_1_4"), guard)
+    control.begin_rollout()
+    return Speculation(control=control, acceptance=FourTokens(), quality=quality, model_free=True)
 
 
 def test_switch_reprefill_and_speculative_tail_by_hand():
@@ -65,13 +66,12 @@ def test_guard_tries_a_losing_arm_once_then_decodes_plainly(exact):
     go = (lambda sp: run_exact([10, 10], [3, 40], SlowVerify(), 8, sp)) if exact else \
         (lambda sp: fast_rollout([10, 10], [3, 40], SlowVerify(), max_running=8, spec=sp))
     plain = go(None)
-    sp = spec()
-    sp.guard = SpeculationGuard()
+    sp = spec(guard=SpeculationGuard())
     first = go(sp)
     # 5.5 s to the switch, the re-prefill 0.5 s, one 10 s iteration of 4 tokens, 31 plain iterations
     assert first.duration == pytest.approx(5.5 + 0.5 + 10 + 31) and first.sd_iterations == 1
     assert [iv.state for iv in first.intervals] == ["prefill", "decode", "prefill", "spec_decode", "decode"]
-    sp.switch.reset()
+    sp.control.begin_rollout()
     again = go(sp)
     assert again.duration == plain.duration and again.sd_iterations == 0 and again.switch_at is None
 
@@ -208,9 +208,9 @@ class SlowVerifyAboveOne(ConstantCost):
 def test_guard_refusals_and_the_drafters_catch_up_by_hand():
     """Exact engine, 3 rows of 6, 12, 30 tokens, 4 tokens a verify; plain decoding 1 s; 4 drafter forwards."""
     from tests.sim.test_engine import run_exact
-    sp = Speculation(switch=SDSwitch("adaptive", 3, 1), tuner=FixedTuner("4_1_4"), acceptance=FourTokens(),
-                     quality=0.9, guard=SpeculationGuard())
-    sp.switch.reset()
+    sp = Speculation(control=EngineControl(SDSwitch("adaptive", 3, 1), FixedTuner("4_1_4"), SpeculationGuard()),
+                     acceptance=FourTokens(), quality=0.9)
+    sp.control.begin_rollout()
     ro = run_exact([10, 10, 10], [6, 12, 30], SlowVerifyAboveOne(), 8, sp)
     got = [(it["batch_size"], it["mode"], round(it["wall_s"], 9)) for it in ro.iterations]
     assert got == [

@@ -11,6 +11,7 @@ from tltsim.calibration import cluster_notes, load_calibration
 from tltsim.errors import TltsimError
 from tltsim.export import write_chrome_trace
 from tltsim.policies import make_policy, policy_names
+from tltsim.policy.decisions import knobs_from_text
 from tltsim.sim.simulator import Simulator
 from tltsim.table import format_table
 from tltsim.trace import load as load_trace
@@ -82,7 +83,7 @@ def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
             "steps": args.steps,
             "exact": args.exact,
             "seed": args.seed,
-            "policy_knobs": _knobs(getattr(args, "knob", [])) or None,
+            "policy_knobs": knobs_from_text(getattr(args, "knob", [])) or None,
         },
     )
     if not cfg.trace:
@@ -104,19 +105,6 @@ def sim_trace(args, cfg: configmod.SimConfig):
 def _note(lines) -> None:
     for line in dict.fromkeys(line for line in lines if line):  # each once, in order
         print(f"tltsim: note: {line}", file=sys.stderr)
-
-
-def _knobs(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise TltsimError(f"--knob {pair!r}: expected KEY=VALUE, e.g. --knob threshold=16")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def run_policy(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool):

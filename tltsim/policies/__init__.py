@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from tltsim.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
-from tltsim.policies.base import Ideal, Policy, StepOutcome
+from tltsim.policies.base import Ideal
 from tltsim.policies.compose import Composite
 from tltsim.policies.length_aware import LongestFirst
 from tltsim.policies.migrate import Migrate
 from tltsim.policies.partial import PartialRollout
 from tltsim.policies.tail_batching import TailBatching
 from tltsim.policies.tlt import VARIANTS, variant_factory
+from tltsim.sim.hooks import Policy, StepOutcome
 
 REGISTRY: dict = {  # single policies: name -> factory(**knobs) with a `knobs` list
     "verl": Policy,

@@ -1,91 +1,9 @@
-"""What the simulator asks of a policy, and the baseline that answers "nothing special".
-
-A policy is a composition of plain policy objects (tltsim.policy: switch, tuner,
-coordinator, acceptance, drafter quality). The simulator calls these hooks at
-events; the real backend drives the same objects at the same events.
-
-Per synchronous step the simulator calls, in order:
-    prepare_step -> split -> begin_step -> rollout (which calls speculation once per engine run)
-    -> worker_done (per engine, at its end time) -> end_rollout (at the barrier)
-A policy that needs another step structure (asynchronous RL) returns its own simpy process from `loop`.
-"""
+"""The ideal-balance lower bound (`ideal`); the baseline `Policy` and its hooks live in tltsim/sim/hooks.py."""
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from tltsim.sim.rollout import StepRollout
-
-
-@dataclass
-class StepOutcome:
-    """What a policy decides at the barrier and adds to the step's record."""
-
-    # worker -> (state, t_start, t_end): what the worker did after its rollout share (e.g. drafter_train)
-    spans: dict[int, tuple[str, float, float]] = field(default_factory=dict)
-    trained: np.ndarray | None = None  # mask over the step's rows trained on; None = every finished row
-    dropped: int = 0  # responses whose tokens were thrown away this step (off-policy cost, wasted work)
-    prework_gpu_s: float = 0.0  # GPU-seconds of the reward stage's log-prob forwards done before the barrier
-    columns: dict = field(default_factory=dict)  # extra per-step columns
-    release_s: float = 0.0  # seconds after the barrier until every worker is free for the reward stage (a spot
-    # trainer finishing its batch in progress: its span in `spans` runs that far past the barrier)
-
-
-class Policy:
-    """Baseline synchronous RL as verl runs it: no speculation, idle engines wait at the barrier."""
-
-    name = "verl"
-    knobs: dict = {}
-
-    def reserved_gpus(self, cluster) -> int:
-        """GPUs the policy keeps out of rollout (multiple of tp); they are extra workers after the engines."""
-        return 0
-
-    def prepare_step(self, step: int, df: dict) -> dict:
-        """The step's responses (column arrays) as the engines will see them.
-
-        Optional columns a policy may add: `group` (unique id of a prompt group; default prompt_id),
-        `origin` (the policy version, i.e. step, that generated a row's first tokens; default this step),
-        `carried` (tokens generated in earlier steps, already counted in prompt_len; default 0)."""
-        return df
-
-    def split(self, df: dict, engines: int) -> list[np.ndarray] | None:
-        """Row indices of each engine's share in admission order, or None for the simulator's default
-        (contiguous chunks of prompt groups as verl does, or the trace's engine column)."""
-        return None
-
-    def rollout(self, step: int, df: dict, shares: list[np.ndarray], run) -> StepRollout:
-        """Run the step's rollout. `run(engine, prompt_len, response_len)` returns one EngineRollout of those
-        requests on that engine (fast or exact, with this policy's speculation). The default runs every share
-        to completion; a policy may stop engines early or move requests (see tltsim.sim.rollout)."""
-        sr = StepRollout.empty(len(df["step"]))
-        for e, rows in enumerate(shares):
-            if len(rows):
-                sr.add(e, rows, run(e, df["prompt_len"][rows], df["response_len"][rows]), df["response_len"][rows])
-        return sr
-
-    def loop(self, sim, env, bar):
-        """A simpy process that runs the whole training run instead of the synchronous step loop, or None."""
-        return None
-
-    def bind(self, sim) -> None:
-        """Called once before the run with the simulator (cost model, cluster, seed)."""
-        self.sim = sim
-
-    def begin_step(self, step: int, t: float) -> None:
-        """The step's rollout starts at time t on every engine."""
-
-    def speculation(self, engine: int):
-        """A tltsim.sim.engine.Speculation for this engine's rollout, or None for plain decoding."""
-        return None
-
-    def worker_done(self, engine: int, t: float) -> None:
-        """The engine finished its share of the step at time t."""
-
-    def end_rollout(self, step: int, t: float, df: dict, sr: StepRollout) -> StepOutcome:
-        """All engines finished (the barrier) at absolute time t; `df` is the step's rows, `sr` the rollout."""
-        return StepOutcome()
+from tltsim.sim.hooks import Policy
 
 
 class Ideal(Policy):

@@ -1,6 +1,6 @@
 """`A+B`: two policies as one, each hook forwarded to both in a defined order.
 
-    Composite(PartialRollout(), Speculative("tlt"))   # registry name "partial+tlt"
+    Composite(PartialRollout(), TLTPolicy("tlt"))   # registry name "partial+tlt"
 
 Order: hooks that transform or decide (prepare_step, split, rollout, speculation)
 go to A first; a transforming hook (prepare_step) chains A then B; a deciding hook
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy, StepOutcome
+from tltsim.sim.hooks import Policy, StepOutcome
 
 
 class Composite(Policy):

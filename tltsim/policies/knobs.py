@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, field, fields
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy
+from tltsim.sim.hooks import Policy
 
 
 def knob(default, lo=None, hi=None, choices=None):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.policies.base import StepOutcome
+from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.knobs import KnobbedPolicy, knob
 
 

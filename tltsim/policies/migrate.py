@@ -28,7 +28,7 @@ import numpy as np
 
 from tltsim.cost.padding import padded_tokens
 from tltsim.errors import TltsimError
-from tltsim.policies.base import StepOutcome
+from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.knobs import KnobbedPolicy, knob
 from tltsim.sim.rollout import StepRollout, truncate
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.policies.base import StepOutcome
+from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
 from tltsim.policies.knobs import KnobbedPolicy, knob
 from tltsim.sim.prompts import PromptStream

@@ -1,6 +1,6 @@
 """TLT and its ablations as simulator policies, composed from the policy objects in tltsim.policy.
 
-One class, `Speculative`, configured by `TLTKnobs`, covers every named variant:
+One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
 
     tlt            adaptive SD + BEG tuner + adaptive drafter trained on idle workers (spot trainer)
     tlt-base       adaptive SD with a model-free n-gram drafter, no training
@@ -8,8 +8,8 @@ One class, `Speculative`, configured by `TLTKnobs`, covers every named variant:
     sd-always      SD from the first token, adaptive drafter with spot training
     tlt-dedicated  adaptive SD; `dedicated_gpus` GPUs reserved to train the drafter instead of idle ones
 
-Per step: each engine gets a fresh SDSwitch (reset) and keeps its own tuner
-across steps (the tuner learns); the drafter's quality is the same for every
+Per step: each engine's EngineControl begins a rollout (its switch starts over;
+its tuner and guard keep what they learned across steps); the drafter's quality is the same for every
 engine. When the rollout ends, the spot trainer's spans become drafter training
 samples (throughput from the cost model, minus load and checkpoint costs), the
 drafter trains on them, then drifts with the policy update.
@@ -22,41 +22,17 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policies.base import Policy, StepOutcome
-from tltsim.policy import (
-    CHECKPOINT_S,
-    DEFAULT_ARMS,
-    AcceptanceModel,
-    DataBuffer,
-    DrafterConfig,
-    DrafterQuality,
-    NgramDrafter,
-    SDSwitch,
-    SpeculationGuard,
-    SpotTrainer,
-    make_tuner,
-    parse_arms,
-)
+from tltsim.sim.hooks import Policy, StepOutcome
+from tltsim.policy import CHECKPOINT_S, AcceptanceModel, DrafterConfig, DrafterQuality, NgramDrafter, parse_arms
+from tltsim.policy.decisions import VARIANTS as DECISION_VARIANTS
+from tltsim.policy.decisions import DecisionKnobs
 from tltsim.sim.engine import Speculation
 
-SD_MODES = ("adaptive", "always", "never")
-DRAFTERS = ("adaptive", "static", "ngram")
-
-
 @dataclass(frozen=True)
-class TLTKnobs:
-    sd: str = "adaptive"  # adaptive (TLT switch), always (from the first token), never
-    threshold: int = 32  # SD may switch on once the running batch is at or below this (TLT default)
-    patience: int = 10  # ... for this many consecutive decode iterations (TLT default)
-    tuner: str = "beg"  # beg, egreedy, ucb, fixed, oracle
-    arms: tuple = tuple(str(a) for a in DEFAULT_ARMS)  # depth_topk_verify strategies the tuner picks from
-    eps: float = 0.1  # exploration rate of beg / egreedy
-    drafter: str = "adaptive"  # adaptive (trained online), static (trained once), ngram (model-free)
-    spot: bool = True  # train the drafter on workers idle in the rollout tail
-    min_idle: int = 1  # idle workers needed before spot training starts
-    cadence: int = 1  # spot-train during every k-th step's rollout
-    buffer_steps: int = 1  # drafter trains on samples of the last N steps
-    keep_long_prev: float = 0.25  # plus this share of the step before's longest samples
+class TLTKnobs(DecisionKnobs):
+    """The decision knobs (tltsim.policy.decisions) and the simulator's own: its model of the drafter and of
+    spot training, and its fast path's chunking."""
+
     dedicated_gpus: int = 0  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple of tp
     drift: float = DrafterConfig.drift  # drafter quality lost per policy update
     tau_samples: float = DrafterConfig.tau_samples  # samples that close 63% of the quality gap
@@ -64,49 +40,22 @@ class TLTKnobs:
     q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
     load_s: float = DrafterConfig.load_s  # seconds to load the drafter and its optimizer when training starts
     chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
-    guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.policy.SpeculationGuard)
     drafter_batch: int = 0  # sequences a spot-training batch: a trainer stops at the end of the batch in progress
     # when the rollout ends, which holds the next stage back (0: it stops at once)
 
-    def validate(self, name: str) -> "TLTKnobs":
-        def bad(knob, why):
-            return TltsimError(f"policy {name!r}: {knob} = {getattr(self, knob)!r} {why}")
-
-        if self.sd not in SD_MODES:
-            raise bad("sd", f"must be one of {', '.join(SD_MODES)}")
-        if self.drafter not in DRAFTERS:
-            raise bad("drafter", f"must be one of {', '.join(DRAFTERS)}")
-        for k in ("threshold", "min_idle", "cadence", "buffer_steps", "chunk_iters"):
-            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
-                raise bad(k, "must be an integer >= 1")
-        for k in ("patience", "dedicated_gpus", "drafter_batch"):
-            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
-                raise bad(k, "must be an integer >= 0")
-        for k in ("spot", "guard"):
-            if not isinstance(getattr(self, k), bool):
-                raise bad(k, "must be true or false")
-        if not 0 <= self.eps <= 1:
-            raise bad("eps", "must be in [0, 1]")
-        if not 0 <= self.keep_long_prev <= 1:
-            raise bad("keep_long_prev", "must be in [0, 1]")
-        if self.spot and self.drafter != "adaptive":
-            raise bad("spot", f"needs drafter = 'adaptive' (a {self.drafter} drafter does not train)")
-        parse_arms(self.arms)
-        return self
+    POSITIVE = DecisionKnobs.POSITIVE + ("chunk_iters",)
+    NON_NEGATIVE = DecisionKnobs.NON_NEGATIVE + ("dedicated_gpus", "drafter_batch")
 
 
 # name -> knob defaults that differ from TLTKnobs()
 VARIANTS = {
-    "tlt": {},
-    "tlt-base": {"drafter": "ngram", "spot": False},
-    "static-sd": {"drafter": "static", "spot": False},
-    "sd-always": {"sd": "always"},
+    **DECISION_VARIANTS,
     "tlt-dedicated": {"spot": False, "dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind
 }
 KNOB_NAMES = [f.name for f in fields(TLTKnobs)]
 
 
-class Speculative(Policy):
+class TLTPolicy(Policy):
     """Speculative rollout with a drafter-quality model; see the module docstring for the variants."""
 
     @property
@@ -147,24 +96,15 @@ class Speculative(Policy):
             self.drafter = NgramDrafter()
         else:
             self.drafter = DrafterQuality(cfg, trainable=k.drafter == "adaptive")
-        arms = parse_arms(k.arms)
         df = sim.trace.df
         per_request_ctx = float(df["prompt_len"].mean() + df["response_len"].mean() / 2)
         cost = sim.cost
-        self.tuners = []
-        for e in range(sim.engines):
-            knobs = {}
-            if k.tuner in ("beg", "egreedy"):
-                knobs["eps"] = k.eps
-            if k.tuner == "oracle":
-                knobs["expected_reward"] = lambda s, b: self._expected_reward(cost, s, b, b * per_request_ctx)
-            self.tuners.append(make_tuner(k.tuner, arms, seed=seed * 1000 + e, **knobs))
-        self.switches = [SDSwitch(k.sd, k.threshold, k.patience) for _ in range(sim.engines)]
-        self.guards = [SpeculationGuard() if k.guard else None for _ in range(sim.engines)]
+        expected = lambda s, b: self._expected_reward(cost, s, b, b * per_request_ctx)  # noqa: E731 (tuner oracle)
+        self.controls = [k.control(e, seed, expected) for e in range(sim.engines)]
         self.rngs = [np.random.default_rng([seed, e]) for e in range(sim.engines)]
         self.workers = sim.engines + sim.reserved_workers
-        self.trainer = SpotTrainer(self.workers, min_idle=min(k.min_idle, self.workers), cadence=k.cadence, enabled=k.spot)
-        self.buffer = DataBuffer(k.buffer_steps, k.keep_long_prev)
+        self.trainer = k.trainer(self.workers)
+        self.buffer = k.buffer()
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
@@ -179,8 +119,8 @@ class Speculative(Policy):
         self.quality_now = self.drafter.quality
         self.trainer.start_rollout(step, t)
         self.train_start: dict[int, float] = {}
-        for s in self.switches:
-            s.reset()
+        for c in self.controls:
+            c.begin_rollout()
         # dedicated workers are never BUSY with rollout: they finish at once and train all rollout
         for w in range(self.sim.engines, self.workers):
             self.trainer.worker_done(w, t)
@@ -190,14 +130,12 @@ class Speculative(Policy):
 
     def speculation(self, engine: int):
         return Speculation(
-            switch=self.switches[engine],
-            tuner=self.tuners[engine],
+            control=self.controls[engine],
             acceptance=self.acceptance,
             quality=self.quality_now,
             chunk_iters=self.k.chunk_iters,
             rng=self.rngs[engine],
             model_free=self.drafter.model_free,
-            guard=self.guards[engine],
         )
 
     def _stop_time(self, start: float, t: float, load: float, seq_len: float, tokens_per_s: float) -> float:
@@ -245,8 +183,8 @@ class Speculative(Policy):
 
 
 def variant_factory(name: str):
-    def make(**knobs) -> Speculative:
-        return Speculative(name, **knobs)
+    def make(**knobs) -> TLTPolicy:
+        return TLTPolicy(name, **knobs)
 
     make.knobs = KNOB_NAMES
     make.__doc__ = f"{name}: TLT variant ({VARIANTS[name] or 'defaults'})"

@@ -8,6 +8,7 @@ the policies act on.
 """
 from tltsim.policy.acceptance import (
     Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED, AcceptanceModel)
+from tltsim.policy.control import EngineControl
 from tltsim.policy.coordinator import (
     CHECKPOINT_S, DataBuffer, SpotTrainer, TrainingData, WorkerState)
 from tltsim.policy.drafter import Q_NGRAM, DrafterConfig, DrafterQuality, NgramDrafter
@@ -22,7 +23,7 @@ __all__ = [
     "SpotTrainer", "WorkerState", "DataBuffer", "TrainingData", "CHECKPOINT_S",
     "DrafterConfig", "DrafterQuality", "NgramDrafter", "Q_NGRAM",
     "Strategy", "DEFAULT_ARMS", "parse_arms",
-    "SDSwitch", "SpeculationGuard",
+    "SDSwitch", "SpeculationGuard", "EngineControl",
     "Tuner", "BEGTuner", "EpsilonGreedyTuner", "UCB1Tuner", "FixedTuner", "OracleTuner",
     "TUNERS", "make_tuner",
 ]

@@ -126,6 +126,18 @@ class SpotTrainer:
                 since[w] = t
         return total
 
+    def state_dict(self) -> dict:
+        """Every worker's state, the transition log and the rollout's flags, as plain data."""
+        return {"states": [s.value for s in self._states], "log": [[t, w, s.value] for t, w, s in self.log],
+                "trains_now": self._trains_now, "trains_this_rollout": self._trains_this_rollout, "t": self._t}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned, on a trainer built with the same knobs."""
+        self._states = [WorkerState(s) for s in state["states"]]
+        self.log = [(float(t), int(w), WorkerState(s)) for t, w, s in state["log"]]
+        self._trains_now, self._trains_this_rollout = bool(state["trains_now"]), bool(state["trains_this_rollout"])
+        self._t = float(state["t"])
+
     def _in(self, state: WorkerState) -> list[int]:
         return [w for w, s in enumerate(self._states) if s is state]
 
@@ -203,6 +215,15 @@ class DataBuffer:
         keep = int(round(self.keep_long_prev * before.size))
         parts = window + [before[before.size - keep:]]
         return TrainingData(np.concatenate(parts))
+
+    def state_dict(self) -> dict:
+        """The samples' lengths by step, as plain data."""
+        return {"by_step": [[s, [p.tolist() for p in parts]] for s, parts in self._by_step.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._by_step = defaultdict(list)
+        for s, parts in state["by_step"]:
+            self._by_step[int(s)] = [np.asarray(p, dtype=np.int64) for p in parts]
 
     def _step(self, step: int) -> np.ndarray:
         parts = self._by_step.get(step)

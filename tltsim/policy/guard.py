@@ -55,6 +55,23 @@ class SpeculationGuard:
         window.add(float(reward), max(1, int(n)))
         self._spec[batch] = (window, self._rollout)
 
+    def state_dict(self) -> dict:
+        """What the guard has observed, as plain data."""
+        return {"rollout": self._rollout, "plain": [[b, w.state_dict()] for b, w in self._plain.items()],
+                "spec": [[b, w.state_dict(), r] for b, (w, r) in self._spec.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._rollout = int(state["rollout"])
+        self._plain, self._spec = {}, {}
+        for b, w in state["plain"]:
+            self._plain[int(b)] = RewardWindow(self.window)
+            self._plain[int(b)].load_state_dict(w)
+        for b, w, r in state["spec"]:
+            window = RewardWindow(self.window)
+            window.load_state_dict(w)
+            self._spec[int(b)] = (window, int(r))
+        self._sizes = sorted(self._plain)
+
     def plain_rate(self, batch: int) -> float:
         """Tokens per second of plain decoding at `batch`, estimated; 0 when nothing was observed."""
         if not self._sizes:

@@ -42,6 +42,13 @@ class SDSwitch:
         self._on = self.mode == "always"
         self._small_run = 0  # consecutive decode iterations so far with batch <= threshold
 
+    def state_dict(self) -> dict:
+        """The rollout's progress (plain data)."""
+        return {"on": self._on, "small_run": self._small_run}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._on, self._small_run = bool(state["on"]), int(state["small_run"])
+
     @property
     def on(self) -> bool:
         """True once SD has switched on in this rollout (it then stays on until `reset`)."""

@@ -39,6 +39,14 @@ class Tuner:
         """Record that `strategy` at `batch_size` earned `reward` on average over n iterations."""
         _check_update(self.arms, strategy, batch_size, reward, n)
 
+    def state_dict(self) -> dict:
+        """What the tuner has learned, and its generator's state, as plain data (none for a tuner that learns
+        nothing)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned, on a tuner built with the same arms and knobs."""
+
 
 def _check_update(arms, strategy, batch_size, reward, n) -> None:
     if strategy not in arms:
@@ -74,6 +82,14 @@ class RewardWindow:
             else:
                 oldest[1] -= excess
                 self.count -= excess
+        self._median = None
+
+    def state_dict(self) -> dict:
+        return {"runs": [list(r) for r in self._runs], "count": self.count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._runs = deque([float(r), int(n)] for r, n in state["runs"])
+        self.count = int(state["count"])
         self._median = None
 
     def median(self) -> float:
@@ -171,6 +187,17 @@ class BEGTuner(Tuner):
             self._windows[key] = RewardWindow(self.window)
         self._windows[key].add(float(reward), int(n))
 
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state,
+                "windows": [[b, str(s), w.state_dict()] for (b, s), w in self._windows.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._windows = {}
+        for b, s, w in state["windows"]:
+            self._windows[(int(b), Strategy.parse(s))] = window = RewardWindow(self.window)
+            window.load_state_dict(w)
+
 
 def _assign_buckets(arms: tuple[Strategy, ...], num_buckets: int) -> list[tuple[Strategy, ...]]:
     verifies = sorted({a.verify for a in arms}, reverse=True)
@@ -231,6 +258,15 @@ class UCB1Tuner(Tuner):
         self._count[i] += n
         self._sum[i] += reward * n
         self._scale = max(self._scale, abs(reward))
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "count": self._count.tolist(), "sum": self._sum.tolist(),
+                "scale": self._scale}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._count, self._sum = np.array(state["count"], dtype=float), np.array(state["sum"], dtype=float)
+        self._scale = float(state["scale"])
 
 
 class FixedTuner(Tuner):

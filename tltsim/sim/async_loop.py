@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltsim.cost.padding import padded_tokens
+from tltsim.records import TimelineRow
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import check_footprints
 
@@ -110,14 +111,14 @@ class AsyncRun:
     def _log(self, worker, state, a, b, batch=NAN, tokens=0.0):
         if b <= a or self.closed:
             return
-        tl = self.sim._timeline
+        rec = self.sim.recorder
         last = self._last.get(worker)
-        if last is not None and tl[last][2] == state and tl[last][0] == self._step_now() and tl[last][4] == a:
-            row = tl[last]
-            tl[last] = (row[0], row[1], row[2], row[3], b, row[5], row[6] + tokens, row[7], row[8])
-            return
-        self._last[worker] = len(tl)
-        tl.append((self._step_now(), worker, state, a, b, batch, tokens, NAN, ""))
+        if last is not None:
+            row = rec.timeline[last]
+            if row.state == state and row.step == self._step_now() and row.t_end == a:
+                rec.stretch(last, b, tokens)
+                return
+        self._last[worker] = rec.interval(TimelineRow(self._step_now(), worker, state, a, b, batch, tokens))
 
     def _engine(self, e: int):
         env, cost = self.env, self.cost
@@ -185,7 +186,7 @@ class AsyncRun:
 
     def _end_of(self, worker) -> float:
         last = self._last.get(worker)
-        return self.sim._timeline[last][4] if last is not None else 0.0
+        return self.sim.recorder.timeline[last].t_end if last is not None else 0.0
 
     def _trainer(self):
         env, cost, sim = self.env, self.cost, self.sim
@@ -230,12 +231,12 @@ class AsyncRun:
         pick = lambda v: np.asarray(v)[ids]  # noqa: E731
         df = {"origin": pick(self.s_version), "resumed": pick(self.s_resumed), "response_len": pick(self.s_rlen)}
         trained = np.ones(len(ids), dtype=bool)
-        sim._requests.append({
+        sim.recorder.step_requests({
             "step": np.full(len(ids), step), "prompt_id": pick(self.s_prompt), "sample": pick(self.s_sample),
             "engine": pick(self.s_engine), "prompt_len": pick(self.s_plen), "response_len": pick(self.s_rlen),
             "admitted_at": pick(self.s_admit), "finished_at": pick(self.s_finish), "finished": trained,
         })
-        sim._steps.append({
+        sim.recorder.step({
             "step": step, "t_start": t0, "rollout_s": waited - t0, "reward_s": phases[0][1], "train_s": phases[1][1],
             "sync_s": phases[2][1], "total_s": self.env.now - t0, "responses": len(ids),
             "response_tokens": int(pick(self.s_rlen).sum()), "tail_s": 0.0,

@@ -8,8 +8,11 @@ Two executors of the same model of an engine:
   clock by the mean accepted length per iteration, with the strategy chosen by
   the tuner once per chunk of at most `chunk_iters` iterations.
 - `exact_rollout`: a simpy process that runs every iteration, samples accepted
-  lengths per row, asks the switch and the tuner every iteration, and records
-  every iteration. The reference the fast path is tested against.
+  lengths per row, asks for a decision every iteration, and records every
+  iteration. The reference the fast path is tested against.
+
+Both drive the engine's `tltsim.policy.EngineControl` (the policy begins its
+rollout at the step's start) and never its switch, tuner or guard directly.
 
 Both return an `EngineRollout` with times relative to the rollout's start.
 Prefill of requests admitted mid-rollout is folded into the decode interval
@@ -22,24 +25,24 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from tltsim.policy.control import EngineControl
 from tltsim.sim.schedule import admit_fifo, check_footprints, segments
 
 
 @dataclass
 class Speculation:
-    """What an engine needs to speculate in one rollout. `switch`, `tuner`, `acceptance` are policy objects."""
+    """What an engine needs to speculate in one rollout: the decisions (`control`) and the world they act in."""
 
-    switch: object  # tltsim.policy.SDSwitch (reset by the caller)
-    tuner: object  # choose(batch) -> Strategy; update(strategy, batch, reward, n)
+    control: EngineControl  # the engine's decisions (its rollout begun by the caller)
     acceptance: object  # mean(strategy, q), sample(strategy, q, rng, size)
     quality: float  # drafter quality this step
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
-    guard: object | None = None  # tltsim.policy.SpeculationGuard (the policy's, per engine); None: never guarded
 
     def draft_time(self, cost, batch: int, strategy) -> float:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
@@ -51,17 +54,22 @@ class Speculation:
         catch-up (none when model-free)."""
         return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.catchup_time(batch, tokens_per_row, ctx))
 
-    def observe(self, strategy, batch: int, reward: float, iters: float = 1) -> None:
-        """`iters` speculative iterations of `strategy` at `batch` made `reward` tokens per second: the tuner's
-        reward, and the guard's measurement."""
-        n = max(1, int(round(iters)))
-        self.tuner.update(strategy, batch, reward, n)
-        if self.guard is not None:
-            self.guard.observe_spec(batch, reward, n)
-
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
         return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
+
+
+class Entry(NamedTuple):
+    """What an executor logs as it goes (merged into Intervals by `_merge`)."""
+
+    state: str
+    t_start: float
+    t_end: float
+    batch_size: float  # at the entry's start
+    tokens: float = 0.0
+    accepted: float = np.nan  # mean accepted length of its speculative iterations
+    strategy: str = ""
+    weight: float = 0.0  # speculative iterations
 
 
 @dataclass
@@ -101,10 +109,8 @@ def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation 
     tau_a = admit_fifo(prompt_len, response_len, max_running, cost.kv_capacity_tokens)
     seg = segments(tau_a, prompt_len, response_len)
     pre = cost.prefill_time(seg.admitted_tokens, seg.admitted_sq)
-    if spec is not None and spec.guard is not None:
-        spec.guard.begin_rollout()
-    sd_on_from_start = spec is not None and spec.switch.on
-    split = None if spec is None or sd_on_from_start else _find_switch(seg, spec.switch)
+    sd_on_from_start = spec is not None and spec.control.on
+    split = None if spec is None or sd_on_from_start else _find_switch(seg, spec.control)
     if spec is None or (split is None and not sd_on_from_start):
         dec = cost.segment_time(seg.batch, 1, seg.ctx, seg.batch, seg.length)
         seg_times = pre + dec
@@ -132,11 +138,11 @@ def _timed(end, t_event, bounds, pre, tau_a, response_len, intervals, **spec_fie
                          clock_t=clock_t, clock_tau=clock_tau.astype(float), tau_a=np.asarray(tau_a, dtype=float))
 
 
-def _find_switch(seg, switch) -> tuple[int, int] | None:
+def _find_switch(seg, control) -> tuple[int, int] | None:
     """(segment, iterations into it) at which the switch turns on, or None."""
     for j in range(len(seg.start)):
-        k = switch.advance(int(seg.batch[j]), int(seg.length[j]))
-        if switch.on:
+        k = control.advance(int(seg.batch[j]), int(seg.length[j]))
+        if control.on:
             return j, k
     return None
 
@@ -150,14 +156,14 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     plain = slice(0, sd_from)
     plain_times = cost.segment_time(batch[plain], 1, ctx[plain], batch[plain], length[plain])
     seg_times[plain] += plain_times
-    guard = spec.guard
+    control = spec.control
     for b, dt, k in zip(batch[plain], np.atleast_1d(plain_times), length[plain]):
-        if guard and b > 0 and k > 0:
-            guard.observe_plain(int(b), float(dt) / k, int(round(k)))
+        if b > 0 and k > 0:
+            control.observe_plain(int(b), float(dt) / k, int(round(k)))
     t = float(np.sum(seg_times[plain]))
-    log = [("prefill", 0.0, float(pre[0]), batch[0], 0.0, np.nan, "", 0.0)]
+    log = [Entry("prefill", 0.0, float(pre[0]), batch[0])]
     if sd_from > 0:
-        log.append(("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain])), np.nan, "", 0.0))
+        log.append(Entry("decode", float(pre[0]), t, batch[0], float(np.sum(batch[plain] * length[plain]))))
     drafted = split is None  # SD on from the start: the drafter is prefilled with the target, no re-prefill
     behind = 0.0  # tokens per row emitted by plain iterations since the drafter last ran
     switch_at = None
@@ -169,30 +175,31 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
             continue
         t_seg = t + float(pre[j])  # after this segment's admission prefill
         t_log = t_seg if j == 0 else t  # segment 0's prefill is the first log entry; later ones fold in
-        while remaining > 1e-9:  # chunks of speculation, asking the guard before each
-            if guard and not guard.pays(b):  # the rest of the segment decodes plainly
+        while remaining > 1e-9:  # chunks of speculation, a decision before each
+            s = control.decide(b)
+            if s is None:  # speculating does not pay here: the rest of the segment decodes plainly
                 dt = float(cost.segment_time(b, 1, c, b, remaining))
-                guard.observe_plain(b, dt / remaining, int(round(remaining)))
-                log.append(("decode", t_log, t_seg + dt, b, b * remaining, np.nan, "", 0.0))
+                control.observe_plain(b, dt / remaining, int(round(remaining)))
+                log.append(Entry("decode", t_log, t_seg + dt, b, b * remaining))
                 t_seg += dt
                 behind += remaining if drafted else 0.0
                 break
             if not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
                 dt = float(cost.switch_time(b, c, c**2 / b))
-                log.append(("prefill", t_log, t_seg + dt, b, 0.0, np.nan, "", 0.0))
+                log.append(Entry("prefill", t_log, t_seg + dt, b))
                 switch_at, drafted = t_seg, True
                 t_seg += dt
                 t_log = t_seg
-            s = spec.tuner.choose(b)
             acc = float(spec.acceptance.mean(s, spec.quality))
-            iters = min(1 if guard and not guard.tried(b) else spec.chunk_iters, remaining / acc)  # one to try
+            iters = min(spec.chunk_iters if control.measured(b) else 1, remaining / acc)  # one to try
             dt = iters * spec.draft_time(cost, b, s) + float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
-            spec.observe(s, b, acc * b * iters / dt, iters)
-            dt += spec.catchup_time(cost, b, behind, c)  # the switch's cost, not the strategy's: after the rewards
+            catchup = spec.catchup_time(cost, b, behind, c)
+            dt += catchup
+            control.observe_spec(s, b, acc * b * iters, dt, catchup, iters)
             behind = 0.0
-            log.append(("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
+            log.append(Entry("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
             strategies[str(s)] += iters
             sd_iters += iters
             sd_acc += iters * acc
@@ -239,16 +246,14 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     cap = cost.kv_capacity_tokens
     footprint = check_footprints(prompt_len, response_len, cap)
     records: list[dict] = []
-    state_log: list[tuple] = []  # (state, t0, t1, batch, tokens, accepted, strategy, weight), see _merge
+    state_log: list[Entry] = []
     strategies: Counter = Counter()
     sd_iters = sd_acc = 0.0
     switch_at = None
-    sd = spec is not None and spec.switch.on  # the switch is on
-    drafted = sd  # the drafter holds every running request (from the start, or after the re-prefill)
+    control = spec.control if spec is not None else None
+    drafted = control is not None and control.on  # the drafter holds every running request (from the start, or
+    # after the re-prefill)
     mode = "prefill"
-    guard = spec.guard if spec is not None else None
-    if guard is not None:
-        guard.begin_rollout()
     behind = 0  # tokens per row emitted by plain iterations since the drafter last ran
     while nxt < n or running:
         # admit FIFO while a slot and the KV cache allow
@@ -266,28 +271,25 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             yield env.timeout(dt)
             clock.append((env.now - t0, tau))
             # the first admission is a prefill interval; later ones fold into the current mode
-            state_log.append((mode, env.now - t0 - dt, env.now - t0, len(running), 0.0, np.nan, "", 0.0))
+            state_log.append(Entry(mode, env.now - t0 - dt, env.now - t0, len(running)))
         b = len(running)
         rows = np.array(running)
         ctx = float(np.sum(prompt_len[rows] + generated[rows]))
-        if not sd and spec is not None:
-            sd = spec.switch.advance(b, 1) == 0 and spec.switch.on
-        speculate = sd and (guard is None or guard.pays(b))
-        if speculate and not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
-            drafted = True
+        s = control.decide(b) if control is not None else None
+        if s is not None and not drafted:  # the switch: the drafter's state for every running request
+            drafted = True  # (cost.switch_time)
             switch_at = env.now - t0
             dt = float(cost.switch_time(b, ctx, float(np.sum((prompt_len[rows] + generated[rows]) ** 2))))
             yield env.timeout(dt)
             clock.append((env.now - t0, tau))
-            state_log.append(("prefill", env.now - t0 - dt, env.now - t0, b, 0.0, np.nan, "", 0.0))
-        if speculate:
-            s = spec.tuner.choose(b)
+            state_log.append(Entry("prefill", env.now - t0 - dt, env.now - t0, b))
+        if s is not None:
             acc_rows = np.asarray(spec.acceptance.sample(s, spec.quality, spec.rng, b), dtype=float)
             remaining = response_len[rows] - generated[rows]
             gain = np.minimum(acc_rows, remaining)
-            dt = spec.iteration_time(cost, b, s, ctx)
-            spec.observe(s, b, float(acc_rows.sum()) / dt)
-            dt += spec.catchup_time(cost, b, behind, ctx)  # the switch's cost, not the strategy's: after the rewards
+            catchup = spec.catchup_time(cost, b, behind, ctx)
+            dt = spec.iteration_time(cost, b, s, ctx) + catchup
+            control.observe_spec(s, b, float(acc_rows.sum()), dt, catchup)
             behind = 0
             strategies[str(s)] += 1
             sd_iters += 1
@@ -296,8 +298,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         else:
             gain = np.ones(b)
             dt = float(cost.decode_time(b, ctx))
-            if guard:
-                guard.observe_plain(b, dt)
+            if control is not None:
+                control.observe_plain(b, dt)
             behind += 1 if drafted else 0
             mode, strat, acc, w = "decode", "", np.nan, 0.0
         generated[rows] += gain
@@ -306,7 +308,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         now = env.now - t0
         clock.append((now, tau))
         records.append({"batch_size": b, "mode": mode, "strategy": strat, "accepted": acc, "wall_s": dt, "t_end": now})
-        state_log.append((mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
+        state_log.append(Entry(mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
         done = [r for r in running if generated[r] >= response_len[r]]
         for r in done:
             finished_at[r] = now
@@ -319,12 +321,10 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     )
 
 
-def _merge(log) -> list[Interval]:
-    """Merge consecutive entries of one state into intervals.
-
-    Entries are (state, t_start, t_end, batch, tokens, accepted, strategy, weight): batch is the batch at the
-    interval's start, accepted the weight-averaged accepted length (weight = speculative iterations), strategy
-    the one with the most weight."""
+def _merge(log: list[Entry]) -> list[Interval]:
+    """Merge consecutive entries of one state into intervals: batch is the batch at the interval's start,
+    accepted the weight-averaged accepted length (weight = speculative iterations), strategy the one with
+    the most weight."""
     out: list[Interval] = []
     weights: list[Counter] = []
     for state, a, b, batch, tokens, acc, strat, w in log:

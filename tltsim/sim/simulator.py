@@ -23,9 +23,10 @@ from tltsim.cost import Roofline, StepScaled
 from tltsim.cost.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
-from tltsim.policies.base import Policy
-from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.records import STEP_COLUMNS, Result, TimelineRow
 from tltsim.sim.engine import exact_rollout, fast_rollout
+from tltsim.sim.hooks import Policy
+from tltsim.sim.recording import SimRecorder
 from tltsim.summary import summarize
 from tltsim.trace import Trace
 
@@ -51,10 +52,7 @@ class Simulator:
 
     def run(self, progress: bool = False) -> Result:
         env = simpy.Environment()
-        self._timeline: list[tuple] = []
-        self._steps: list[dict] = []
-        self._requests: list[dict] = []  # per step: column arrays of the requests frame
-        self._iterations: list[pd.DataFrame] = []
+        self.recorder = SimRecorder()
         self._staleness: Counter = Counter()  # policy versions behind -> trained samples
         bar = tqdm(total=len(self.trace.steps), desc=f"simulating {self.policy.name}", unit="step", disable=not progress)
         main = env.process(self.policy.loop(self, env, bar) or self._run(env, bar))
@@ -102,10 +100,11 @@ class Simulator:
         for state, dt in phases:
             t = env.now
             yield env.timeout(dt)
-            self._timeline.extend((step, w, state, t, env.now, np.nan, 0.0, np.nan, "") for w in range(self.workers))
+            for w in range(self.workers):
+                self.recorder.interval(TimelineRow(step, w, state, t, env.now))
         finished = sr.finished_at[sr.finished]
         t90 = float(np.quantile(finished, 0.9, method="inverted_cdf")) if len(finished) else 0.0
-        self._steps.append(
+        self.recorder.step(
             {
                 "step": step,
                 "t_start": t0,
@@ -196,30 +195,29 @@ class Simulator:
             ro = sr.rollouts.get(e)
             end = t0 + (ro.duration if ro else 0.0)
             if ro:
-                self._timeline.extend(
-                    (step, e, iv.state, t0 + iv.t_start, t0 + iv.t_end, iv.batch_size, iv.tokens, iv.accepted, iv.strategy)
-                    for iv in ro.intervals
-                    if iv.t_end > iv.t_start
-                )
+                for iv in ro.intervals:
+                    if iv.t_end > iv.t_start:
+                        self.recorder.interval(TimelineRow(step, e, iv.state, t0 + iv.t_start, t0 + iv.t_end,
+                                                           iv.batch_size, iv.tokens, iv.accepted, iv.strategy))
                 if ro.iterations:
                     it = pd.DataFrame(ro.iterations)
                     it.insert(0, "worker", e)
                     it.insert(0, "step", step)
                     it["t_end"] += t0
-                    self._iterations.append(it)
+                    self.recorder.iterations.append(it)
             # after its share: what the policy used this worker for (e.g. drafter training), else idle
             span = outcome.spans.get(e)
             if span and span[2] > span[1]:
                 state, a, b = span
                 if a > end:
-                    self._timeline.append((step, e, "idle", end, a, np.nan, 0.0, np.nan, ""))
-                self._timeline.append((step, e, state, a, b, np.nan, 0.0, np.nan, ""))
+                    self.recorder.interval(TimelineRow(step, e, "idle", end, a))
+                self.recorder.interval(TimelineRow(step, e, state, a, b))
                 end = b
             free = barrier + outcome.release_s  # when the reward stage starts
             if free > end:
-                self._timeline.append((step, e, "idle", end, free, np.nan, 0.0, np.nan, ""))
+                self.recorder.interval(TimelineRow(step, e, "idle", end, free))
         ran = sr.engine >= 0
-        self._requests.append({
+        self.recorder.step_requests({
             "step": np.full(int(ran.sum()), step), "prompt_id": df["prompt_id"][ran], "sample": df["sample"][ran],
             "engine": sr.engine[ran], "prompt_len": df["prompt_len"][ran], "response_len": sr.generated[ran],
             "admitted_at": t0 + sr.admitted_at[ran], "finished_at": t0 + sr.finished_at[ran],
@@ -256,28 +254,21 @@ class Simulator:
         }
 
     def _result(self, makespan: float) -> Result:
-        tl = pd.DataFrame(self._timeline, columns=TIMELINE_COLUMNS)
-        steps = pd.DataFrame(self._steps)
+        tl = self.recorder.timeline_frame()
+        steps = pd.DataFrame(self.recorder.steps)
         summary = {
             "policy": self.policy.name,
             "trace": self.trace.meta.source,
             **summarize(tl, steps, makespan, self.cfg.cluster.gpus, self.cfg.cluster.tp),
             **self._off_policy_summary(steps),
         }
-        requests = _requests_frame(self._requests)
-        iterations = pd.concat(self._iterations, ignore_index=True) if self._iterations else None
+        requests = self.recorder.requests_frame()
+        iterations = self.recorder.iterations_frame()
         config = self.cfg.to_dict()
         config["engines"] = self.engines
         config["split"], config["split_note"] = self.split, self.split_note  # the split that ran, and why
         config["policy_knobs"] = {**config["policy_knobs"], **getattr(self.policy, "knobs", {})}
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
-
-
-def _requests_frame(per_step: list[dict]) -> pd.DataFrame:
-    """REQUEST_COLUMNS plus `finished` (False: stopped unfinished; response_len = tokens generated that step)."""
-    if not per_step:
-        return pd.DataFrame(columns=REQUEST_COLUMNS + ["finished"])
-    return pd.DataFrame({c: np.concatenate([r[c] for r in per_step]) for c in per_step[0]})
 
 
 def choose_split(trace: Trace, split: str, engines: int) -> tuple[str, str]:

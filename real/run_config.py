@@ -1,0 +1,93 @@
+"""The configuration of a `tltsim real run` (what config.json holds), checked before any worker starts."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+import torch
+
+from real.grpo import GRPOConfig
+from real.models import SHIPPED_TARGET
+from real.sampling import SamplingParams
+from tltsim.errors import TltsimError
+from tltsim.policy.decisions import VARIANTS, DecisionKnobs
+from tltsim.policy.strategy import parse_arms
+
+POLICIES = ("verl", "tlt", "static-sd", "sd-always")
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    policy: str = "tlt"  # one of POLICIES
+    workers: int = 2  # worker processes (one rollout engine each)
+    steps: int = 3  # RL steps in all (a resumed run may raise it)
+    model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
+    drafter: str | None = None  # drafter checkpoint to start from; None: warm one up on the target's own outputs
+    device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
+    dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
+    prompts: int = 8  # prompts per step
+    group: int = 4  # samples per prompt (GRPO group size)
+    seed: int = 0  # prompts, sampling, tuners, drafter init and batches
+    greedy: bool = False  # argmax decoding (every sample of a group is then the same)
+    temperature: float = 1.0  # sampling temperature when not greedy
+    max_new_tokens: int = 128  # response cap
+    max_running: int | None = None  # rows an engine runs at once (None: its whole share)
+    knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/policy/decisions.py)
+    grpo: GRPOConfig = GRPOConfig()  # the target's update
+    warmup_prompts: int = 32  # drafter warm-up (no --drafter): responses of the initial target to train on
+    warmup_steps: int = 40  # ... and AdamW steps on them (short: the run's own training should matter)
+    drafter_batch: int = 8  # sequences per drafter training batch (warm-up and spot training)
+    drafter_lr: float = 1e-3  # drafter AdamW learning rate
+    probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
+    speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
+
+    def validate(self) -> "RunConfig":
+        if self.policy not in POLICIES:
+            extra = " (tlt-base needs a model-free drafter, which the real engine does not have)" \
+                if self.policy == "tlt-base" else ""
+            raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}{extra}")
+        for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
+            if getattr(self, name) < 1:
+                raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
+        for name in ("probe", "speed_probe"):
+            if getattr(self, name) < 0:
+                raise TltsimError(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
+        if self.prompts < self.workers:
+            raise TltsimError(f"prompts={self.prompts} < workers={self.workers}: every worker needs a prompt group")
+        if self.device not in ("cpu", "cuda"):
+            raise TltsimError(f"device {self.device!r}: use cpu or cuda")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise TltsimError("device cuda: no CUDA device is visible; use --device cpu")
+        if self.dtype not in DTYPES:
+            raise TltsimError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.max_running is not None and self.max_running < 1:
+            raise TltsimError(f"max_running={self.max_running}: must be >= 1")
+        SamplingParams(self.greedy, self.temperature)
+        self.tlt_knobs()
+        return self
+
+    def tlt_knobs(self) -> DecisionKnobs | None:
+        """The policy's decision knobs (None for verl); TltsimError for unknown ones (the simulator's models of
+        the drafter and of training, which a real run measures instead, are not knobs here)."""
+        if self.policy == "verl":
+            if self.knobs:
+                raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
+            return None
+        names = {f.name for f in fields(DecisionKnobs)}
+        unknown = sorted(set(self.knobs) - names)
+        if unknown:
+            raise TltsimError(f"policy {self.policy!r}: unknown knob(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(sorted(names))}")
+        k = DecisionKnobs(**{**VARIANTS[self.policy], **self.knobs}).validate(self.policy)
+        if k.drafter == "ngram":
+            raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine")
+        if k.tuner == "oracle":
+            raise TltsimError("tuner 'oracle' needs the simulator's models; use beg, egreedy, ucb or fixed")
+        return replace(k, arms=tuple(str(a) for a in parse_arms(k.arms)))
+
+    def to_dict(self) -> dict:
+        """What config.json holds (knobs resolved in full)."""
+        d = asdict(self)
+        k = self.tlt_knobs()
+        d["knobs"] = asdict(k) if k else {}
+        return d

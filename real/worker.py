@@ -1,0 +1,290 @@
+"""One worker process of `tltsim real run` (rank = one rollout engine): its models, its policy state and
+its RL step loop (real/run.py launches the workers; see its docstring for the step).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from real import checkpoint
+from real.adaptive import rollout
+from real.drafter import Drafter
+from real.evaluate import accepted_tokens
+from real.generate import Engine, generate
+from real.grpo import GRPO, all_reduce_tensors, group_advantages
+from real.models import load_target
+from real.profile import speed_probe
+from real.record import Recorder, WorkerStep
+from real.run_config import DTYPES, RunConfig
+from real.sampling import SamplingParams
+from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
+from real.task import GcdTask
+from tltsim.policy import SpotTrainer
+from tltsim.trace import TraceMeta
+
+
+def _seed(*parts: int) -> int:
+    """A 63-bit seed mixed from integers."""
+    return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> np.uint64(1))
+
+
+class Worker:
+    """One rank's state across the run (model, drafter, policy objects) and its step loop."""
+
+    def __init__(self, rank: int, config: RunConfig, out: Path, resume: bool, command: str):
+        self.rank, self.world, self.config, self.out, self.command = rank, config.workers, config, out, command
+        self.device = torch.device("cpu" if config.device == "cpu" else f"cuda:{torch.cuda.current_device()}")
+        self.dtype = DTYPES[config.dtype]
+        self.store = dist.distributed_c10d._get_default_store()
+        self.knobs = config.tlt_knobs()
+        self.ckpt = out / checkpoint.CHECKPOINT if resume else None
+        model_dir = Path(config.model)
+        self.task = GcdTask.load(model_dir) if (model_dir / "config.json").is_file() else GcdTask()
+        self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
+        reference = self._load(config.model) if config.grpo.kl > 0 else None
+        self.grpo = GRPO(self.target, config.grpo, reference)
+        self.sampling = SamplingParams(config.greedy, config.temperature)
+        k = self.knobs
+        self.trains = k is not None and k.spot
+        self.control = k.control(rank, config.seed) if k else None
+        self.buffer = SampleBuffer(k.buffer_steps, k.keep_long_prev) if self.trains else None
+        self.drafter = None
+        self.drafter_opt, self.drafter_opt_state = None, None  # spot training's optimizer, made when first needed
+        self.first_step = 0
+        if self.ckpt:
+            state = checkpoint.read(out, f"rank{rank}.pt", self.device)
+            if self.control:
+                self.control.load_state_dict(state["control"])
+            if self.buffer:
+                self.buffer.load_state_dict(state["buffer"])
+            self.drafter_opt_state = state["drafter_opt"]
+            self.grpo.optimizer.load_state_dict(checkpoint.read(out, "optimizer.pt", self.device))
+            self.first_step = checkpoint.last_step(out) + 1
+        # one clock for every worker: rank 0's time.time() origin, continuing after a resumed run's last step
+        self.recorder = self._recorder() if rank == 0 else None
+        origin = [time.time() - (self.recorder.clock_end if self.recorder else 0.0)]
+        dist.broadcast_object_list(origin, src=0)
+        self.origin = origin[0]
+        self.dispatcher = SpotDispatcher(self._trainer(), self.store, self.clock) if rank == 0 else None
+
+    def clock(self) -> float:
+        return time.time() - self.origin
+
+    def _load(self, where):
+        return load_target(where, self.device, seed=self.config.seed).to(self.dtype)
+
+    def _recorder(self) -> Recorder:
+        cfg = self.config
+        meta = TraceMeta(source="real", model=cfg.model, max_response_len=cfg.max_new_tokens, group_size=cfg.group,
+                         provenance=f"tltsim real run ({cfg.policy}, {cfg.workers} workers, {cfg.device}): "
+                                    f"{self.command}")
+        config = {**cfg.to_dict(), "command": self.command}
+        if self.ckpt:
+            return Recorder.resume(self.out, config, meta, self.first_step - 1)
+        return Recorder(config, meta)
+
+    def _trainer(self) -> SpotTrainer:
+        trainer = self.knobs.trainer(self.world) if self.knobs else SpotTrainer(self.world, enabled=False)
+        if self.ckpt:
+            trainer.load_state_dict(checkpoint.read(self.out, "trainer.pt"))
+        return trainer
+
+    # --- the run ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        if self.knobs is not None:
+            self.drafter = self._initial_drafter()
+        for step in range(self.first_step, self.config.steps):
+            self.step(step)
+
+    def _initial_drafter(self) -> Drafter:
+        """The resumed run's drafter, --drafter, or one warmed up by rank 0; the same on every rank."""
+        cfg = self.config
+        if self.ckpt:
+            return Drafter.load(self.ckpt / "drafter.pt", self.target)
+        if cfg.drafter:
+            return Drafter.load(cfg.drafter, self.target)
+        drafter = Drafter.for_target(self.target, seed=cfg.seed)
+        pairs = None
+        if self.rank == 0:
+            t = time.perf_counter()
+            problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 998)), cfg.warmup_prompts)
+            gen = generate(self.target, [self.task.prompt_ids(p) for p in problems], greedy=cfg.greedy,
+                           temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                           collect_features=True)
+            pairs = [(torch.tensor(f.prompt + f.tokens), f.features) for f in gen.finished]
+            drafter.fit(pairs, cfg.warmup_steps, cfg.drafter_batch, cfg.drafter_lr, seed=cfg.seed)
+            drafter.save(self.out / "drafter_init.pt")
+            self.recorder.extra_summary["drafter_warmup_s"] = time.perf_counter() - t
+        for p in drafter.parameters():
+            dist.broadcast(p.data, src=0)
+        if self.trains:  # the warm-up responses are the buffer's first data (step -1), so early spot training
+            # on a worker that served few responses does not fit just those
+            shared = [[(t, f.cpu()) for t, f in pairs] if self.rank == 0 else None]
+            dist.broadcast_object_list(shared, src=0)
+            self.buffer.add(-1, shared[0])
+        return drafter.eval()
+
+    def step(self, step: int) -> None:
+        cfg = self.config
+        speed = self._speed()
+        probe = self._probe()
+        dist.barrier()
+        t0 = [self.clock()]
+        dist.broadcast_object_list(t0, src=0)
+        t0 = t0[0]
+        if self.dispatcher:
+            self.dispatcher.start(step, t0)
+        problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, step)), cfg.prompts)
+        mine = np.array_split(np.arange(cfg.prompts), self.world)[self.rank].tolist()
+        rows = [(pid, j) for pid in mine for j in range(cfg.group)]
+        prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
+        engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
+                        seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains)
+        ro = rollout(engine, prompts, self.clock, self.control, max_running=cfg.max_running, start=t0,
+                     poll=(lambda: self.dispatcher.poll(throttled=True)) if self.dispatcher and self.trains else None)
+        done = ro.calls[-1].t_end if ro.calls else t0
+        self.store.set(f"{step}/done/{self.rank}", repr(done))
+        finished = [engine.finished[i] for i in ro.ids]
+        samples = [(torch.tensor(f.prompt + f.tokens), f.features.cpu()) for f in finished] if self.trains else []
+        if self.trains:
+            self.buffer.add(step, samples)
+        phases, batches = self._idle_or_train(step, done)
+
+        t = phases[-1][2]
+        rewards = [self.task.reward(problems[pid], f.tokens) for (pid, _), f in zip(rows, finished)]
+        responses = [f.tokens for f in finished]
+        old, ref = self.grpo.old_logprobs(prompts, responses)
+        phases.append(("reward", t, t := self.clock()))
+        adv = group_advantages(np.reshape(rewards, (len(mine), cfg.group))).ravel() if rows else np.zeros(0)
+        stats = self.grpo.update(prompts, responses, adv, old, ref)
+        phases.append(("train", t, t := self.clock()))
+        self._sync_drafter(batches)
+        self._share_samples(step, samples)
+        dist.barrier()
+        phases.append(("weight_sync", t, self.clock()))
+
+        report = WorkerStep(self.rank, ro.calls, phases, [
+            {"prompt_id": pid, "sample": j, "prompt_len": len(f.prompt), "response_len": len(f.tokens),
+             "reward": r, "finished": bool(f.tokens[-1] in engine.eos), "admitted_at": ro.admitted_at[i],
+             "finished_at": ro.finished_at[i]}
+            for (pid, j), f, r, i in zip(rows, finished, rewards, ro.ids)], done, batches)
+        reports = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(report, reports, dst=0)
+        if self.rank == 0:
+            self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed,
+                                                  "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"]})
+            self.recorder.save(self.out)
+        self._checkpoint(step)
+
+    def _idle_or_train(self, step: int, done: float) -> tuple[list[tuple[str, float, float]], int]:
+        """From `done` until the coordinator says stop: idle, or training the drafter once told to."""
+        cfg = self.config
+        stop, go = f"{step}/stop", f"{step}/train/{self.rank}"
+        phases, t, batches, pairs = [], done, 0, None
+        while True:
+            if self.dispatcher:
+                self.dispatcher.poll()
+            if self.store.check([stop]):
+                break
+            if pairs is None and self.store.check([go]):
+                phases.append(("idle", t, t := self.clock()))
+                pairs = self.buffer.select(step)
+                pairs = [p for p in pairs if len(p[0]) >= 2]
+                rng = np.random.default_rng(_seed(cfg.seed, step, self.rank, 7))
+                optimizer = self._drafter_optimizer()
+            if pairs:
+                batch = rng.choice(len(pairs), size=min(cfg.drafter_batch, len(pairs)), replace=False)
+                self.drafter.train_step([pairs[i] for i in batch], optimizer)
+                batches += 1
+            else:
+                time.sleep(0.002)
+        if pairs is None:
+            phases.append(("idle", t, self.clock()))
+        else:
+            self.drafter.eval()
+            if batches:
+                self.drafter.save(self.out / "spot" / f"rank{self.rank}.pt")
+            phases.append(("drafter_train", t, self.clock()))
+        return [p for p in phases if p[2] > p[1]] or [("idle", done, done)], batches
+
+    def _drafter_optimizer(self) -> torch.optim.Optimizer:
+        """This worker's AdamW over its drafter copy, kept across steps (the weights it steps are
+        averaged in place at every weight sync; its moments stay its own)."""
+        if self.drafter_opt is None:
+            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=self.config.drafter_lr)
+            if self.drafter_opt_state is not None:
+                self.drafter_opt.load_state_dict(self.drafter_opt_state)
+        return self.drafter_opt
+
+    def _share_samples(self, step: int, samples: list) -> None:
+        """Add every other worker's (tokens, features) of this step to this worker's buffer: the drafter's
+        data buffer holds the whole step's responses, as TLT's does (so the next steps' spot training
+        on a worker that served few responses does not fit just those)."""
+        if not self.trains or self.world == 1:
+            return
+        for rank, pairs in enumerate(all_gather_pairs(samples, self.target.config.hidden_size, self.dtype,
+                                                      self.device)):
+            if rank != self.rank and pairs:
+                self.buffer.add(step, pairs)
+
+    def _sync_drafter(self, batches: int) -> None:
+        """Average the drafters that trained (weighted by their batches) into every rank's copy."""
+        if not self.trains:
+            return
+        weight = torch.tensor([float(batches)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(weight)
+        if weight.item() == 0:
+            return
+        params = [p.data for p in self.drafter.parameters()]
+        for p in params:
+            p.mul_(batches)
+        all_reduce_tensors(params)
+        for p in params:
+            p.div_(weight.item())
+
+    def _speed(self) -> float:
+        """Seconds of the speed probe's plain decode iteration (real.profile.speed_probe), every rank at once as
+        they roll out, averaged over the ranks; NaN when off."""
+        n = self.config.speed_probe
+        if n == 0:
+            return float("nan")
+        seconds = speed_probe(self.target, n, _seed(self.config.seed, 998), self.sampling)
+        total = torch.tensor([seconds], dtype=torch.float64, device=self.device)
+        all_reduce_tensors([total])
+        return float(total[0]) / self.world
+
+    def _probe(self) -> float:
+        """Mean accepted length (bonus included) of the current drafter with the current target, greedy,
+        on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
+        decodes its share of the prompts at once (none waits at the barrier while another probes, and more
+        workers probe faster) and the counts are summed: a greedy row's tokens do not depend on its batch
+        mates (but for floating-point near-ties), so the mean is the one a single process would measure."""
+        cfg = self.config
+        if self.drafter is None or cfg.probe == 0:
+            return float("nan")
+        problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")
+        mine = [problems[i] for i in np.array_split(np.arange(len(problems)), self.world)[self.rank]]
+        tokens = accepted_tokens(self.target, self.drafter, self.task, mine, max_new_tokens=cfg.max_new_tokens)
+        total = torch.tensor([tokens.sum(), len(tokens)], dtype=torch.float64, device=self.device)
+        all_reduce_tensors([total])
+        return float(total[0] / total[1])
+
+    def _checkpoint(self, step: int) -> None:
+        """Write RUN_DIR/checkpoint for `step` (real.checkpoint): every rank's policy state as plain data."""
+        state = {"control": self.control.state_dict() if self.control else None,
+                 "buffer": self.buffer.state_dict() if self.buffer else None,
+                 "drafter_opt": self.drafter_opt.state_dict() if self.drafter_opt else self.drafter_opt_state}
+        checkpoint.write(self.out, self.rank, step, state, self._save_shared if self.rank == 0 else None)
+
+    def _save_shared(self, tmp: Path) -> None:
+        """Rank 0's part of the checkpoint: the target, the task, the drafter, the GRPO optimizer, the trainer."""
+        self.target.save_pretrained(tmp / "target")
+        self.task.save(tmp / "target")
+        if self.drafter is not None:
+            self.drafter.save(tmp / "drafter.pt")
+        torch.save(self.grpo.optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(self.dispatcher.trainer.state_dict(), tmp / "trainer.pt")

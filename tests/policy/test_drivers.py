@@ -1,0 +1,162 @@
+"""The three executors drive one EngineControl the same way: the simulator's fast path (a segment at a time),
+its exact path and `real/`'s rollout loop (an iteration at a time), given the same world, decide the same.
+
+The world is scripted so that every executor sees the same thing: each speculative iteration accepts no
+draft (one bonus token a row, as plain decoding gains), so the batch shrinks alike whatever is decided; every
+time is a dyadic fraction, so sums and differences are exact; the fast path re-decides every iteration
+(chunk_iters 1). The real loop runs on a scripted engine with the same times in place of a model."""
+from types import SimpleNamespace
+
+import numpy as np
+import simpy
+
+from real.adaptive import rollout
+from tltsim.policy import EngineControl, Strategy
+from tltsim.policy.decisions import DecisionKnobs
+from tltsim.sim.engine import Speculation, exact_rollout, fast_rollout
+
+PROMPT, LENGTHS, MAX_RUNNING = 4, [3, 6, 12, 20, 4], 3
+KNOBS = DecisionKnobs(threshold=3, patience=2, tuner="egreedy", arms=("2_1_2", "3_1_3"), eps=0.3)
+ROLLOUTS = 3
+
+
+class Cost:
+    """Plain iteration 1 s; a verify 0.25 s a row + 0.125 s a token per row; a drafter forward 0.0625 s a row
+    and top-k; a prefill (and the drafter's build at the switch) 0.5 s. Speculating pays at batch 1 only."""
+
+    kv_capacity_tokens = 10**9
+
+    def decode_time(self, batch, ctx):
+        return np.full(np.shape(batch), 1.0)
+
+    def verify_time(self, batch, tokens_per_request, ctx):
+        return 0.25 * np.asarray(batch, dtype=float) + 0.125 * np.asarray(tokens_per_request, dtype=float)
+
+    def draft_time(self, batch, topk=1):
+        return 0.0625 * np.asarray(batch, dtype=float) * topk
+
+    def catchup_time(self, batch, tokens_per_row, ctx):
+        return self.draft_time(np.asarray(batch, dtype=float) * np.asarray(tokens_per_row, dtype=float))
+
+    def prefill_time(self, tokens, sq_tokens=None):
+        return np.where(np.asarray(tokens, dtype=float) > 0, 0.5, 0.0)
+
+    def switch_time(self, batch, ctx, sq_tokens):
+        return self.prefill_time(ctx)
+
+    def segment_time(self, q, k, ctx0, growth, n):
+        k = np.asarray(k, dtype=float)
+        return np.asarray(n, dtype=float) * np.where(k > 1, self.verify_time(np.asarray(q) / k, k, ctx0), 1.0)
+
+
+class BonusOnly:
+    """Acceptance: every verify accepts no draft, only the bonus token."""
+
+    def mean(self, strategy, q):
+        return 1.0
+
+    def sample(self, strategy, q, rng, size):
+        return np.ones(size, dtype=int)
+
+
+class Recording(EngineControl):
+    """An EngineControl that logs, per iteration, the batch and what ran (a strategy, or "" for plain)."""
+
+    def __init__(self):
+        base = KNOBS.control(0, seed=7)
+        super().__init__(base.switch, base.tuner, base.guard)
+        self.log = []
+
+    def observe_plain(self, batch, seconds, n=1):
+        self.log += [(batch, "")] * n
+        super().observe_plain(batch, seconds, n)
+
+    def observe_spec(self, strategy, batch, tokens, seconds, catchup_s=0.0, iters=1):
+        self.log += [(batch, str(strategy))] * int(round(iters))
+        super().observe_spec(strategy, batch, tokens, seconds, catchup_s, iters)
+
+
+class ScriptedEngine:
+    """Stands in for real.generate.Engine: rows of LENGTHS tokens, each iteration one token a row, timed by Cost
+    as the simulator times it (the drafter's build or catch-up reported as the iteration's catchup_s)."""
+
+    drafter = "scripted"
+
+    def __init__(self):
+        self.cost, self.left, self.finished, self.iterations = Cost(), {}, {}, []
+        self.lengths, self.drafted, self.behind = list(LENGTHS), False, 0
+
+    @property
+    def running(self):
+        return len(self.left)
+
+    def add(self, prompts):
+        ids = list(range(len(self.finished) + len(self.left), len(self.finished) + len(self.left) + len(prompts)))
+        self.left.update((i, self.lengths[i]) for i in ids)
+        self.iterations.append(SimpleNamespace(batch_size=len(prompts), tokens=0, wall_s=0.5))
+        return ids
+
+    def step(self, mode, strategy=None):
+        b, cost = self.running, self.cost
+        catchup = 0.0
+        if mode == "spec_decode":
+            s = Strategy.parse(strategy)
+            steady = s.depth * float(cost.draft_time(b, s.topk)) + float(cost.verify_time(b, s.verify + 1, 0))
+            catchup = float(cost.catchup_time(b, self.behind, 0)) if self.drafted else float(cost.switch_time(b, 0, 0))
+            wall, self.drafted, self.behind = steady + catchup, True, 0
+        else:
+            wall = 1.0
+            self.behind += 1 if self.drafted else 0
+        for i in list(self.left):
+            self.left[i] -= 1
+            if self.left[i] == 0:
+                self.finished[i] = self.left.pop(i)
+        return SimpleNamespace(accepted=[0] * b, wall_s=wall, catchup_s=catchup, reprefill=catchup > 0, tokens=b)
+
+
+def speculation(control):
+    return Speculation(control=control, acceptance=BonusOnly(), quality=0.9, chunk_iters=1,
+                       rng=np.random.default_rng(0))
+
+
+def drive_fast(control):
+    control.begin_rollout()  # as the simulator's policy does at the step's start
+    fast_rollout([PROMPT] * len(LENGTHS), LENGTHS, Cost(), MAX_RUNNING, speculation(control))
+
+
+def drive_exact(control):
+    control.begin_rollout()
+    env, out = simpy.Environment(), {}
+    env.process(exact_rollout(env, [PROMPT] * len(LENGTHS), LENGTHS, Cost(), MAX_RUNNING, speculation(control), out))
+    env.run()
+
+
+def drive_real(control):
+    rollout(ScriptedEngine(), [[1] * PROMPT] * len(LENGTHS), lambda: 0.0, control, max_running=MAX_RUNNING)
+
+
+def test_fast_exact_and_real_drivers_decide_alike():
+    logs, controls = [], []
+    for drive in (drive_fast, drive_exact, drive_real):
+        control = Recording()
+        per_rollout = []
+        for _ in range(ROLLOUTS):
+            start = len(control.log)
+            drive(control)
+            per_rollout.append(control.log[start:])
+        logs.append(per_rollout)
+        controls.append(control)
+    fast, exact, real = logs
+    assert fast == exact == real
+    # they learned the very same: the tuner's windows and generator, the guard's measures (the fast path stores a
+    # segment's plain iterations as one run of the window)
+    tuner, guard = [[c.state_dict()[k] for c in controls] for k in ("tuner", "guard")]
+    assert tuner[0] == tuner[1] == tuner[2] and guard[0]["spec"] == guard[1]["spec"] == guard[2]["spec"]
+    assert len({tuple(c.guard.plain_rate(b) for b in (1, 2, 3)) for c in controls}) == 1
+    # the scenario exercises every rule: the switch's patience, a batch tried once and refused, the tuner exploring
+    tried = lambda log, batch: [s for b, s in log if b == batch and s]  # noqa: E731
+    first = fast[0]
+    assert first[:3] == [(3, ""), (3, ""), (3, "3_1_3")]  # patience 2 at batch <= 3, then the switch
+    assert len(tried(first, 3)) == len(tried(first, 2)) == 1  # speculation lost there: tried once, then plain
+    assert all(s for b, s in first if b == 1) and set(tried(first, 1)) == {"2_1_2", "3_1_3"}
+    assert all(not tried(log, 3) and not tried(log, 2) for log in fast[1:])  # the guard remembers

@@ -1,0 +1,120 @@
+"""TLT's decision knobs, and the policy objects they build: one set for the simulator and for `real/`.
+
+`DecisionKnobs` holds what a TLT engine and its spot trainer decide with (when to switch
+speculation on, which tuner over which strategies, whether to guard, when and on what to train
+the drafter). What the simulator assumes about the world (drafter quality and drift, load
+times, its fast path's chunking) is not here: those are the simulator's own knobs
+(tltsim/policies/tlt.py, `TLTKnobs`), which extend these.
+
+    VARIANTS[name]      the knob defaults of each named variant that differ from DecisionKnobs()
+    knobs.control(e, seed)   engine e's EngineControl (switch, tuner seeded seed * 1000 + e, guard)
+    knobs.trainer(workers)   the SpotTrainer
+    knobs.buffer()           the DataBuffer
+    knobs_from_text(["threshold=16", ...])   knob values given as KEY=VALUE text (`--knob`)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tltsim.errors import TltsimError
+from tltsim.policy.control import EngineControl
+from tltsim.policy.coordinator import DataBuffer, SpotTrainer
+from tltsim.policy.guard import SpeculationGuard
+from tltsim.policy.strategy import DEFAULT_ARMS, parse_arms
+from tltsim.policy.switch import SDSwitch
+from tltsim.policy.tuner import make_tuner
+
+SD_MODES = ("adaptive", "always", "never")
+DRAFTERS = ("adaptive", "static", "ngram")
+
+# name -> knob defaults that differ from DecisionKnobs()
+VARIANTS = {
+    "tlt": {},
+    "tlt-base": {"drafter": "ngram", "spot": False},
+    "static-sd": {"drafter": "static", "spot": False},
+    "sd-always": {"sd": "always"},
+}
+
+
+@dataclass(frozen=True)
+class DecisionKnobs:
+    sd: str = "adaptive"  # adaptive (TLT switch), always (from the first token), never
+    threshold: int = 32  # SD may switch on once the running batch is at or below this (TLT default)
+    patience: int = 10  # ... for this many consecutive decode iterations (TLT default)
+    tuner: str = "beg"  # beg, egreedy, ucb, fixed, oracle
+    arms: tuple = tuple(str(a) for a in DEFAULT_ARMS)  # depth_topk_verify strategies the tuner picks from
+    eps: float = 0.1  # exploration rate of beg / egreedy
+    drafter: str = "adaptive"  # adaptive (trained online), static (trained once), ngram (model-free)
+    spot: bool = True  # train the drafter on workers idle in the rollout tail
+    min_idle: int = 1  # idle workers needed before spot training starts
+    cadence: int = 1  # spot-train during every k-th step's rollout
+    buffer_steps: int = 1  # drafter trains on samples of the last N steps
+    keep_long_prev: float = 0.25  # plus this share of the step before's longest samples
+    guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.policy.SpeculationGuard)
+
+    POSITIVE = ("threshold", "min_idle", "cadence", "buffer_steps")  # integers >= 1
+    NON_NEGATIVE = ("patience",)  # integers >= 0
+    FLAGS = ("spot", "guard")
+
+    def validate(self, name: str):
+        """This, checked; TltsimError naming policy `name`, the knob, its value and what is allowed."""
+        def bad(knob, why):
+            return TltsimError(f"policy {name!r}: {knob} = {getattr(self, knob)!r} {why}")
+
+        if self.sd not in SD_MODES:
+            raise bad("sd", f"must be one of {', '.join(SD_MODES)}")
+        if self.drafter not in DRAFTERS:
+            raise bad("drafter", f"must be one of {', '.join(DRAFTERS)}")
+        for k in self.POSITIVE:
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
+                raise bad(k, "must be an integer >= 1")
+        for k in self.NON_NEGATIVE:
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
+                raise bad(k, "must be an integer >= 0")
+        for k in self.FLAGS:
+            if not isinstance(getattr(self, k), bool):
+                raise bad(k, "must be true or false")
+        if not 0 <= self.eps <= 1:
+            raise bad("eps", "must be in [0, 1]")
+        if not 0 <= self.keep_long_prev <= 1:
+            raise bad("keep_long_prev", "must be in [0, 1]")
+        if self.spot and self.drafter != "adaptive":
+            raise bad("spot", f"needs drafter = 'adaptive' (a {self.drafter} drafter does not train)")
+        parse_arms(self.arms)
+        return self
+
+    def control(self, engine: int, seed: int, expected_reward=None) -> EngineControl:
+        """Engine `engine`'s control: its switch, its tuner (seeded seed * 1000 + engine) and its guard.
+        `expected_reward(strategy, batch)` is what tuner "oracle" needs (a model of the world)."""
+        knobs = {}
+        if self.tuner in ("beg", "egreedy"):
+            knobs["eps"] = self.eps
+        if self.tuner == "oracle":
+            knobs["expected_reward"] = expected_reward
+        tuner = make_tuner(self.tuner, parse_arms(self.arms), seed=seed * 1000 + engine, **knobs)
+        return EngineControl(SDSwitch(self.sd, self.threshold, self.patience), tuner,
+                             SpeculationGuard() if self.guard else None)
+
+    def trainer(self, workers: int) -> SpotTrainer:
+        """The spot trainer over `workers` workers."""
+        return SpotTrainer(workers, min_idle=min(self.min_idle, workers), cadence=self.cadence, enabled=self.spot)
+
+    def buffer(self) -> DataBuffer:
+        """The drafter's data buffer."""
+        return DataBuffer(self.buffer_steps, self.keep_long_prev)
+
+
+def knobs_from_text(pairs: list[str]) -> dict:
+    """KEY=VALUE strings (the CLI's `--knob`) as a knob dict: a value is read as JSON (16, 0.5, true), else kept
+    as the string it is (8_4_48)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise TltsimError(f"--knob {pair!r}: expected KEY=VALUE, e.g. --knob threshold=16")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
