@@ -8,10 +8,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # Layers, bottom first: a module imports only from its own layer or those below (ast, so imports inside
 # functions count too), and the pairs in SIBLINGS_APART not even within a layer.
 LAYERS = [
-    {"tltsim", "tltsim.errors", "tltsim.io", "tltsim.records", "tltsim.trace", "tltsim.summary"},  # records, I/O
+    {"tltsim", "tltsim.errors", "tltsim.io", "tltsim.jsonl", "tltsim.records", "tltsim.trace", "tltsim.summary",
+     "tltsim.verl_metrics"},  # records, I/O
     {"tltsim.policy"},  # decisions, driven by every executor
-    {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real"},  # executors
-    {"tltsim.validate", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
+    {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
+     "tltsim.verl_config"},  # executors and their settings
+    {"tltsim.validate", "tltsim.calibration", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
     {"tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines
 ]
 SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below
