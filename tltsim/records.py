@@ -71,10 +71,17 @@ class Result:
         return out
 
     @classmethod
-    def load(cls, out_dir: str | Path) -> "Result":
-        """The result in `out_dir`; a directory that is not one complete result is a TltsimError saying why."""
+    def load(cls, out_dir: str | Path, sealed: bool = True) -> "Result":
+        """The result in `out_dir`; a directory that is not one complete result is a TltsimError saying why.
+
+        `sealed=False` also reads a directory without a manifest, from the result files it has: a run
+        directory caught in the middle of an in-place save, whose rows the caller filters by step.
+        """
         out = Path(out_dir)
-        names = read_manifest(out, "result")
+        if sealed or (out / MANIFEST).exists():
+            names = read_manifest(out, "result")
+        else:
+            names = [n for n in sorted(RESULT_FILES) if (out / n).is_file()]
         missing = [n for n in _REQUIRED if n not in names]
         if missing:
             raise TltsimError(f"{out}: its manifest lacks {', '.join(missing)}; not a result of "
@@ -102,8 +109,9 @@ def _read(out: Path, name: str, read):
     """read(out / name); a file that cannot be parsed is a TltsimError naming it."""
     try:
         return read(out / name)
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid and json's errors are ValueErrors
-        raise TltsimError(f"{out}: {name} cannot be read ({type(e).__name__}); write the result again") from None
+    except (OSError, ValueError):  # pyarrow raises OSError or ArrowInvalid (a ValueError), json ValueErrors
+        kind = "Parquet" if name.endswith(".parquet") else "JSON"
+        raise TltsimError(f"{out}: {name} is not readable {kind} (damaged); write the result again") from None
 
 
 def holds_only_results(path: str | Path, also=frozenset()) -> bool:
