@@ -16,8 +16,9 @@ Paths (base, traces) are relative to the directory tltsim runs in, as for `tltsi
 Each run is a full SimConfig. Its cache key hashes the config, the trace file's content and the
 tltsim version; its result lands in DIR/runs/<key>/, written into a hidden temporary directory and
 renamed into place, so DIR/runs/<key>/ is either a complete result or absent. A run whose result
-exists is not run again: a sweep killed midway and started again recomputes only what had not
-finished. One sweep at a time per DIR (a start removes the temporary directories a killed one left).
+exists is not run again (a damaged one, whose manifest disagrees with its files, is removed and run
+again): a sweep killed midway and started again recomputes only what had not finished. One sweep
+at a time per DIR (a start removes the temporary directories a killed one left).
 
 The results table (DIR/results.parquet and .csv) has one row per run in the sweep file's order:
 `run` (the key), the run's config as flattened dotted columns, then its summary metrics (a metric
@@ -41,7 +42,7 @@ from tqdm.auto import tqdm
 
 from tltsim import config as configmod
 from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, read_toml, write_text
+from tltsim.io import atomic_path, read_manifest, read_toml, write_text
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import simulate
 from tltsim.trace import load as load_trace
@@ -190,8 +191,8 @@ def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers
 def _execute(runs: list[Run], runs_dir: Path, executor: str, workers: int, progress: bool) -> list[str]:
     """Simulate the runs without a result in `runs_dir`; returns their keys."""
     unique = list({r.key: r for r in runs}.values())
-    reused = [r.key for r in unique if (runs_dir / r.key).is_dir()]
-    todo = [r for r in unique if not (runs_dir / r.key).is_dir()]
+    reused = [r.key for r in unique if _cached(runs_dir / r.key)]
+    todo = [r for r in unique if r.key not in reused]
     tasks = [(r.config.to_dict(), str(Path(r.config.trace).resolve()), r.trace_sha256, str(runs_dir / r.key))
              for r in todo]
     run = {"local": _local, "ray": _ray}[executor]
@@ -201,6 +202,18 @@ def _execute(runs: list[Run], runs_dir: Path, executor: str, workers: int, progr
             executed.append(key)
             bar.update(1)
     return executed
+
+
+def _cached(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a complete result; a damaged one (or one from before manifests) is removed."""
+    if not run_dir.exists():
+        return False
+    try:
+        read_manifest(run_dir, "sweep run")
+        return True
+    except TltsimError:
+        shutil.rmtree(run_dir)
+        return False
 
 
 def run_task(config: dict, trace_path: str, trace_sha256: str, run_dir: str) -> str:

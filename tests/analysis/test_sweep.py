@@ -281,3 +281,12 @@ def test_killing_the_sweep_ends_its_pool_workers(tmp_path):
         time.sleep(0.05)
     assert not _alive(workers), "pool workers outlived the sweep"
     assert _complete_runs(out / "runs") == []  # nobody finished a run after the sweep was gone
+
+
+def test_a_damaged_cached_run_is_run_again(grid_runs, tmp_path):
+    first = run_sweep(grid_runs[:2], tmp_path / "out", workers=1, progress=False)
+    damaged = tmp_path / "out" / "runs" / first.executed[0] / "steps.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    again = run_sweep(grid_runs[:2], tmp_path / "out", workers=1, progress=False)
+    assert again.executed == first.executed[:1] and again.reused == first.executed[1:]
+    pd.testing.assert_frame_equal(again.table, first.table)
