@@ -78,6 +78,10 @@ class Result:
         directory caught in the middle of an in-place save, whose rows the caller filters by step.
         """
         out = Path(out_dir)
+        inside = sorted(d.name for d in out.iterdir() if (d / MANIFEST).is_file()) if out.is_dir() else []
+        if inside and not (out / MANIFEST).exists():
+            raise TltsimError(f"{out}: holds results ({', '.join(inside)}), is not one; give those, "
+                              f"e.g. {out / inside[0]}")
         if sealed or (out / MANIFEST).exists():
             names = read_manifest(out, "result")
         else:

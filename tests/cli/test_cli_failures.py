@@ -101,6 +101,9 @@ CASES = {
                             "not a complete result (no manifest.json"),
     "report: damaged manifest": (lambda s, t: ["report", s / "bad_manifest", "-o", s / "r.html"],
                                  "manifest.json is damaged"),
+    "report of a compare directory": (lambda s, t: ["report", s, "-o", s / "r.html"],
+                                      "holds results (bad_manifest, no_summary, scrambled_parquet, truncated_parquet, "
+                                      "truncated_summary), is not one; give those"),
     "report: no such directory": (lambda s, t: ["report", s / "nope", "-o", s / "r.html"], "nope: does not exist"),
     "bad value": (lambda s, t: ["simulate", "--gpus", "x", "-o", s / "o"],
                   "tltsim simulate: error: argument --gpus: invalid int value: 'x'; see `tltsim simulate --help`"),
