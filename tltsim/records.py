@@ -11,6 +11,11 @@ steps: one row per RL step
     step, t_start, rollout_s, reward_s, train_s, sync_s, total_s, ... (policy-specific extras)
 requests: one row per response
     step, prompt_id, sample, engine, prompt_len, response_len, admitted_at, finished_at
+
+A result directory holds <frame>.parquet for each frame, config.json, summary.json and, written
+last, manifest.json: the names and sizes of those files. `Result.load` reads a directory only when
+its files agree with its manifest, so a truncated file, a missing one or one left by another run is
+an error that says which, never a silent mix.
 """
 from __future__ import annotations
 
