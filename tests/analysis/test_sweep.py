@@ -265,7 +265,8 @@ def test_killing_the_sweep_ends_its_pool_workers(tmp_path):
 
     # runs of several seconds each (exact mode, long responses), so the workers are mid-run at the kill
     trace = save(synth("dapo", steps=4, prompts=32, group=8, max_len=16384, seed=1), tmp_path / "long.parquet")
-    spec = write_spec(tmp_path, trace, '[grid]\nexact = [true]\npolicy = ["tlt"]\n"policy_knobs.threshold" = [8, 16, 32, 64]\n')
+    spec = write_spec(tmp_path, trace, '[grid]\nexact = [true]\npolicy = ["tlt"]\n'
+                      '"policy_knobs.threshold" = [8, 16, 32, 64]\n')
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "tltsim", "sweep", str(spec), "-o", str(out), "--workers", "2", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

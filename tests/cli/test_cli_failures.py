@@ -26,7 +26,8 @@ def sandbox(root: Path, result: Path, trace: Path) -> Path:
     for name, damage in DAMAGE.items():
         shutil.copytree(result, root / name)
         damage(root / name)
-    sweep = '[base]\ntrace = "{}"\n[base.cluster]\ngpus = 2\ntp = 1\ngpu = "a100"\nmodel = "{}"\n[grid]\nseed = [0, 1]\n'
+    sweep = ('[base]\ntrace = "{}"\n[base.cluster]\ngpus = 2\ntp = 1\ngpu = "a100"\nmodel = "{}"\n'
+             '[grid]\nseed = [0, 1]\n')
     (root / "sweep.toml").write_text(sweep.format(trace, "qwen2.5-7b"))
     (root / "sweep_too_big.toml").write_text(sweep.format(trace, "llama-3.3-70b"))
     return root
@@ -62,8 +63,8 @@ def _cmp(t):
 
 
 def _synth(out):
-    return ["trace", "synth", "dapo", "--steps", "1", "--prompts", "2", "--group", "2", "--max-len", "64", "--seed", "0",
-            "-o", out]
+    return ["trace", "synth", "dapo", "--steps", "1", "--prompts", "2", "--group", "2", "--max-len", "64",
+            "--seed", "0", "-o", out]
 
 
 # name -> (argv from the sandbox `s` and the trace `t`, what the line says)

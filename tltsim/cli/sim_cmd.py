@@ -25,7 +25,8 @@ def _cluster_flags(p) -> None:
     p.add_argument("--gpu", help=f"GPU preset (h100, h200, a100, b200, h20) or .toml path{_default('cluster.gpu')}")
     p.add_argument("--gpus", type=int, help=f"GPUs in the cluster{_default('cluster.gpus')}")
     p.add_argument("--tp", type=int, help=f"tensor-parallel size per rollout engine{_default('cluster.tp')}")
-    p.add_argument("--max-running", type=int, help=f"max concurrent requests per engine{_default('cluster.max_running')}")
+    p.add_argument("--max-running", type=int,
+                   help=f"max concurrent requests per engine{_default('cluster.max_running')}")
     p.add_argument("--steps", help="A:B selects trace steps A..B-1 (default: all; a range past the trace's end "
                    "is clipped, with a warning)")
     p.add_argument("--exact", action="store_true", default=None, help="run every decode iteration (reference path)")
