@@ -6,7 +6,6 @@ handler; list it in SUBCOMMANDS. Handlers raise TltsimError for bad input.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -16,9 +15,10 @@ import numpy as np
 import torch
 
 from real.evaluate import evaluate
-from real.models import PRESETS, load_target
+from real.models import PRESETS, check_target, load_target
 from real.pretrain import PretrainConfig, pretrain
 from real.task import GcdTask
+from tltsim.cli.parser import Parser, parse
 from tltsim.errors import TltsimError
 
 
@@ -165,6 +165,7 @@ def _run(args) -> int:
     from real.run import RunConfig, launch
     from tltsim.policy.decisions import knobs_from_text
 
+    check_target(args.model)  # here, with its message, not in every worker after they spawn
     config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
                        drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
                        group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
@@ -184,9 +185,9 @@ def _run(args) -> int:
 SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tltsim real", description="Run models on real devices (torch + transformers).")
-    sub = parser.add_subparsers(dest="real_command", required=True)
+def build_parser() -> Parser:
+    parser = Parser(prog="tltsim real", description="Run models on real devices (torch + transformers).")
+    sub = parser.add_subparsers(dest="real_command")
     for add in SUBCOMMANDS:
         add(sub)
     for p in sub.choices.values():  # on every subcommand: `tltsim real` passes only what follows its name
@@ -196,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
+    if args.real_command is None:  # `tltsim real`: its help
+        return args.func(args) or 0
     torch.set_num_threads(args.threads)
     return args.func(args) or 0
 

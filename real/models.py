@@ -87,11 +87,16 @@ def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", 
 
     A directory wins over a preset of the same name. Returned in eval mode on `device`.
     """
+    check_target(path_or_preset)
     path = Path(path_or_preset)
     if (path / "config.json").is_file():
         model = AutoModelForCausalLM.from_pretrained(path)
-    elif str(path_or_preset) in PRESETS:
-        model = build_target(str(path_or_preset), seed)
     else:
-        raise _unknown(str(path_or_preset))
+        model = build_target(str(path_or_preset), seed)
     return model.to(device).eval()
+
+
+def check_target(path_or_preset: str | Path) -> None:
+    """Raise the TltsimError of `load_target` for a name that is neither a save_pretrained directory nor a preset."""
+    if not (Path(path_or_preset) / "config.json").is_file() and str(path_or_preset) not in PRESETS:
+        raise _unknown(str(path_or_preset))

@@ -83,7 +83,7 @@ class Recorder:
         """A recorder holding the rows of steps <= `last_step` already in `out` (later steps are dropped:
         their checkpoint was never written, so they run again)."""
         rec = cls(config, meta)
-        old = Result.load(out)
+        old = Result.load(out, sealed=False)  # a kill during the last save leaves no manifest; rows are filtered
         keep = lambda df: df[df["step"] <= last_step]  # noqa: E731
         rows = keep(old.timeline)[TIMELINE_COLUMNS].itertuples(index=False, name=None)
         rec.timeline = [TimelineRow(*r) for r in rows]

@@ -21,3 +21,8 @@ def where(path=None, row=None, column=None) -> str:
     if column is not None:
         parts.append(f"column {column!r}")
     return (", ".join(parts) + ": ") if parts else ""
+
+
+class TltsimWarning(UserWarning):
+    """Something a user asked for that tltsim does differently (a clipped step range, an ignored knob); the
+    CLI prints it as one line, `tltsim: warning: ...`, and goes on."""

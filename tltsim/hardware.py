@@ -6,12 +6,12 @@ TOML file with the same keys instead of a name.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import MISSING, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
 from tltsim.errors import TltsimError
+from tltsim.io import parse_toml
 
 BYTES_BF16 = 2
 
@@ -112,7 +112,7 @@ def preset_names(kind: str) -> list[str]:
 def _load(kind: str, cls, name_or_path: str):
     path = Path(name_or_path)
     if path.suffix == ".toml" and path.exists():
-        text, origin = path.read_text(), str(path)
+        text, origin = path.read_bytes(), str(path)
     else:
         wanted = name_or_path.lower().removesuffix(".toml")
         match = [n for n in preset_names(kind) if n == wanted]
@@ -122,11 +122,8 @@ def _load(kind: str, cls, name_or_path: str):
                 f"or pass the path of a .toml file with the keys {', '.join(f.name for f in fields(cls))}"
             )
         origin = f"preset {match[0]}"
-        text = (_preset_dir(kind) / f"{match[0]}.toml").read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise TltsimError(f"{origin}: not valid TOML ({e})") from None
+        text = (_preset_dir(kind) / f"{match[0]}.toml").read_bytes()
+    data = parse_toml(text, origin)
     names = {f.name for f in fields(cls)}
     required = {f.name for f in fields(cls) if f.default is MISSING}
     unknown = sorted(set(data) - names)

@@ -11,6 +11,11 @@ steps: one row per RL step
     step, t_start, rollout_s, reward_s, train_s, sync_s, total_s, ... (policy-specific extras)
 requests: one row per response
     step, prompt_id, sample, engine, prompt_len, response_len, admitted_at, finished_at
+
+A result directory holds <frame>.parquet for each frame, config.json, summary.json and, written
+last, manifest.json: the names and sizes of those files. `Result.load` reads a directory only when
+its files agree with its manifest, so a truncated file, a missing one or one left by another run is
+an error that says which, never a silent mix.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, write_json
+from tltsim.io import MANIFEST, atomic_path, is_temporary, read_manifest, write_json, write_manifest
 
 # Worker states, in the order plots stack and colour them.
 STATES = ["prefill", "decode", "spec_decode", "drafter_train", "idle", "reward", "train", "weight_sync"]
@@ -51,6 +56,8 @@ REQUEST_COLUMNS = ["step", "prompt_id", "sample", "engine", "prompt_len", "respo
 SPEED_BATCH, SPEED_CONTEXT = 8, 64
 
 _FRAMES = ("timeline", "steps", "requests", "iterations")
+_REQUIRED = ("timeline.parquet", "steps.parquet", "requests.parquet", "summary.json")
+RESULT_FILES = frozenset({*(f"{n}.parquet" for n in _FRAMES), "config.json", "summary.json", MANIFEST})
 
 
 @dataclass
@@ -65,41 +72,87 @@ class Result:
     iterations: pd.DataFrame | None = None
 
     def save(self, out_dir: str | Path) -> Path:
-        """Write Parquet files, summary.json and config.json into `out_dir`, each atomically.
+        """Write Parquet files, summary.json and config.json into `out_dir`, each atomically, then its manifest.
 
-        summary.json is written last: its presence marks a complete result.
+        The manifest (written last, removed first) lists the files of this save with their sizes: a
+        directory whose manifest is missing or disagrees with its files is not loaded. Write a new result
+        into a fresh directory (`tltsim.io.atomic_dir`); saving over an old one in place (a real run after
+        every step) leaves the directory unreadable until the save completes.
         """
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        (out / MANIFEST).unlink(missing_ok=True)
+        written = []
         for name in _FRAMES:
-            frame = getattr(self, name)
+            frame, file = getattr(self, name), out / f"{name}.parquet"
             if frame is None:
+                file.unlink(missing_ok=True)  # an earlier save's, not this result's
                 continue
-            with atomic_path(out / f"{name}.parquet") as tmp:
+            with atomic_path(file) as tmp:
                 frame.to_parquet(tmp, index=False)
+            written.append(file.name)
         write_json(out / "config.json", self.config)
         write_json(out / "summary.json", self.summary)
+        write_manifest(out, [*written, "config.json", "summary.json"])
         return out
 
     @classmethod
-    def load(cls, out_dir: str | Path) -> "Result":
+    def load(cls, out_dir: str | Path, sealed: bool = True) -> "Result":
+        """The result in `out_dir`; a directory that is not one complete result is a TltsimError saying why.
+
+        `sealed=False` also reads a directory without a manifest, from the result files it has: a run
+        directory caught in the middle of an in-place save, whose rows the caller filters by step.
+        """
         out = Path(out_dir)
-        if not (out / "summary.json").exists():
-            raise TltsimError(
-                f"{out}: not a complete result (no summary.json); point at a directory written by "
-                f"`tltsim simulate`, `tltsim compare` or `tltsim real run`"
-            )
-        frames = {n: pd.read_parquet(out / f"{n}.parquet") for n in _FRAMES if (out / f"{n}.parquet").exists()}
-        cfg_path = out / "config.json"
+        inside = sorted(d.name for d in out.iterdir() if (d / MANIFEST).is_file()) if out.is_dir() else []
+        if inside and not (out / MANIFEST).exists():
+            raise TltsimError(f"{out}: holds results ({', '.join(inside)}), is not one; give those, "
+                              f"e.g. {out / inside[0]}")
+        if sealed or (out / MANIFEST).exists():
+            names = read_manifest(out, "result")
+        else:
+            names = [n for n in sorted(RESULT_FILES) if (out / n).is_file()]
+        missing = [n for n in _REQUIRED if n not in names]
+        if missing:
+            raise TltsimError(f"{out}: its manifest lacks {', '.join(missing)}; not a result of "
+                              f"`tltsim simulate`, `tltsim compare` or `tltsim real run`")
+        frames = {n: _read(out, f"{n}.parquet", pd.read_parquet) for n in _FRAMES if f"{n}.parquet" in names}
         return cls(
             timeline=frames["timeline"],
             steps=frames["steps"],
             requests=frames["requests"],
             iterations=frames.get("iterations"),
-            summary=json.loads((out / "summary.json").read_text()),
-            config=json.loads(cfg_path.read_text()) if cfg_path.exists() else {},
+            summary=_read(out, "summary.json", _json),
+            config=_read(out, "config.json", _json) if "config.json" in names else {},
         )
 
     @property
     def name(self) -> str:
         return str(self.summary.get("policy", self.config.get("policy", "run")))
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read(out: Path, name: str, read):
+    """read(out / name); a file that cannot be parsed is a TltsimError naming it."""
+    try:
+        return read(out / name)
+    except (OSError, ValueError):  # pyarrow raises OSError or ArrowInvalid (a ValueError), json ValueErrors
+        kind = "Parquet" if name.endswith(".parquet") else "JSON"
+        raise TltsimError(f"{out}: {name} is not readable {kind} (damaged); write the result again") from None
+
+
+def holds_only_results(path: str | Path, also=frozenset()) -> bool:
+    """Whether directory `path` holds nothing but result files (and the names in `also`), temporaries of
+    tltsim's atomic writes, and directories that hold only these: what may be replaced by a new result."""
+    for entry in Path(path).iterdir():
+        if entry.is_symlink():
+            return False
+        if entry.is_dir():
+            if not (is_temporary(entry.name) or holds_only_results(entry, also)):
+                return False
+        elif entry.name not in RESULT_FILES and entry.name not in also and not is_temporary(entry.name):
+            return False
+    return True

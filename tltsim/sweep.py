@@ -16,8 +16,9 @@ Paths (base, traces) are relative to the directory tltsim runs in, as for `tltsi
 Each run is a full SimConfig. Its cache key hashes the config, the trace file's content and the
 tltsim version; its result lands in DIR/runs/<key>/, written into a hidden temporary directory and
 renamed into place, so DIR/runs/<key>/ is either a complete result or absent. A run whose result
-exists is not run again: a sweep killed midway and started again recomputes only what had not
-finished. One sweep at a time per DIR (a start removes the temporary directories a killed one left).
+exists is not run again (a damaged one, whose manifest disagrees with its files, is removed and run
+again): a sweep killed midway and started again recomputes only what had not finished. One sweep
+at a time per DIR (a start removes the temporary directories a killed one left).
 
 The results table (DIR/results.parquet and .csv) has one row per run in the sweep file's order:
 `run` (the key), the run's config as flattened dotted columns, then its summary metrics (a metric
@@ -41,13 +42,19 @@ from tqdm.auto import tqdm
 
 from tltsim import config as configmod
 from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, read_toml, write_text
+from tltsim.io import atomic_path, read_manifest, read_toml, write_text
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import simulate
 from tltsim.trace import load as load_trace
 from tltsim.trace.formats import sidecar
 
 EXECUTORS = ("local", "ray")
+# The numeric summary metrics of a simulated run, what `tltsim sweep --metric` plots (tests/analysis/test_sweep.py
+# checks them against every policy's summary); `steps`, also a config key, is left out.
+METRICS = ("makespan_s", "mean_step_s", "rollout_s", "reward_s", "train_s", "sync_s", "rollout_share", "gpu_seconds",
+           "idle_gpu_seconds", "idle_fraction", "busy_gpu_seconds", "tail_share", "tokens_per_s", "sd_share",
+           "mean_accepted", "drafter_train_gpu_seconds", "staleness_mean", "staleness_max", "resumed_fraction",
+           "dropped_fraction", "trained_len_ratio")
 
 
 @dataclass(frozen=True)
@@ -162,12 +169,30 @@ def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers
     if workers < 1:
         raise TltsimError(f"workers = {workers}: must be >= 1")
     runs_dir = Path(out) / "runs"
+    created = [d for d in (Path(out), runs_dir) if not d.exists()]
     runs_dir.mkdir(parents=True, exist_ok=True)
     for stale in runs_dir.glob(".*.tmp"):
         shutil.rmtree(stale)
+    try:
+        executed = _execute(runs, runs_dir, executor, workers, progress)
+    except BaseException:
+        for d in reversed(created):  # a sweep that failed before any result leaves no empty directories
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        raise
+    table = results_table(runs, out)
+    with atomic_path(Path(out) / "results.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    write_text(Path(out) / "results.csv", table.to_csv(index=False))
+    reused = [r.key for r in {r.key: r for r in runs}.values() if r.key not in executed]
+    return SweepOutcome(table, executed, reused)
+
+
+def _execute(runs: list[Run], runs_dir: Path, executor: str, workers: int, progress: bool) -> list[str]:
+    """Simulate the runs without a result in `runs_dir`; returns their keys."""
     unique = list({r.key: r for r in runs}.values())
-    reused = [r.key for r in unique if (runs_dir / r.key).is_dir()]
-    todo = [r for r in unique if not (runs_dir / r.key).is_dir()]
+    reused = [r.key for r in unique if _cached(runs_dir / r.key)]
+    todo = [r for r in unique if r.key not in reused]
     tasks = [(r.config.to_dict(), str(Path(r.config.trace).resolve()), r.trace_sha256, str(runs_dir / r.key))
              for r in todo]
     run = {"local": _local, "ray": _ray}[executor]
@@ -176,11 +201,19 @@ def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers
         for key in run(tasks, workers):
             executed.append(key)
             bar.update(1)
-    table = results_table(runs, out)
-    with atomic_path(Path(out) / "results.parquet") as tmp:
-        table.to_parquet(tmp, index=False)
-    write_text(Path(out) / "results.csv", table.to_csv(index=False))
-    return SweepOutcome(table, executed, reused)
+    return executed
+
+
+def _cached(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a complete result; a damaged one (or one from before manifests) is removed."""
+    if not run_dir.exists():
+        return False
+    try:
+        read_manifest(run_dir, "sweep run")
+        return True
+    except TltsimError:
+        shutil.rmtree(run_dir)
+        return False
 
 
 def run_task(config: dict, trace_path: str, trace_sha256: str, run_dir: str) -> str:
@@ -209,7 +242,7 @@ def _local(tasks, workers: int):
         for t in tasks:
             yield run_task(*t)
         return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_end_with, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(run_task, *t) for t in tasks}
         try:
             while pending:
@@ -219,6 +252,19 @@ def _local(tasks, workers: int):
         finally:
             for f in pending:
                 f.cancel()
+
+
+def _end_with(parent: int) -> None:
+    """In a pool worker: exit as soon as `parent` (the sweep) is gone, killed or not, so no run goes on uncollected."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="end-with-parent").start()
 
 
 def _ray(tasks, workers: int):

@@ -73,7 +73,7 @@ def test_report_cli_from_result_dirs(base, tlt, tmp_path, capsys):
 def test_report_cli_on_a_missing_result_is_one_line_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope"), "-o", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
-    assert "not a complete result" in err and err.count("\n") == 1
+    assert "nope: does not exist; give a result directory" in err and err.count("\n") == 1
     assert not (tmp_path / "x.html").exists()
 
 

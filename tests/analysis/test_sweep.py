@@ -232,3 +232,62 @@ def test_sweep_cli_prints_table_and_writes_outputs(tmp_path, trace_file, capsys)
 def test_example_sweep_files_parse(path):
     runs = load_spec(path)
     assert len(runs) > 1 and len({r.key for r in runs}) == len(runs) and swept_keys(runs)
+
+
+def _children(pid: int) -> list[int]:
+    """Live (not zombie) processes whose parent is `pid`, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pids) -> list[int]:
+    alive = []
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.append(p)
+    return alive
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_killing_the_sweep_ends_its_pool_workers(tmp_path):
+    from tltsim.trace import save, synth
+
+    # runs of several seconds each (exact mode, long responses), so the workers are mid-run at the kill
+    trace = save(synth("dapo", steps=4, prompts=32, group=8, max_len=16384, seed=1), tmp_path / "long.parquet")
+    spec = write_spec(tmp_path, trace, '[grid]\nexact = [true]\npolicy = ["tlt"]\n'
+                      '"policy_knobs.threshold" = [8, 16, 32, 64]\n')
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tltsim", "sweep", str(spec), "-o", str(out), "--workers", "2", "--no-progress"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert len(workers) == 2, "the pool did not start"
+    time.sleep(0.5)  # into their first runs
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(workers), "pool workers outlived the sweep"
+    assert _complete_runs(out / "runs") == []  # nobody finished a run after the sweep was gone
+
+
+def test_a_damaged_cached_run_is_run_again(grid_runs, tmp_path):
+    first = run_sweep(grid_runs[:2], tmp_path / "out", workers=1, progress=False)
+    damaged = tmp_path / "out" / "runs" / first.executed[0] / "steps.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    again = run_sweep(grid_runs[:2], tmp_path / "out", workers=1, progress=False)
+    assert again.executed == first.executed[:1] and again.reused == first.executed[1:]
+    pd.testing.assert_frame_equal(again.table, first.table)

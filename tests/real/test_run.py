@@ -329,8 +329,9 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     assert res.steps["step"].tolist() == list(range(res.config["steps"]))
     trace = load_trace(run / "trace.parquet")
     assert trace.meta.source == "real" and len(trace.df) == res.config["steps"] * res.config["prompts"] * res.config["group"]
-    assert sorted(p.name for p in run.iterdir()) == ["README.md", "config.json", "iterations.parquet", "requests.parquet",
-                                                     "steps.parquet", "summary.json", "timeline.parquet", "trace.parquet"]
+    assert sorted(p.name for p in run.iterdir()) == ["README.md", "config.json", "iterations.parquet", "manifest.json",
+                                                     "requests.parquet", "steps.parquet", "summary.json",
+                                                     "timeline.parquet", "trace.parquet"]
     assert sum(p.stat().st_size for p in run.iterdir()) < 1_000_000
     assert res.config["command"] in (run / "README.md").read_text()
     twin = Result.load(ROOT / "traces" / ("real_verl_cpu" if name == "real_tlt_cpu" else "real_tlt_cpu")).config

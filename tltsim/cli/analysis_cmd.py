@@ -1,11 +1,14 @@
 """`tltsim report` and `tltsim sweep`.
 
-matplotlib and the sweep machinery are imported when a command runs, so `tltsim --help` stays quick.
+matplotlib and the sweep executors are imported when a command runs, so `tltsim --help` stays quick.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from tltsim.cli.parser import show_progress
+from tltsim.errors import TltsimError
+from tltsim.sweep import METRICS
 from tltsim.table import format_table
 
 
@@ -24,8 +27,10 @@ def register(sub) -> None:
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local processes (default) or Ray (RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--workers", type=int, help="parallel runs (default: CPU count)")
-    p.add_argument("--metric", default="mean_step_s", help="summary metric to plot and print (default mean_step_s)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--metric", default="mean_step_s", help="summary metric to plot and print (default mean_step_s): "
+                   "one of " + ", ".join(METRICS))
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is "
+                   "not a terminal)")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -39,16 +44,14 @@ def cmd_report(args) -> int:
 
 def cmd_sweep(args) -> int:
     from tltsim import plots
-    from tltsim.errors import TltsimError
     from tltsim.sweep import load_spec, run_sweep, swept_keys
 
+    if args.metric not in METRICS:
+        raise TltsimError(f"--metric {args.metric!r} is not a summary metric; choose one of {', '.join(METRICS)}")
     runs = load_spec(args.spec)
     out = Path(args.out)
-    outcome = run_sweep(runs, out, args.executor, args.workers, progress=not args.no_progress)
+    outcome = run_sweep(runs, out, args.executor, args.workers, progress=show_progress(args))
     table = outcome.table
-    if args.metric not in table.columns:
-        raise TltsimError(f"--metric {args.metric!r} is not a summary metric of these runs; "
-                          f"try one of mean_step_s, makespan_s, idle_fraction, tokens_per_s")
     keys = swept_keys(runs)
     shown = table[["run", *keys, args.metric]].astype(object)
     print(format_table(list(shown.columns), shown.where(shown.notna(), "-").values.tolist()))

@@ -3,15 +3,19 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
 from tltsim import config as configmod
 from tltsim.calibration import cluster_notes, load_calibration
-from tltsim.errors import TltsimError
+from tltsim.cli.parser import show_progress
+from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.export import write_chrome_trace
+from tltsim.io import atomic_dir
 from tltsim.policies import make_policy, policy_names
 from tltsim.policy.decisions import knobs_from_text
+from tltsim.records import holds_only_results
 from tltsim.sim.simulator import Simulator
 from tltsim.table import format_table
 from tltsim.trace import load as load_trace
@@ -21,20 +25,25 @@ from tltsim.verl_config import read_verl_config
 def cluster_flags(p) -> None:
     """The trace and cluster flags of simulate, compare and validate --verl-metrics."""
     p.add_argument("--trace", help="trace file (.parquet, .csv, .jsonl, verl-style log, Vidur CSV)")
-    p.add_argument("--config", help="TOML config file; flags override it")
+    p.add_argument("--config", help="TOML config file; flags override it, and it overrides the defaults shown")
     p.add_argument("--verl-config", metavar="CONFIG", help="a verl run's .hydra/config.yaml (or its output folder): "
                    "GPUs, TP, memory utilisation, max_num_seqs; overrides --config, flags override it")
-    p.add_argument("--model", help="model preset (e.g. qwen2.5-7b) or .toml path")
-    p.add_argument("--gpu", help="GPU preset (h100, h200, a100, b200, h20) or .toml path")
-    p.add_argument("--gpus", type=int, help="GPUs in the cluster")
-    p.add_argument("--tp", type=int, help="tensor-parallel size per rollout engine")
+    p.add_argument("--model", help=f"model preset or .toml path{_default('cluster.model')}")
+    p.add_argument("--gpu", help=f"GPU preset (h100, h200, a100, b200, h20) or .toml path{_default('cluster.gpu')}")
+    p.add_argument("--gpus", type=int, help=f"GPUs in the cluster{_default('cluster.gpus')}")
+    p.add_argument("--tp", type=int, help=f"tensor-parallel size per rollout engine{_default('cluster.tp')}")
     p.add_argument("--max-running", "--max-num-seqs", dest="max_running", type=int,
-                   help="max concurrent requests per engine (verl's rollout.max_num_seqs)")
+                   help=f"max concurrent requests per engine (verl's rollout.max_num_seqs){_default('cluster.max_running')}")
     p.add_argument("--gpu-memory-utilization", type=float, metavar="F",
-                   help="share of GPU memory the rollout engine fills with weights and KV cache (verl's rollout key)")
-    p.add_argument("--steps", help="A:B selects trace steps A..B-1")
+                   help="share of GPU memory the rollout engine fills with weights and KV cache (verl's rollout key)"
+                   f"{_default('cost.mem_fraction')}")
+    p.add_argument("--steps", help="A:B selects trace steps A..B-1 (default: all; a range past the trace's end "
+                   "is clipped, with a warning)")
     p.add_argument("--exact", action="store_true", default=None, help="run every decode iteration (reference path)")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="seed of the random draws (default 0): --exact's accepted lengths, the "
+                   "tuner's exploration, longest-first's oracle noise. The default fast path uses expected accepted "
+                   "lengths and the default arms leave the tuner one strategy per batch size, so there the seed "
+                   "changes nothing")
 
 
 def _cluster_flags(p) -> None:
@@ -42,15 +51,26 @@ def _cluster_flags(p) -> None:
     p.add_argument("--calibration", metavar="CAL.json", help="a speed factor fitted to your cluster "
                    "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): every time is scaled by it")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE", help="policy knob, repeatable (e.g. threshold=16)")
-    p.add_argument("-o", "--out", required=True, help="output directory")
+    p.add_argument("-o", "--out", required=True, help="output directory, written whole: an earlier result there "
+                   "is replaced, a directory holding other files is refused")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is "
+                   "not a terminal)")
+
+
+def _default(key: str) -> str:
+    """' (default: X)' with X the SimConfig default of dotted `key`, for a flag whose own default is None."""
+    value = configmod.SimConfig()
+    for part in key.split("."):
+        value = getattr(value, part)
+    return f" (default: {value})"
 
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="replay a trace over a modelled cluster under one policy")
     _cluster_flags(p)
-    p.add_argument("--policy", help=f"policy name ({', '.join(policy_names())}, or A+B)")
+    p.add_argument("--policy", help=f"policy name ({', '.join(policy_names())}, or A+B); default: the config "
+                   "file's policy, else verl, the baseline every speedup is measured against")
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report")
     _cluster_flags(p)
@@ -107,18 +127,26 @@ def _note(lines) -> None:
         print(f"tltsim: note: {line}", file=sys.stderr)
 
 
+def replaceable(path: Path) -> bool:
+    """Whether `-o` directory `path` holds only what simulate / compare write, so a new result may replace it."""
+    return holds_only_results(path, also={"timeline.perfetto.json", "report.html"})
+
+
 def run_policy(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool):
+    """Simulate `cfg.policy` on `trace` and save the result into `out_dir` (a fresh directory)."""
     policy = make_policy(cfg.policy, cfg.policy_knobs)
     result = Simulator(trace, cfg, policy).run(progress=progress)
-    result.save(out_dir)
     write_chrome_trace(result, out_dir / "timeline.perfetto.json")
+    result.save(out_dir)  # its manifest last
     return result
 
 
 def cmd_simulate(args) -> int:
     cfg = sim_config(args, args.policy)
     trace = sim_trace(args, cfg)
-    result = run_policy(trace, cfg, Path(args.out), not args.no_progress)
+    warn_clipped_steps(cfg.steps, trace)
+    with atomic_dir(args.out, replaceable) as tmp:
+        result = run_policy(trace, cfg, tmp, show_progress(args))
     _note([result.config["split_note"]])
     if args.json:
         print(json.dumps(result.summary, indent=2, default=float))
@@ -163,8 +191,13 @@ def cmd_compare(args) -> int:
     for n in names:  # fail fast on unknown names before any run
         make_policy(n, cfg.policy_knobs)
     trace = sim_trace(args, cfg)
-    out = Path(args.out)
-    rows = compare(trace, cfg, names, out, not args.no_progress)
+    warn_clipped_steps(cfg.steps, trace)
+    with atomic_dir(args.out, replaceable) as tmp:  # the whole comparison, its report included, or nothing
+        rows = compare(trace, cfg, names, tmp, show_progress(args))
+        if not args.no_report:
+            from tltsim.report import load_results, write_report  # matplotlib: imported only when a report is made
+
+            write_report(load_results(policy_dir(tmp, n) for n in names), tmp / "report.html")
     if args.json:
         print(json.dumps({"policies": rows}, indent=2, default=float))
     elif args.calibration:
@@ -174,10 +207,17 @@ def cmd_compare(args) -> int:
         print(format_table(columns, [[r[c] for c in columns] for r in rows]))
     else:
         print(format_table(COMPARE_COLUMNS, [[r[c] for c in COMPARE_COLUMNS] for r in rows]))
-    if not args.no_report:
-        from tltsim.report import load_results, write_report  # matplotlib: imported only when a report is made
-
-        path = write_report(load_results(policy_dir(out, n) for n in names), out / "report.html")
-        if not args.json:
-            print(f"wrote {path}")
+        if not args.no_report:
+            print(f"wrote {Path(args.out) / 'report.html'}")
     return 0
+
+
+def warn_clipped_steps(steps: str, trace) -> None:
+    """A TltsimWarning when the --steps range reaches past the trace's steps but keeps some (it runs those);
+    one that keeps none is the simulator's error."""
+    lo, hi = configmod.parse_steps(steps)
+    have = trace.steps
+    chosen = [s for s in have if (lo is None or s >= lo) and (hi is None or s < hi)]
+    if chosen and ((lo is not None and lo < have[0]) or (hi is not None and hi > have[-1] + 1)):
+        warnings.warn(f"--steps {steps}: the trace has steps {have[0]}..{have[-1]}; running steps "
+                      f"{chosen[0]}..{chosen[-1]} ({len(chosen)} steps)", TltsimWarning)

@@ -14,7 +14,7 @@ from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("trace", help="inspect, generate and convert response-length traces")
-    sub = p.add_subparsers(dest="trace_command", required=True)
+    sub = p.add_subparsers(dest="trace_command")
 
     s = sub.add_parser("stats", help="per-step and overall length statistics, tail share")
     s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; verl-style JSONL and Vidur CSV too)")

@@ -10,15 +10,19 @@ is allowed when a value has the wrong type or lies out of range.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import MISSING, asdict, field, fields
 
-from tltsim.errors import TltsimError
+from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.sim.hooks import Policy
 
 
-def knob(default, lo=None, hi=None, choices=None):
-    """A dataclass field holding `default`, valid in [lo, hi] (numbers) or among `choices` (strings)."""
-    return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices})
+def knob(default, lo=None, hi=None, choices=None, needs=None):
+    """A dataclass field holding `default`, valid in [lo, hi] (numbers) or among `choices` (strings).
+
+    `needs=(other, value)`: the knob acts only when knob `other` is `value`; setting it otherwise is a warning.
+    """
+    return field(default=default, metadata={"lo": lo, "hi": hi, "choices": choices, "needs": needs})
 
 
 def names(cls) -> list[str]:
@@ -35,6 +39,11 @@ def build(cls, name: str, knobs: dict):
         default = f.default if f.default is not MISSING else None
         v = knobs.get(f.name, default)
         values[f.name] = _check(name, f.name, v, default, f.metadata)
+    for f in fields(cls):
+        needs = f.metadata.get("needs")
+        if needs and f.name in knobs and values[needs[0]] != needs[1]:
+            warnings.warn(f"policy {name!r}: knob {f.name} = {knobs[f.name]!r} is ignored unless "
+                          f"{needs[0]} = {needs[1]!r}", TltsimWarning)
     return cls(**values)
 
 

@@ -30,7 +30,7 @@ from tltsim.policies.knobs import KnobbedPolicy, knob
 @dataclass(frozen=True)
 class LongestFirstKnobs:
     predictor: str = knob("history", choices=("history", "oracle"))  # where predicted lengths come from
-    noise: float = knob(0.0, lo=0.0, hi=10.0)  # oracle only: log-normal noise sigma on the true length
+    noise: float = knob(0.0, lo=0.0, hi=10.0, needs=("predictor", "oracle"))  # log-normal sigma on the true length
 
 
 class LongestFirst(KnobbedPolicy):

@@ -1,0 +1,85 @@
+"""What the CLI says besides errors: warnings, help, version, a closed pipe, no bars in a log, what the seed does."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from importlib.metadata import version
+
+import pandas as pd
+import pytest
+
+from tests.cli.conftest import CLUSTER, ROOT, tltsim
+from tltsim.cli import main
+from tltsim.config import ClusterConfig, SimConfig
+from tltsim.policies import make_policy, policy_names
+from tltsim.records import Result
+from tltsim.sim.simulator import simulate
+from tltsim.trace import load
+
+
+def run(capsys, argv) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_a_step_range_past_the_trace_is_clipped_with_one_warning(tiny, tmp_path, capsys):
+    rc, _, err = run(capsys, ["simulate", "--trace", tiny, *CLUSTER, "--steps", "1:100", "-o", tmp_path / "o"])
+    assert rc == 0 and err == "tltsim: warning: --steps 1:100: the trace has steps 0..2; running steps 1..2 (2 steps)\n"
+    assert Result.load(tmp_path / "o").steps["step"].tolist() == [1, 2]
+    rc, _, err = run(capsys, ["simulate", "--trace", tiny, *CLUSTER, "--steps", "1:3", "-o", tmp_path / "o"])
+    assert rc == 0 and err == ""
+
+
+def test_a_knob_that_does_nothing_is_one_warning(tiny, tmp_path, capsys):
+    argv = ["compare", "--trace", tiny, *CLUSTER, "--policies", "longest-first", "--no-report", "-o", tmp_path / "o"]
+    rc, _, err = run(capsys, [*argv, "--knob", "noise=0.5"])  # compare builds the policy twice: warned once
+    assert rc == 0 and err == ("tltsim: warning: policy 'longest-first': knob noise = 0.5 is ignored unless "
+                               "predictor = 'oracle'\n")
+    rc, _, err = run(capsys, [*argv, "--knob", "noise=0.5", "--knob", "predictor=oracle"])
+    assert rc == 0 and err == ""
+
+
+def test_bare_commands_version_and_help():
+    bare = tltsim()
+    assert bare.returncode == 0 and bare.stdout.startswith("usage: tltsim") and "simulate" in bare.stdout
+    assert tltsim("--version").stdout == f"tltsim {version('tltsim')}\n"
+    group = tltsim("trace")
+    assert group.returncode == 0 and "stats" in group.stdout and "trace_command" not in group.stdout + group.stderr
+    sim = tltsim("simulate", "--help").stdout.replace("\n", " ")
+    assert " ".join(sim.split()).count("(default: ") >= 5  # the cluster flags show their defaults
+    assert all(name in "".join(sim.split()) for name in policy_names())
+    assert "`tltsim simulate --help` lists them" in (ROOT / "README.md").read_text()
+
+
+def test_a_closed_pipe_ends_quietly(tiny):
+    proc = subprocess.Popen([sys.executable, "-m", "tltsim", "trace", "stats", str(tiny)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before anything is written, as `| head -1` after its line
+    err = proc.stderr.read()
+    assert proc.wait() == 128 + 13 and err == b""
+
+
+def test_no_progress_bars_when_stderr_is_not_a_terminal(tiny, tmp_path):
+    r = tltsim("simulate", "--trace", tiny, "--gpus", "8", "--tp", "2", "-o", tmp_path / "o")
+    assert r.returncode == 0 and r.stderr == ""
+
+
+@pytest.fixture(scope="module")
+def seeded(tiny):
+    cfg = SimConfig(trace=str(tiny), policy="tlt", cluster=ClusterConfig(gpus=8, tp=2, max_running=16),
+                    policy_knobs={"threshold": 8})
+    return lambda **kw: simulate(load(tiny), replace(cfg, **kw), make_policy("tlt", cfg.policy_knobs))
+
+
+def test_the_seed_changes_nothing_on_the_default_fast_path_as_help_says(seeded):
+    fast = [seeded(seed=s) for s in (0, 1, 2)]
+    assert (fast[0].timeline["state"] == "spec_decode").any()  # TLT speculated: there was something to draw
+    for other in fast[1:]:
+        pd.testing.assert_frame_equal(fast[0].timeline, other.timeline)
+        assert fast[0].summary == other.summary
+    exact = [seeded(seed=s, exact=True) for s in (0, 1)]
+    assert exact[0].summary["makespan_s"] != exact[1].summary["makespan_s"]
+    assert "so there the seed changes nothing" in " ".join(tltsim("simulate", "--help").stdout.split())

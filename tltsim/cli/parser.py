@@ -1,0 +1,57 @@
+"""The argument parser of every `tltsim` command: one-line errors, defaults in --help, bare groups show help.
+
+    parser = Parser(prog="tltsim", ...)      # its subparsers are Parsers too
+    args = parse(parser, argv)               # a bad argument: one line naming the (sub)command, exit 2
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends `(default: X)` to an option's help where it has a default its help does not already state."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if ("default" in text or not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS)
+                or isinstance(action, argparse._VersionAction)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (the message and where to read the usage) on stderr, exit 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.commands = None
+
+    def add_subparsers(self, **kwargs):
+        """Subcommands; the group named without one prints its help (`tltsim`, `tltsim trace`)."""
+        kwargs.setdefault("required", False)
+        self.commands = super().add_subparsers(**kwargs)
+        self.set_defaults(func=lambda args: self.print_help())
+        return self.commands
+
+    def chosen(self, args) -> "Parser":
+        """The parser of the deepest (sub)command `args` were parsed for."""
+        name = getattr(args, self.commands.dest, None) if self.commands else None
+        return self if name is None else self.commands.choices[name].chosen(args)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
+def parse(parser: Parser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse argv; an unknown argument is reported by the subcommand it was given to, not by the top parser."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser.chosen(args).error(f"unrecognized argument(s): {' '.join(extra)}")
+    return args
+
+
+def show_progress(args) -> bool:
+    """Progress bars go to a terminal only (a log or a pipe would get every carriage-return update)."""
+    return not args.no_progress and sys.stderr.isatty()
