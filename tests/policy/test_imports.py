@@ -14,7 +14,7 @@ LAYERS = [
     {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
      "tltsim.verl_config"},  # executors and their settings
     {"tltsim.validate", "tltsim.calibration", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
-    {"tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines
+    {"tltsim.cli.parser", "tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines (the parser: both CLIs' one)
 ]
 SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below
     "tltsim.sim": {"tltsim.policies", "real"},  # the simulator knows its hooks (tltsim.sim.hooks), not the policies
@@ -32,6 +32,8 @@ def unit(module: str) -> str | None:
         return "real.cli" if module == "real.cli" else "real"
     if parts[0] != "tltsim":
         return None
+    if module == "tltsim.cli.parser":  # the argument parser both command lines share: a leaf of its own
+        return module
     return "tltsim" if len(parts) == 1 else f"tltsim.{parts[1]}"
 
 
