@@ -1,11 +1,13 @@
 """`tltsim simulate` and `tltsim compare`."""
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import replace
 from pathlib import Path
 
 from tltsim import config as configmod
+from tltsim import glossary
 from tltsim.errors import TltsimError
 from tltsim.export import write_chrome_trace
 from tltsim.policies import make_policy, policy_names
@@ -36,7 +38,8 @@ def register(sub) -> None:
     _cluster_flags(p)
     p.add_argument("--policy", help=f"policy name ({', '.join(policy_names())}, or A+B)")
     p.set_defaults(func=cmd_simulate)
-    p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report")
+    p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report",
+                       epilog=glossary.epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     _cluster_flags(p)
     p.add_argument("--policies", default=None, help="comma-separated policy names; the first is the baseline (default: all)")
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report.html")
