@@ -18,11 +18,10 @@ from dataclasses import dataclass
 
 from tltsim.glossary import BOUNDS
 from tltsim.plots.style import labelled
-from tltsim.summary import rollout_overlap
+from tltsim.summary import OVERLAPS, rollout_overlap
 
 SAME = 0.02  # speedups within 2% of 1 are "no faster" / "no slower"
 SPECULATES = 0.01  # sd_share above which a run counts as speculating
-OVERLAPS = 0.5  # rollout_overlap above which rollout_s is only the wait for responses
 NO_IDLE = 0.001  # idle_fraction at or below which a run had no idle time
 IDLE = 0.05  # idle_fraction above which idle time is worth a word
 PHASE = 0.02  # a change of reward/train/sync time worth a word: this share of the baseline's makespan

@@ -5,6 +5,7 @@ made from COLUMNS, so they use the same words:
 
     COLUMNS["idle_fraction"]      the definition, one sentence
     BOUNDS["ideal"]               what a bound bounds (a run that is not a realisable policy)
+    RANKING[name]                 the columns of the report's ranking that are not summary keys
     DEFINITIONS[key]              any of them, or a key of a run's summary only
     epilog()                      the plain-text glossary of compare --help
     markdown()                    the README's glossary (tests check the README holds it verbatim)
@@ -64,7 +65,16 @@ SUMMARY_ONLY: dict[str, str] = {
     "drafter_warmup_s": "real runs: seconds spent fitting the drafter before the first step.",
 }
 
-DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY}
+# Columns of the report's ranking that are not summary keys.
+RANKING: dict[str, str] = {
+    "rollout speedup": "baseline rollout_s / this run's rollout_s; not comparable where rollout runs beside "
+                       "training (rollout_s is then only the wait for responses).",
+    "off-policy cost": "what the speed costs the training data: staleness, resumed and dropped responses, and a "
+                       "changed length mix (trained_len_ratio); none for a run whose every trained response "
+                       "was generated whole by the weights that train on it.",
+}
+
+DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}
 
 # Runs that are not realisable policies but bounds, and what they bound.
 BOUNDS: dict[str, str] = {

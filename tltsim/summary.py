@@ -4,7 +4,8 @@ Every worker is accounted for from the first step's start to the last step's end
 busy + idle = gpu_seconds = gpus x makespan (each timeline worker stands for `gpus_per_worker`
 GPUs, a TP group). Needs the steps columns rollout_s, reward_s, train_s, sync_s, tail_s,
 response_tokens and sd_share; mean_accepted is summarised when present. `rollout_overlap` says
-how far a run's rollout ran beside its training.
+how far a run's rollout ran beside its training; above OVERLAPS its rollout_s is not comparable
+with a synchronous run's.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 GENERATION = ("prefill", "decode", "spec_decode")  # the timeline states that generate tokens
 TRAINING = ("reward", "train")  # the trainer's stages (reward and log-prob forwards, the update)
+OVERLAPS = 0.5  # a rollout_overlap above this: rollout_s is only the wait for responses, not a rollout time
 
 
 def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus: int,
