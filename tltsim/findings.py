@@ -132,7 +132,7 @@ def _why(label: str, r, speedup: float, ctx: _Context) -> str:
         clauses.append(f"its rollout runs beside training ({_pct(ctx.overlap[label])} of its generation time "
                        f"overlaps training), so steps waited only {s['rollout_s']:.1f} s in all for responses")
     else:
-        clauses.append(f"rollout takes {s['rollout_s']:,.0f} s against {b['rollout_s']:,.0f} s "
+        clauses.append(f"rollout takes {_secs(s['rollout_s'])} s against {_secs(b['rollout_s'])} s "
                        f"({b['rollout_s'] / s['rollout_s']:.2f}×)" if s["rollout_s"] else "no rollout time")
         clauses += _rollout_mechanisms(s, b, ctx)
     clauses += _phase_changes(r, ctx)
@@ -181,7 +181,7 @@ def _phase_changes(r, ctx: _Context) -> list[str]:
     out = []
     for key, name in (("reward_s", "reward"), ("train_s", "training"), ("sync_s", "weight sync")):
         if key in s and key in b and abs(s[key] - b[key]) > PHASE * b["makespan_s"]:
-            out.append(f"{name} takes {s[key]:,.0f} s against {b[key]:,.0f} s")
+            out.append(f"{name} takes {_secs(s[key])} s against {_secs(b[key])} s")
     return out
 
 
@@ -242,12 +242,17 @@ def _speculation_beyond_switch(runs, ctx: _Context) -> list[str]:
     thresholds = sorted({k for _, r in slower if (k := r.config.get("policy_knobs", {}).get("threshold")) is not None})
     switch = (f" (the adaptive switch turns SD on only once an engine's batch falls to "
               f"{' / '.join(map(str, thresholds))} requests)") if thresholds else ""
+    accepted = [r.summary["mean_accepted"] for _, r in slower]
     return [f"{top_label} beats {names}: it speculates in {_pct(t['sd_share'])} of engine time against "
-            f"{_pct(min(shares))}–{_pct(max(shares))}{switch}, with as good a drafter ({t['mean_accepted']:.2f} "
-            f"tokens per verify against {min(r.summary['mean_accepted'] for _, r in slower):.2f}–"
-            f"{max(r.summary['mean_accepted'] for _, r in slower):.2f}), so on this trace and cluster speculation "
-            f"also pays at the large batches where the others still decode plainly: rollout "
-            f"{t['rollout_s']:,.0f} s against {min(r.summary['rollout_s'] for _, r in slower):,.0f} s or more."]
+            f"{_span(shares, _pct)}{switch}, with a drafter no better ({t['mean_accepted']:.2f} tokens per verify "
+            f"against {_span(accepted, '{:.2f}'.format)}), so on this trace and cluster speculation also pays at "
+            f"the large batches where the others still decode plainly: rollout {_secs(t['rollout_s'])} s against "
+            f"{_secs(min(r.summary['rollout_s'] for _, r in slower))} s or more."]
+
+
+def _span(values, fmt) -> str:
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
 
 
 def _idle_to_drafter_run(s: dict) -> bool:
@@ -300,6 +305,10 @@ def _speculates(r) -> bool:
 def _pct(x: float) -> str:
     p = 100 * x
     return f"{p:.0f}%" if abs(p) >= 10 or p == 0 else f"{p:.1f}%"
+
+
+def _secs(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def _num(x: float) -> float:
