@@ -61,7 +61,7 @@ table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
-th[title] { cursor: help; text-decoration: underline dotted #999; }
+th[title] { cursor: help; text-decoration: underline dotted #999; } th.text, td.text { text-align: left; }
 table.ranking td:nth-child(2), table.ranking th:nth-child(2) { text-align: left; white-space: nowrap; }
 table.ranking td:nth-child(n+5), table.ranking th:nth-child(n+5) { text-align: left; }
 table.ranking tr.bound td { background: #f4f1fa; font-style: italic; }
@@ -273,8 +273,17 @@ def _speculates(r: Result) -> bool:
 
 
 def _summary_frame(r: Result) -> pd.DataFrame:
-    return pd.DataFrame({"metric": list(r.summary), "value": [_fmt(v) for v in r.summary.values()],
+    """metric, value (written as the comparison tables write it), meaning (the glossary's)."""
+    return pd.DataFrame({"metric": list(r.summary), "value": [_cell(k, v) for k, v in r.summary.items()],
                          "meaning": [DEFINITIONS.get(k, "") for k in r.summary]})
+
+
+def _cell(col: str, v) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if col in FORMATS and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return FORMATS[col].format(v)
+    return _fmt(v)
 
 
 def _fmt(v) -> str:
@@ -285,15 +294,11 @@ def _fmt(v) -> str:
 
 def _table(df: pd.DataFrame) -> str:
     """An HTML table of `df`; each column name that the glossary defines carries its definition as a tooltip,
-    and may wrap after an underscore (so a wide table fits the page)."""
-    def cell(col, v):
-        if v is None or (isinstance(v, float) and v != v):
-            return "-"
-        return FORMATS[col].format(v) if col in FORMATS and isinstance(v, (int, float)) else _fmt(v)
-
-    head = "".join(f"<th{_title(DEFINITIONS.get(c))}>{_e(c).replace('_', '_<wbr>')}</th>" for c in df.columns)
-    rows = ["<tr>" + "".join(f"<td>{_e(cell(c, v))}</td>" for c, v in zip(df.columns, row)) + "</tr>"
-            for row in df.itertuples(index=False)]
+    and may wrap after an underscore (so a wide table fits the page). A "meaning" column is left-aligned prose."""
+    head = "".join(f"<th{_title(DEFINITIONS.get(c))}{' class=text' if c == 'meaning' else ''}>"
+                   f"{_e(c).replace('_', '_<wbr>')}</th>" for c in df.columns)
+    rows = ["<tr>" + "".join(f"<td{' class=text' if c == 'meaning' else ''}>{_e(_cell(c, v))}</td>"
+                             for c, v in zip(df.columns, row)) + "</tr>" for row in df.itertuples(index=False)]
     return f'<div class="scroll"><table><tr>{head}</tr>{"".join(rows)}</table></div>'
 
 
