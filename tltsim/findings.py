@@ -27,6 +27,8 @@ IDLE = 0.05  # idle_fraction above which idle time is worth a word
 PHASE = 0.02  # a change of reward/train/sync time worth a word: this share of the baseline's makespan
 WEAK_DRAFTER = 0.8  # mean_accepted below this x the best speculating run's is a weak drafter
 LEN_CHANGE = 0.005  # trained_len_ratio further than this from 1 is a changed sample mix
+MORE_SD = 0.1  # sd_share this much above another run's: speculates in more of its engine time
+NO_BETTER_DRAFTER = 0.95  # another run's mean_accepted at least this x a run's: that run's drafter is no better
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class _Context:
     """What sentences compare against: the baseline and, among speculating runs, the best drafter."""
 
     def __init__(self, runs):
-        self.base_label, self.base = runs[0]
+        self.base = runs[0][1]
         self.overlap = {label: rollout_overlap(r.timeline) for label, r in runs}
         spec = [(label, r.summary.get("mean_accepted")) for label, r in runs if _speculates(r)]
         spec = [(label, a) for label, a in spec if a is not None and a == a]
@@ -93,8 +95,12 @@ def _finding(label: str, r, ctx: _Context) -> Finding:
     overlaps = ctx.overlap[label] > OVERLAPS
     roll = math.nan if overlaps or not s["rollout_s"] else b["rollout_s"] / s["rollout_s"]
     on_policy = not s.get("staleness_mean", 0) and not s.get("resumed_fraction", 0)
-    return Finding(label, speedup, roll, _cost(s), on_policy, _why(label, r, speedup, ctx),
-                   BOUNDS.get(str(s.get("policy", label))))
+    return Finding(label, speedup, roll, _cost(s), on_policy, _why(label, r, speedup, ctx), _bound(r))
+
+
+def _bound(r) -> str | None:
+    """What the run bounds, None for a realisable policy (by the policy its summary names)."""
+    return BOUNDS.get(str(r.summary.get("policy", "")))
 
 
 def _cost(s: dict) -> str:
@@ -137,11 +143,10 @@ def _why(label: str, r, speedup: float, ctx: _Context) -> str:
         clauses += _rollout_mechanisms(s, b, ctx)
     clauses += _phase_changes(r, ctx)
     if _idle_to_drafter_run(s):
-        clauses.append(f"idle GPUs trained the drafter instead of idling "
-                       f"({s['drafter_train_gpu_seconds']:,.0f} GPU-s, {_pct(s['drafter_train_gpu_seconds'] / s['gpu_seconds'])} "
-                       f"of its GPU time)")
+        clauses.append(f"idle GPUs trained the drafter instead of idling ({_drafter_time(s)})")
     elif s["idle_fraction"] > IDLE:
-        clauses.append(f"GPUs sit idle {_pct(s['idle_fraction'])} of the time (the baseline's: {_pct(b['idle_fraction'])})")
+        clauses.append(f"GPUs sit idle {_pct(s['idle_fraction'])} of the time "
+                       f"(the baseline's: {_pct(b['idle_fraction'])})")
     return f"{verdict}: " + "; ".join(clauses) + "."
 
 
@@ -188,10 +193,10 @@ def _phase_changes(r, ctx: _Context) -> list[str]:
 def _bounds(runs, ctx: _Context) -> list[str]:
     out = []
     for label, r in runs:
-        what = BOUNDS.get(str(r.summary.get("policy", label)))
+        what = _bound(r)
         if what is None:
             continue
-        policies = [(lab, x) for lab, x in runs if BOUNDS.get(str(x.summary.get("policy", lab))) is None]
+        policies = [(lab, x) for lab, x in runs if _bound(x) is None]
         beat = [(lab, x) for lab, x in policies if x.summary["makespan_s"] < r.summary["makespan_s"]]
         text = f"{label} is a bound, not a policy: {what}"
         if beat:
@@ -232,9 +237,9 @@ def _speculation_beyond_switch(runs, ctx: _Context) -> list[str]:
         return []
     top_label, top = max(spec, key=lambda p: p[1].summary["sd_share"])
     t = top.summary
-    slower = [(lab, r) for lab, r in spec if r.summary["sd_share"] < t["sd_share"] - 0.1
+    slower = [(lab, r) for lab, r in spec if r.summary["sd_share"] < t["sd_share"] - MORE_SD
               and r.summary["makespan_s"] > t["makespan_s"]
-              and r.summary.get("mean_accepted", 0) >= 0.95 * t.get("mean_accepted", math.inf)]
+              and r.summary.get("mean_accepted", 0) >= NO_BETTER_DRAFTER * t.get("mean_accepted", math.inf)]
     if not slower:
         return []
     names = ", ".join(lab for lab, _ in slower)
@@ -260,13 +265,17 @@ def _idle_to_drafter_run(s: dict) -> bool:
     return s["idle_fraction"] <= NO_IDLE and s.get("drafter_train_gpu_seconds", 0) > IDLE * s["gpu_seconds"]
 
 
+def _drafter_time(s: dict) -> str:
+    return f"{s['drafter_train_gpu_seconds']:,.0f} GPU-s, {_pct(s['drafter_train_gpu_seconds'] / s['gpu_seconds'])} " \
+           "of its GPU time"
+
+
 def _idle_to_drafter(runs) -> list[str]:
     """Runs with no idle time whose idle GPUs trained the drafter, beside runs that train one and still idle."""
     spot = [(lab, r.summary) for lab, r in runs if _idle_to_drafter_run(r.summary)]
     if not spot:
         return []
-    text = (", ".join(f"{lab} ({s['drafter_train_gpu_seconds']:,.0f} GPU-s, "
-                      f"{_pct(s['drafter_train_gpu_seconds'] / s['gpu_seconds'])} of its GPU time)" for lab, s in spot)
+    text = (", ".join(f"{lab} ({_drafter_time(s)})" for lab, s in spot)
             + f": idle_fraction {max(s['idle_fraction'] for _, s in spot):.3f}"
             + (" because" if len(spot) == 1 else ", each because")
             + " the GPUs that finished their rollout share early trained the drafter instead of waiting for "
@@ -274,8 +283,9 @@ def _idle_to_drafter(runs) -> list[str]:
     idle = [(lab, r.summary) for lab, r in runs if r.summary.get("drafter_train_gpu_seconds", 0) > 0
             and r.summary["idle_fraction"] > IDLE]
     if idle:
-        text += " " + "; ".join(f"{lab} trains its drafter for {s['drafter_train_gpu_seconds']:,.0f} GPU-s only and "
-                                f"leaves those GPUs idle (idle_fraction {s['idle_fraction']:.3f})" for lab, s in idle) + "."
+        text += " " + "; ".join(f"{lab} trains its drafter for {s['drafter_train_gpu_seconds']:,.0f} GPU-s only "
+                                f"and leaves those GPUs idle (idle_fraction {s['idle_fraction']:.3f})"
+                                for lab, s in idle) + "."
     return [text]
 
 

@@ -51,7 +51,8 @@ FORMATS = {
 CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1200px; margin: 1.5em auto;
        padding: 0 1em; color: #222; line-height: 1.45; }
-h1 { margin-bottom: 0.2em; font-size: 1.7em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 1.8em; }
+h1 { margin-bottom: 0.2em; font-size: 1.7em; }
+h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 1.8em; }
 h3 { margin: 1.2em 0 0.3em; }
 .meta { color: #666; }
 nav { background: #f6f8fa; border: 1px solid #e1e4e8; padding: 0.5em 1em; font-size: 0.92em; }

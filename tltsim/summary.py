@@ -49,8 +49,8 @@ def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus
 
 def rollout_overlap(tl: pd.DataFrame) -> float:
     """Share of a timeline's generation time (prefill, decode, spec_decode rows) during which some worker ran
-    a training stage (reward or train): 0 for a synchronous step loop, near 1 where rollout runs beside training (async), so its
-    rollout_s is only the time training waited for responses."""
+    a training stage (reward or train): 0 for a synchronous step loop, near 1 where rollout runs beside
+    training (async), so its rollout_s is only the time training waited for responses."""
     train = tl[tl["state"].isin(TRAINING)]
     gen = tl[tl["state"].isin(GENERATION)]
     total = float((gen["t_end"] - gen["t_start"]).sum())

@@ -63,21 +63,21 @@ def speedup(results):
         ax.set_title(f"Speedup over {base_label}: {what}", loc="left")
         ax.grid(axis="y", visible=False)
     shown = roll[np.isfinite(roll) & (roll > 0)]
-    if len(shown) and shown.max() >= 10 * shown.min():
+    lo, hi = (shown.min(), shown.max()) if len(shown) else (1.0, 1.0)
+    log = hi >= 10 * lo
+    if log:
         axes[1].set_xscale("log")
         axes[1].xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        axes[1].set_xlabel("speedup (×, log scale)")
+        axes[1].set_xlim(lo / 1.5, hi * 1.6)
     else:
-        axes[1].set_xlabel("speedup (×)")
+        axes[1].set_xlim(0, hi * 1.15)
+    axes[1].set_xlabel("speedup (×, log scale)" if log else "speedup (×)")
     axes[0].set_xlabel("speedup (×)")
     axes[0].set_xlim(0, np.nanmax(end) * 1.15)
-    lo = shown.min() if len(shown) else 1.0
     for yi, ok in zip(y, comparable):
         if not ok:
-            axes[1].annotate("not comparable: rollout overlaps training", (lo if axes[1].get_xscale() == "log" else 0, yi),
-                             xytext=(4, 0), textcoords="offset points", va="center", fontsize=8, color="0.35")
-    top = shown.max() if len(shown) else 1.0
-    axes[1].set_xlim(lo / 1.5 if axes[1].get_xscale() == "log" else 0, top * (1.6 if axes[1].get_xscale() == "log" else 1.15))
+            axes[1].annotate("not comparable: rollout overlaps training", (lo / 1.5 if log else 0, yi), xytext=(4, 0),
+                             textcoords="offset points", va="center", fontsize=8, color="0.35")
     axes[0].set_yticks(y, [label for label, _ in runs])
     axes[0].set_ylim(len(runs) - 0.5, -0.5)
     return fig
