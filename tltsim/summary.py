@@ -3,11 +3,18 @@
 Every worker is accounted for from the first step's start to the last step's end, so
 busy + idle = gpu_seconds = gpus x makespan (each timeline worker stands for `gpus_per_worker`
 GPUs, a TP group). Needs the steps columns rollout_s, reward_s, train_s, sync_s, tail_s,
-response_tokens and sd_share; mean_accepted is summarised when present.
+response_tokens and sd_share; mean_accepted is summarised when present. `rollout_overlap` says
+how far a run's rollout ran beside its training; above OVERLAPS its rollout_s is not comparable
+with a synchronous run's.
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+
+GENERATION = ("prefill", "decode", "spec_decode")  # the timeline states that generate tokens
+TRAINING = ("reward", "train")  # the trainer's stages (reward and log-prob forwards, the update)
+OVERLAPS = 0.5  # a rollout_overlap above this: rollout_s is only the wait for responses, not a rollout time
 
 
 def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus: int,
@@ -38,3 +45,29 @@ def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus
     if "mean_accepted" in steps and steps["mean_accepted"].notna().any():
         out["mean_accepted"] = float(steps["mean_accepted"].mean())
     return out
+
+
+def rollout_overlap(tl: pd.DataFrame) -> float:
+    """Share of a timeline's generation time (prefill, decode, spec_decode rows) during which some worker ran
+    a training stage (reward or train): 0 for a synchronous step loop, near 1 where rollout runs beside
+    training (async), so its rollout_s is only the time training waited for responses."""
+    train = tl[tl["state"].isin(TRAINING)]
+    gen = tl[tl["state"].isin(GENERATION)]
+    total = float((gen["t_end"] - gen["t_start"]).sum())
+    if train.empty or total <= 0:
+        return 0.0
+    # covered(t): length of the union of training intervals before t, piecewise linear between merged ends
+    order = np.argsort(train["t_start"].to_numpy(float), kind="stable")
+    starts, ends = train["t_start"].to_numpy(float)[order], train["t_end"].to_numpy(float)[order]
+    ends = np.maximum.accumulate(ends)
+    new = np.concatenate([[True], starts[1:] > ends[:-1]])  # a merged interval begins where a gap ends
+    m_start, m_end = starts[new], np.maximum.reduceat(ends, np.flatnonzero(new))
+    before = np.concatenate([[0.0], np.cumsum(m_end - m_start)[:-1]])
+    xs = np.column_stack([m_start, m_end]).ravel()
+    ys = np.column_stack([before, before + m_end - m_start]).ravel()
+
+    def covered(t):
+        return np.interp(t, xs, ys, left=0.0, right=ys[-1])
+
+    inside = covered(gen["t_end"].to_numpy(float)) - covered(gen["t_start"].to_numpy(float))
+    return max(0.0, float(inside.sum()) / total)

@@ -1,6 +1,9 @@
 """Small results to draw and report: verl and TLT on a tiny trace, simulated once per test session."""
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pandas as pd
 import pytest
 
 from tltsim.config import ClusterConfig, SimConfig
@@ -35,6 +38,14 @@ def tlt():
 def tlt_exact():
     """TLT with per-iteration records (exact mode): the tuner plot draws choices per batch size."""
     return run("tlt", {"threshold": 8}, exact=True, steps=2)
+
+
+def overlapping(result):
+    """`result` with a trainer that trains throughout its generation (workers 100+), as async's does."""
+    tl = result.timeline
+    gen = tl[tl["state"].isin(["prefill", "decode", "spec_decode"])]
+    return replace(result, timeline=pd.concat([tl, gen.assign(state="train", worker=gen["worker"] + 100)],
+                                              ignore_index=True))
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
 """Every figure renders on small results and carries the labels, series and bars it should."""
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,6 +10,8 @@ from tltsim.errors import TltsimError
 from tltsim.plots.steps import parse_strategies, tuner_table
 from tltsim.plots.timeline import _occupancy, running_batch, switch_points
 from tltsim.records import STATES
+
+from tests.analysis.conftest import overlapping
 
 
 def saved(fig, tmp_path, name="fig.png"):
@@ -130,22 +134,34 @@ def test_step_breakdown_has_a_bar_per_run_and_phase(base, tlt, tmp_path):
     fig = saved(plots.step_breakdown([base, tlt]), tmp_path)
     ax = fig.axes[0]
     assert len(ax.patches) == 2 * 4
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["verl", "tlt"]
-    assert ax.get_ylabel() == "mean time per step (s)"
-    assert legend_texts(fig) == ["weight sync", "train", "reward", "rollout"]
-    tops = [p.get_y() + p.get_height() for p in ax.patches[-2:]]
-    assert tops == pytest.approx([base.steps["total_s"].mean(), tlt.steps["total_s"].mean()])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["verl", "tlt"]  # the baseline on top
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]
+    assert ax.get_xlabel() == "mean time per step (s)"
+    assert legend_texts(fig) == ["rollout", "reward", "train", "weight sync"]
+    ends = [p.get_x() + p.get_width() for p in ax.patches[-2:]]
+    assert ends == pytest.approx([base.steps["total_s"].mean(), tlt.steps["total_s"].mean()])
 
 
-def test_speedup_bars_are_relative_to_the_first_run(base, tlt, tmp_path):
+def test_speedup_panels_rank_runs_end_to_end_and_by_rollout(base, tlt, tmp_path):
     fig = saved(plots.speedup([base, tlt]), tmp_path)
-    ax = fig.axes[0]
-    heights = [p.get_height() for p in ax.patches]
-    assert heights[0] == heights[2] == 1.0  # end to end, rollout of the baseline
-    assert heights[1] == pytest.approx(base.summary["makespan_s"] / tlt.summary["makespan_s"])
-    assert heights[3] == pytest.approx(base.summary["rollout_s"] / tlt.summary["rollout_s"])
-    assert heights[1] > 1.0
-    assert ax.get_ylabel() == "speedup vs verl (×)"
+    end, roll = fig.axes
+    assert [t.get_text() for t in end.get_yticklabels()] == ["tlt", "verl"]  # fastest on top
+    assert [p.get_width() for p in end.patches] == pytest.approx(
+        [base.summary["makespan_s"] / tlt.summary["makespan_s"], 1.0])
+    assert [p.get_width() for p in roll.patches] == pytest.approx(
+        [base.summary["rollout_s"] / tlt.summary["rollout_s"], 1.0])
+    assert end.get_title(loc="left") == "Speedup over verl: end to end (makespan)"
+    assert roll.get_xscale() == "linear"  # the bars differ less than tenfold
+
+
+def test_speedup_leaves_out_a_rollout_that_overlaps_training_and_goes_log_past_tenfold(base, tlt):
+    fast = replace(overlapping(tlt), summary={**tlt.summary, "rollout_s": base.summary["rollout_s"] / 80})
+    roll = plots.speedup([base, fast]).axes[1]
+    assert [p.get_width() for p in roll.patches] == [0.0, 1.0]  # no bar for the overlapping run ...
+    assert any("not comparable" in t.get_text() for t in roll.texts)  # ... but a note
+    assert roll.get_xscale() == "linear"  # its 80x is not drawn, so nothing stretches the axis
+    slow = replace(base, summary={**base.summary, "rollout_s": base.summary["rollout_s"] * 20})
+    assert plots.speedup([base, slow]).axes[1].get_xscale() == "log"  # 1x and 0.05x: tenfold apart
 
 
 def test_idle_per_step_one_line_per_run(base, tlt, tmp_path):

@@ -2,13 +2,16 @@
 import base64
 import json
 import re
+import struct
+from dataclasses import replace
 from html import unescape
 
 import pytest
 
 from tltsim.cli import main
-from tltsim.plots.style import labelled
-from tltsim.report import build_report, comparison_table, write_report
+from tltsim.glossary import COLUMNS
+from tltsim.plots.style import DPI, PAGE_WIDTH_IN, labelled
+from tltsim.report import COMPARISON_METRICS, build_report, comparison_table, write_report
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
@@ -22,19 +25,69 @@ def images(page):
 
 def test_comparison_report_has_every_run_table_config_and_images(base, tlt):
     page = build_report([base, tlt])
-    assert "<h2>Comparison</h2>" in page and "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page
+    for anchor in ("summary", "explained", "table", "glossary", "charts", "lengths-0", "runs"):
+        assert f'<h2 id="{anchor}">' in page and f'<a href="#{anchor}">' in page  # each section in the contents
+    assert '<details class="run" id="run-verl">' in page and '<details class="run" id="run-tlt">' in page
     for r in (base, tlt):  # each run's summary table: every metric, its value
         for metric, value in r.summary.items():
             assert f"<td>{metric}</td>" in page
-        makespan = r.summary["makespan_s"]
-        assert f"<td>{makespan:.4g}</td>" in page
+        assert f"<td>{r.summary['makespan_s']:,.1f}</td>" in page
+        assert f"<td>{r.summary['idle_fraction']:.3f}</td>" in page
         config = json.dumps(r.config, indent=2, sort_keys=True, default=str)
         assert config in unescape(page)
-    assert page.count("<details>") == 2
+    assert page.count("<details><summary>config of") == 2
     # comparison: speedup, breakdown, gantt, idle, drafter; lengths; per run: batch, utilisation (+ tuner for tlt)
     assert len(images(page)) == 5 + 1 + 2 + 3
     assert "http" not in page.replace("http-equiv", "")  # nothing to fetch: readable offline
     assert "<script" not in page
+
+
+def ranking_rows(page):
+    """(place, policy, speedup) of each row of the summary's ranking table."""
+    table = page[page.index('<table class="ranking">'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r'<tr(?: class=bound)?><td>([^<]*)</td><td><span class="swatch"[^>]*></span>([^<]*)</td>'
+                      r"<td>([0-9.]+)×</td>", table)
+    return [(place, unescape(name), float(speed)) for place, name, speed in rows]
+
+
+def test_summary_ranks_by_speedup_with_the_bounds_apart(base, tlt):
+    ideal = replace(base, summary={**base.summary, "policy": "ideal", "makespan_s": base.summary["makespan_s"] / 10})
+    slow = replace(tlt, summary={**tlt.summary, "policy": "slow", "makespan_s": base.summary["makespan_s"] * 2})
+    page = build_report([base, tlt, slow, ideal])
+    rows = ranking_rows(page)
+    assert [name for _, name, _ in rows] == ["tlt", "verl", "slow", "ideal"]
+    assert [place for place, _, _ in rows] == ["1", "2", "3", "bound"]
+    speeds = [s for _, _, s in rows[:-1]]
+    assert speeds == sorted(speeds, reverse=True)
+    assert speeds[0] == pytest.approx(round(base.summary["makespan_s"] / tlt.summary["makespan_s"], 2))
+    headline = unescape(re.search(r'<p class="headline">(.*?)</p>', page).group(1))
+    assert headline.startswith("Fastest here: tlt,") and "ideal (10.00×) is a bound, not a policy." in headline
+    assert "ideal is a bound, not a policy: " in unescape(page)  # explained, with what it bounds
+
+
+def test_every_table_column_has_a_glossary_entry(base, tlt):
+    page = build_report([base, tlt])
+    glossary = page[page.index('<dl class="glossary">'):page.index("</dl>")]
+    defined = {unescape(t) for t in re.findall(r"<dt>([^<]*)</dt>", glossary)}
+    tables = page[page.index('<h2 id="summary">'):page.index('<h2 id="glossary">')]
+    headers = re.findall(r"<th( title=\"[^\"]*\")?>([^<]*(?:<wbr>[^<]*)*)</th>", tables)
+    names = {unescape(name.replace("<wbr>", "")) for _, name in headers} - {"#", "why, from the results"}
+    assert {"run", "speedup", "makespan_s", "sd_share", "trained_len_ratio", "rollout speedup",
+            "off-policy cost"} <= names
+    assert names - {"policy"} <= defined  # "policy" in the ranking is "run" of the tables, defined so
+    for title, name in headers:
+        if unescape(name.replace("<wbr>", "")) in names:
+            assert title, f"column {name} has no tooltip"
+    assert set(COMPARISON_METRICS) <= set(COLUMNS)
+
+
+def test_figures_are_shown_at_the_size_they_were_drawn_and_fit_the_page(base, tlt):
+    page = build_report([base, tlt])
+    for data, width, height in re.findall(r'src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)"', page):
+        png = base64.b64decode(data)
+        assert struct.unpack(">II", png[16:24]) == (int(width), int(height))
+        assert int(width) <= PAGE_WIDTH_IN * DPI + 1
 
 
 def test_comparison_table_speedup_is_against_the_first(base, tlt):
@@ -47,7 +100,7 @@ def test_comparison_table_speedup_is_against_the_first(base, tlt):
 def test_single_run_report_has_no_comparison(base, tmp_path):
     path = write_report([base], tmp_path / "r.html")
     page = path.read_text()
-    assert "Comparison" not in page and "<h2>Run: verl</h2>" in page
+    assert "Comparison" not in page and '<h2 id="runs">Run: verl</h2>' in page and "<details class" not in page
     # gantt, breakdown, idle, batch, utilisation, lengths; no speculation figures
     assert len(images(page)) == 6
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
@@ -60,7 +113,7 @@ def test_report_cli_from_result_dirs(base, tlt, tmp_path, capsys):
                  "--title", "A <b> test", "--figures", str(tmp_path / "figs")]) == 0
     page = (tmp_path / "out.html").read_text()
     assert "<h1>A &lt;b&gt; test</h1>" in page
-    assert "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page
+    assert 'id="run-verl"' in page and 'id="run-tlt"' in page
     assert f"wrote {tmp_path / 'out.html'}" in capsys.readouterr().out
     figs = sorted(p.name for p in (tmp_path / "figs").iterdir())
     assert figs == sorted(["speedup.png", "step_breakdown.png", "gantt.png", "idle_per_step.png", "drafter.png",
@@ -87,6 +140,6 @@ def test_compare_writes_the_report_by_default(trace_file, tmp_path):
             "--no-progress", "-o"]
     assert main([*args, str(out)]) == 0
     page = (out / "report.html").read_text()
-    assert "<h2>Run: verl</h2>" in page and "<h2>Run: tlt</h2>" in page and images(page)
+    assert 'id="run-verl"' in page and 'id="run-tlt"' in page and images(page)
     assert main([*args, str(tmp_path / "plain"), "--no-report"]) == 0
     assert not (tmp_path / "plain" / "report.html").exists() and (tmp_path / "plain" / "tlt" / "summary.json").exists()

@@ -20,6 +20,10 @@ class HelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
+class PreformattedHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """HelpFormatter that prints a description and an epilog as written (a glossary laid out by hand)."""
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (the message and where to read the usage) on stderr, exit 2."""
 

@@ -8,8 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from tltsim import config as configmod
+from tltsim import glossary
 from tltsim.calibration import cluster_notes, load_calibration
-from tltsim.cli.parser import show_progress
+from tltsim.cli.parser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.export import write_chrome_trace
 from tltsim.io import atomic_dir
@@ -72,7 +73,8 @@ def register(sub) -> None:
     p.add_argument("--policy", help=f"policy name ({', '.join(policy_names())}, or A+B); default: the config "
                    "file's policy, else verl, the baseline every speedup is measured against")
     p.set_defaults(func=cmd_simulate)
-    p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report")
+    p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report",
+                       epilog=glossary.epilog(), formatter_class=PreformattedHelpFormatter)
     _cluster_flags(p)
     p.add_argument("--policies", default=None, help="comma-separated policy names; the first is the baseline (default: all)")
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report.html")

@@ -4,52 +4,82 @@ from __future__ import annotations
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import FuncFormatter
 
-from tltsim.plots.style import (PHASES, gpus_per_worker, labelled, legend_right, new_figure, note, run_color,
-                                 step_axis, styled)
+from tltsim.plots.style import (PAGE_WIDTH_IN, PHASES, gpus_per_worker, labelled, legend_right, new_figure, note,
+                                 run_color, step_axis, styled)
+from tltsim.summary import OVERLAPS, rollout_overlap
 
 
 @styled
 def step_breakdown(results):
-    """Mean time per step of each run as stacked bars: rollout, reward, train, weight sync."""
+    """Mean time per step of each run as stacked horizontal bars (the baseline on top): rollout, reward,
+    train, weight sync."""
     runs = labelled(results)
-    fig, ax = new_figure(max(4.5, 1.2 * len(runs) + 2.5), 4.2)
-    x = np.arange(len(runs))
-    bottom = np.zeros(len(runs))
+    fig, ax = new_figure(PAGE_WIDTH_IN, 0.32 * len(runs) + 1.3)
+    y = np.arange(len(runs))
+    left = np.zeros(len(runs))
     for label, col, color in PHASES:
-        h = np.array([r.steps[col].mean() for _, r in runs])
-        ax.bar(x, h, 0.6, bottom=bottom, color=color, label=label)
-        bottom += h
-    for xi, total in zip(x, bottom):
-        ax.annotate(f"{total:.1f} s", (xi, total), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom")
-    ax.set_xticks(x, [label for label, _ in runs])
-    ax.set_ylim(0, bottom.max() * 1.12)
-    ax.grid(axis="x", visible=False)
+        w = np.array([r.steps[col].mean() for _, r in runs])
+        ax.barh(y, w, 0.7, left=left, color=color, label=label)
+        left += w
+    for yi, total in zip(y, left):
+        ax.annotate(f"{total:.1f} s", (total, yi), xytext=(3, 0), textcoords="offset points", ha="left", va="center")
+    ax.set_yticks(y, [label for label, _ in runs])
+    ax.set_ylim(len(runs) - 0.5, -0.5)
+    ax.set_xlim(0, left.max() * 1.1)
+    ax.grid(axis="y", visible=False)
     ax.set_title("Where a step's time goes", loc="left")
-    ax.set_ylabel("mean time per step (s)")
-    legend_right(fig, ax, reverse=True)
+    ax.set_xlabel("mean time per step (s)")
+    legend_right(fig, ax)
     return fig
 
 
 @styled
 def speedup(results):
-    """Speedup of each run over the first (the baseline): end-to-end (makespan) and rollout alone."""
+    """Speedup of each run over the first (the baseline), fastest on top: end to end (makespan) in one
+    panel, rollout alone in the other.
+
+    A run whose rollout runs beside its training (tltsim.summary.rollout_overlap above OVERLAPS) gets no
+    rollout bar but a note: its rollout_s is only the time training waited for responses. The rollout
+    panel's axis is logarithmic when its bars differ tenfold or more.
+    """
     runs = labelled(results)
     base_label, base = runs[0]
-    fig, ax = new_figure(max(4.5, 1.2 * len(runs) + 2.5), 4.2)
-    x = np.arange(len(runs))
-    w = 0.38
-    for k, (what, key, color) in enumerate([("end to end", "makespan_s", "#404040"), ("rollout", "rollout_s", "#2c7bb6")]):
-        s = np.array([base.summary[key] / r.summary[key] if r.summary[key] else np.nan for _, r in runs])
-        bars = ax.bar(x + (k - 0.5) * w, s, w, color=color, label=what)
-        ax.bar_label(bars, labels=[f"{v:.2f}×" for v in s], padding=2, fontsize=8)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(x, [label for label, _ in runs])
-    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
-    ax.grid(axis="x", visible=False)
-    ax.set_title(f"Speedup over {base_label}", loc="left")
-    ax.set_ylabel(f"speedup vs {base_label} (×)")
-    legend_right(fig, ax)
+    colors = {label: run_color(i) for i, (label, _) in enumerate(runs)}
+    end = np.array([base.summary["makespan_s"] / r.summary["makespan_s"] if r.summary["makespan_s"] else np.nan
+                    for _, r in runs])
+    order = np.argsort(-np.nan_to_num(end, nan=-np.inf), kind="stable")
+    runs, end = [runs[i] for i in order], end[order]
+    comparable = [rollout_overlap(r.timeline) <= OVERLAPS for _, r in runs]
+    roll = np.array([base.summary["rollout_s"] / r.summary["rollout_s"] if ok and r.summary["rollout_s"] else np.nan
+                     for ok, (_, r) in zip(comparable, runs)])
+    fig, axes = new_figure(PAGE_WIDTH_IN, 0.3 * len(runs) + 1.4, ncols=2, sharey=True)
+    y = np.arange(len(runs))
+    for ax, values, what in [(axes[0], end, "end to end (makespan)"), (axes[1], roll, "rollout alone (rollout_s)")]:
+        bars = ax.barh(y, np.nan_to_num(values), 0.7, color=[colors[label] for label, _ in runs])
+        ax.bar_label(bars, labels=[f"{v:.2f}×" if v == v else "" for v in values], padding=2, fontsize=8)
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.set_title(f"Speedup over {base_label}: {what}", loc="left")
+        ax.grid(axis="y", visible=False)
+    shown = roll[np.isfinite(roll) & (roll > 0)]
+    lo, hi = (shown.min(), shown.max()) if len(shown) else (1.0, 1.0)
+    log = hi >= 10 * lo
+    if log:
+        axes[1].set_xscale("log")
+        axes[1].xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axes[1].set_xlim(lo / 1.5, hi * 1.6)
+    else:
+        axes[1].set_xlim(0, hi * 1.15)
+    axes[1].set_xlabel("speedup (×, log scale)" if log else "speedup (×)")
+    axes[0].set_xlabel("speedup (×)")
+    axes[0].set_xlim(0, np.nanmax(end) * 1.15)
+    for yi, ok in zip(y, comparable):
+        if not ok:
+            axes[1].annotate("not comparable: rollout overlaps training", (lo / 1.5 if log else 0, yi), xytext=(4, 0),
+                             textcoords="offset points", va="center", fontsize=8, color="0.35")
+    axes[0].set_yticks(y, [label for label, _ in runs])
+    axes[0].set_ylim(len(runs) - 0.5, -0.5)
     return fig
 
 

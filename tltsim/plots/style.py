@@ -11,8 +11,10 @@ import io
 from pathlib import Path
 
 import matplotlib as mpl
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from PIL import Image
 
 from tltsim.io import atomic_path
 from tltsim.records import STATES
@@ -43,6 +45,17 @@ PHASES = [
 ]
 
 DPI = 110  # PNG resolution: a 10-inch-wide figure is 1100 px, sharp in a browser, small on disk
+PAGE_WIDTH_IN = 10.6  # the widest figure: the report's column (1,166 px at DPI), where it is shown unscaled
+
+# Run colours, in order: the 10 of matplotlib's tab10, then 10 more picked greedily (from the
+# Trubetskoy 20, tab20b and Dark2) for the largest smallest CIELAB distance to those before, none
+# darker than L* 25 (black lines look alike) nor lighter than L* 80 (to show on white): any two of
+# the 20 differ by a CIELAB distance of 27 or more, so a comparison of every shipped policy draws each
+# in its own colour.
+PALETTE = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#f032e6", "#a6761d", "#637939", "#1b9e77", "#e7969c", "#e7298a", "#911eb4", "#393b79", "#800000", "#e6ab02",
+]
 
 STYLE = {
     "font.size": 10,
@@ -61,8 +74,8 @@ STYLE = {
 
 
 def run_color(i: int) -> str:
-    """Colour of the i-th run of a comparison (the baseline is 0)."""
-    return mpl.colormaps["tab10"](i % 10)
+    """Colour of the i-th run of a comparison (the baseline is 0); distinct for 20 runs, then repeating."""
+    return PALETTE[i % len(PALETTE)]
 
 
 def styled(fn):
@@ -77,8 +90,9 @@ def styled(fn):
 
 
 def new_figure(width: float, height: float, **subplots) -> tuple[Figure, object]:
-    """A Figure and its axes (`Figure.subplots` arguments), laid out with constrained layout."""
-    fig = Figure(figsize=(width, height), layout="constrained")
+    """A Figure and its axes (`Figure.subplots` arguments), laid out with constrained layout; no wider than
+    PAGE_WIDTH_IN, so a report shows it at the size it was drawn."""
+    fig = Figure(figsize=(min(width, PAGE_WIDTH_IN), height), layout="constrained")
     return fig, fig.subplots(**subplots)
 
 
@@ -90,10 +104,36 @@ def note(ax, text: str) -> None:
     ax.grid(False)
 
 
+EXACT_COLOURS = 128  # a PNG's most frequent colours kept exactly; the other half of its palette is median-cut
+
+
 def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
+    """The figure as a 256-colour palette PNG, about a third of the bytes of the full-colour one.
+
+    Its EXACT_COLOURS most frequent colours (the fills, lines and text of a plot: every run and state
+    colour) are kept exactly; the rest of the palette is a median cut of the other colours (anti-aliased
+    edges, colour bars), and every pixel takes its nearest palette colour.
+    """
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
+    image = Image.open(buf).convert("RGB")
+    pixels = np.asarray(image).reshape(-1, 3).astype(np.int32)
+    codes, index, counts = np.unique(pixels[:, 0] << 16 | pixels[:, 1] << 8 | pixels[:, 2],
+                                     return_inverse=True, return_counts=True)
+    colours = np.stack([codes >> 16, codes >> 8 & 255, codes & 255], axis=1)
+    order = np.argsort(-counts, kind="stable")
+    palette = colours[order[:EXACT_COLOURS]]
+    if len(colours) > EXACT_COLOURS:
+        rest = Image.fromarray(colours[order[EXACT_COLOURS:]].astype(np.uint8)[None])
+        cut = rest.quantize(256 - EXACT_COLOURS, method=Image.Quantize.MEDIANCUT).getpalette()
+        palette = np.concatenate([palette, np.reshape(cut[: 3 * (256 - EXACT_COLOURS)], (-1, 3))])
+    c, p = colours.astype(np.float32), palette.astype(np.float32)
+    nearest = ((c * c).sum(1)[:, None] - 2 * c @ p.T + (p * p).sum(1)[None, :]).argmin(1).astype(np.uint8)
+    out = Image.frombytes("P", image.size, nearest[index.ravel()].tobytes())
+    out.putpalette(palette.astype(np.uint8).ravel().tolist())
+    data = io.BytesIO()
+    out.save(data, format="PNG", optimize=True)
+    return data.getvalue()
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:

@@ -1,0 +1,112 @@
+"""What every column of a comparison (and every key of a run's summary) means: the one place that says it.
+
+The HTML report's glossary, `tltsim compare --help` (its epilog) and the README's glossary are all
+made from COLUMNS, so they use the same words:
+
+    COLUMNS["idle_fraction"]      the definition, one sentence
+    BOUNDS["ideal"]               what a bound bounds (a run that is not a realisable policy)
+    RANKING[name]                 the columns of the report's ranking that are not summary keys
+    DEFINITIONS[key]              any of them, or a key of a run's summary only
+    epilog()                      the plain-text glossary of compare --help
+    markdown()                    the README's glossary (tests check the README holds it verbatim)
+
+Times are seconds summed over a run's steps unless a definition says otherwise; "GPU-seconds"
+count each GPU of the cluster (a TP group of 4 idle for 1 s is 4 GPU-seconds).
+"""
+from __future__ import annotations
+
+import textwrap
+
+# Columns of the comparison tables (the report's and compare's), in the report's order.
+COLUMNS: dict[str, str] = {
+    "run": "the run's policy (repeats get #2, #3); the first run is the baseline speedups are measured against.",
+    "policy": "the run's policy; the first is the baseline speedups are measured against.",
+    "speedup": "baseline makespan_s / this run's makespan_s: how many times faster the whole run is "
+               "end to end (above 1 is faster).",
+    "makespan_s": "wall-clock seconds from the first step's start to the last step's end.",
+    "mean_step_s": "makespan_s / steps: wall-clock seconds per RL step.",
+    "rollout_s": "seconds the steps spent waiting for rollout (generating responses); for a policy that "
+                 "overlaps rollout with training (async) only the time training waited for responses, "
+                 "so it is not comparable with the others.",
+    "rollout_share": "rollout_s / makespan_s: the share of the run spent in rollout.",
+    "tail_share": "share of rollout_s after 90% of a step's responses had finished: the long tail.",
+    "tokens_per_s": "response tokens generated / makespan_s.",
+    "idle_fraction": "idle_gpu_seconds / gpu_seconds: the share of GPU time with nothing to do (engines "
+                     "that finished early waiting for the tail); GPUs training the drafter are busy, not idle.",
+    "idle_gpu_seconds": "GPU-seconds with nothing to do, summed over the cluster's GPUs.",
+    "sd_share": "share of the rollout engines' time spent in speculative decoding (0: never speculated).",
+    "mean_accepted": "tokens each speculative verify step produced, on average (accepted draft tokens "
+                     "plus the target's own); blank when the run never speculated.",
+    "drafter_train_gpu_seconds": "GPU-seconds spent training the drafter: idle rollout GPUs (tlt's spot "
+                                 "trainer) or GPUs set aside for it (tlt-dedicated).",
+    "staleness_mean": "policy versions between the weights that began a trained response and the weights "
+                      "it trains, averaged over trained responses: 0 is on-policy.",
+    "staleness_max": "the largest staleness of any trained response.",
+    "resumed_fraction": "share of trained responses generated under more than one policy version "
+                        "(interrupted or carried into a later step, then continued).",
+    "dropped_fraction": "share of generated responses thrown away (aborted, or too stale when finished) "
+                        "instead of trained.",
+    "trained_len_ratio": "mean length of the responses trained on / mean length of the trace's responses: "
+                         "1 unless the policy changed the sample mix (below 1: shorter responses favoured).",
+}
+
+# Keys of a run's summary that no comparison table shows (the report's per-run tables do).
+SUMMARY_ONLY: dict[str, str] = {
+    "steps": "RL steps simulated (or run).",
+    "reward_s": "seconds in the reward stage (reward and log-prob forwards).",
+    "train_s": "seconds in the policy update.",
+    "sync_s": "seconds broadcasting new weights to the rollout engines.",
+    "gpu_seconds": "GPUs x makespan_s: all GPU time of the run.",
+    "busy_gpu_seconds": "gpu_seconds - idle_gpu_seconds: GPU time doing anything (drafter training included).",
+    "staleness_counts": "trained responses per staleness (policy versions behind).",
+    "trace": "where the run's response lengths came from.",
+    "mean_reward": "real runs: mean reward of the trained responses.",
+    "drafter_accepted": "real runs: the drafter's mean accepted length on held-out probe prompts, per step.",
+    "drafter_warmup_s": "real runs: seconds spent fitting the drafter before the first step.",
+}
+
+# Columns of the report's ranking that are not summary keys.
+RANKING: dict[str, str] = {
+    "rollout speedup": "baseline rollout_s / this run's rollout_s; not comparable where rollout runs beside "
+                       "training (rollout_s is then only the wait for responses).",
+    "off-policy cost": "what the speed costs the training data: staleness, resumed and dropped responses, and a "
+                       "changed length mix (trained_len_ratio); none for a run whose every trained response "
+                       "was generated whole by the weights that train on it.",
+}
+
+DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}
+
+# Runs that are not realisable policies but bounds, and what they bound.
+BOUNDS: dict[str, str] = {
+    "ideal": "every step's tokens spread evenly over the engines, so none waits in a tail: a lower bound on "
+             "the makespan of plain synchronous decoding of this trace on this cluster (every response "
+             "finished, no speculation, no overlap). It bounds only that: a policy that speculates, "
+             "overlaps rollout with training or ends a step before all its responses finish can beat it.",
+}
+
+_WIDTH = 100
+
+
+def epilog() -> str:
+    """The glossary as plain text for `tltsim compare --help` (one wrapped entry per column, then the bounds)."""
+    lines = ["columns of the comparison table:"]
+    lines += _entries(COLUMNS)
+    lines += ["", "bounds (runs that are not realisable policies):"]
+    lines += _entries(BOUNDS)
+    return "\n".join(lines)
+
+
+def _entries(defs: dict[str, str]) -> list[str]:
+    pad = max(map(len, defs)) + 4
+    lines = []
+    for name, text in defs.items():
+        lines += textwrap.wrap(text, _WIDTH, initial_indent=f"  {name:<{pad - 2}}", subsequent_indent=" " * pad)
+    return lines
+
+
+def markdown() -> str:
+    """The glossary as a Markdown list (the README's)."""
+    out = [f"- `{name}`: {text}" for name, text in COLUMNS.items()]
+    out += [f"- `{name}` (a bound, not a policy): {text}" for name, text in BOUNDS.items()]
+    return "\n".join(out)
+
