@@ -17,7 +17,6 @@ import html
 import json
 import re
 import struct
-from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
@@ -127,14 +126,15 @@ def build_report(results, title: str | None = None, pngs: dict | None = None) ->
 
 
 def _setup(runs) -> str:
-    """One line: trace, cluster, model, when and by what the page was made."""
+    """One line: trace, cluster, model, and which tltsim made the page (no clock time: the same runs give the
+    same bytes)."""
     c = runs[0][1].config
     cl = c.get("cluster", {})
     bits = [f"trace {c['trace']}" if c.get("trace") else "",
             f"{cl['gpus']} × {cl.get('gpu', 'GPU')}, TP {cl.get('tp')}" if "gpus" in cl else "",
             f"model {cl['model']}" if "model" in cl else "",
             f"{runs[0][1].summary.get('steps', len(runs[0][1].steps))} steps",
-            f"made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by tltsim {version('tltsim')}"]
+            f"made by tltsim {version('tltsim')}"]
     return " · ".join(b for b in bits if b)
 
 

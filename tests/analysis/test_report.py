@@ -4,6 +4,7 @@ import json
 import re
 import struct
 from dataclasses import replace
+from datetime import datetime, timezone
 from html import unescape
 
 import pytest
@@ -143,3 +144,10 @@ def test_compare_writes_the_report_by_default(trace_file, tmp_path):
     assert 'id="run-verl"' in page and 'id="run-tlt"' in page and images(page)
     assert main([*args, str(tmp_path / "plain"), "--no-report"]) == 0
     assert not (tmp_path / "plain" / "report.html").exists() and (tmp_path / "plain" / "tlt" / "summary.json").exists()
+
+
+def test_the_same_runs_give_the_same_report_bytes(base, tlt, tmp_path):
+    """The page once carried the minute it was made, so two reports of the same runs differed."""
+    one = write_report([base, tlt], tmp_path / "a.html").read_bytes()
+    two = write_report([base, tlt], tmp_path / "b.html").read_bytes()
+    assert one == two and datetime.now(timezone.utc).strftime("%Y-%m-%d").encode() not in one
