@@ -26,8 +26,6 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from tltsim.errors import TltsimError
 from tltsim.io import write_json
 
@@ -62,7 +60,11 @@ def cache_root(cache: str | Path | None = None) -> Path:
     """The model cache: `cache` if given, else $TLTSIM_CACHE, else the user cache directory for tltsim."""
     if cache is not None:
         return Path(cache)
-    return Path(os.environ.get(CACHE_ENV) or platformdirs.user_cache_dir("tltsim"))
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    import platformdirs  # here, not at the top: resolving a directory or preset needs no cache
+
+    return Path(platformdirs.user_cache_dir("tltsim"))
 
 
 def model_dir(name: str, cache: str | Path | None = None) -> Path:
