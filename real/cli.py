@@ -203,8 +203,8 @@ def add_drafter(sub) -> None:
                                    "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
-    p.add_argument("--problems", type=int, default=320, help="training problems answered (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=160, help="answer cap (default %(default)s)")
+    p.add_argument("--problems", type=int, default=160, help="training problems answered (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="answer cap (default %(default)s)")
     p.add_argument("--vocab", type=int, default=2048, help="draft vocabulary size (default %(default)s)")
     p.add_argument("--steps", type=int, default=400, help="AdamW steps (default %(default)s)")
     p.add_argument("--heldout", type=int, default=16, help="held-out problems to measure on (default %(default)s)")
@@ -218,7 +218,8 @@ def _drafter(args) -> int:
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
         ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
-        ("vocab", args.vocab), ("steps", args.steps), ("heldout", args.heldout), ("seed", args.seed))])
+        ("vocab", args.vocab), ("steps", args.steps), ("heldout", args.heldout), ("seed", args.seed),
+        ("threads", args.threads))])
     result = make_drafter(args.model, args.out, args.problems, args.max_new_tokens, args.vocab, args.steps,
                           heldout=args.heldout, seed=args.seed, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))

@@ -38,7 +38,7 @@ def shipped_drafter(model: str | Path) -> Path:
     return SHIPPED_DRAFTERS[name]
 
 
-def collect(target, task: WordProblemTask, problems, batch: int = 32, max_new_tokens: int = 160, log=None):
+def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_tokens: int = 128, log=None):
     """(tokens long [L], features bf16 [L - 1, H]) per problem: prompt + the target's greedy response."""
     pairs = []
     for start in range(0, len(problems), batch):
@@ -96,7 +96,7 @@ def warm_up(target, pairs, vocab: torch.Tensor | None, steps: int, batch_size: i
 
 
 def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: str = "4_1_4",
-                    max_new_tokens: int = 160, batch: int = 8) -> float:
+                    max_new_tokens: int = 128, batch: int = 8) -> float:
     """Mean tokens per target call (accepted drafts + 1) over the speculative iterations, greedy."""
     if not problems:
         raise TltsimError("accepted_length: no problems")
@@ -108,9 +108,9 @@ def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: 
     return 1 + float(np.mean(accepted))
 
 
-def make_drafter(model: str, out: str | Path, problems: int = 320, max_new_tokens: int = 160, vocab: int = 2048,
+def make_drafter(model: str, out: str | Path, problems: int = 160, max_new_tokens: int = 128, vocab: int = 2048,
                  steps: int = 400, batch_size: int = 8, lr: float = 3e-3, heldout: int = 16, seed: int = 0,
-                 data: str | Path | None = None, command: str = "", log=print) -> dict:
+                 data: str | Path | None = None, command: str = "", collect_batch: int = 16, log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
     from real.models import load_target, load_tokenizer
@@ -118,11 +118,11 @@ def make_drafter(model: str, out: str | Path, problems: int = 320, max_new_token
     t0 = time.perf_counter()
     target, task = load_target(model), WordProblemTask(load_tokenizer(model))
     meta = {"model": known_name(model) or str(model), "problems": problems, "seed": seed,
-            "max_new_tokens": max_new_tokens, "batch": 32}
+            "max_new_tokens": max_new_tokens, "batch": collect_batch}
     pairs = load_pairs(data, meta) if data else None
     if pairs is None:
         train = task.sample(np.random.default_rng(seed), problems, split="train")
-        pairs = collect(target, task, train, batch=32, max_new_tokens=max_new_tokens, log=log)
+        pairs = collect(target, task, train, batch=collect_batch, max_new_tokens=max_new_tokens, log=log)
         if data:
             save_pairs(pairs, data, meta)
     t1 = time.perf_counter()
