@@ -89,11 +89,11 @@ def test_sampled_speculation_follows_the_target_distribution(model, drafter):
                         max_new_tokens=2, eos_token_id=[], seed=0)
     x = np.array(gen.tokens)
     with torch.no_grad():
-        first = target(torch.tensor([prompt])).logits[0, -1].numpy()
+        first = target(torch.tensor([prompt])).logits[0, -1].double().numpy()
     p1 = _reference_probs(first, 1.0, params.top_p)
     support = np.flatnonzero(p1)
     with torch.no_grad():
-        second = target(torch.tensor([prompt + [int(s)] for s in support])).logits[:, -1].numpy()
+        second = target(torch.tensor([prompt + [int(s)] for s in support])).logits[:, -1].double().numpy()
     joint = {(int(s), int(t)): p1[s] * q for s, row in zip(support, second)
              for t, q in enumerate(_reference_probs(row, 1.0, params.top_p)) if q > 0}
     cells = sorted(joint)
