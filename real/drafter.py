@@ -13,6 +13,14 @@ lm_head. When drafting ahead, the drafter feeds its own g in place of the unknow
 
 Loss per position = w_feat * SmoothL1(g_i, f_i) + w_tok * CE(softmax(lm_head(f_i)), lm_head(g_i)),
 a soft cross-entropy against the target's distribution.
+
+A reduced draft vocabulary (EAGLE-3): given `draft_vocab` (distinct target token ids, e.g. the most
+frequent ones of the training data), the drafter's head is those rows of the target's lm_head, a
+copy that is not trained, so a draft step scores a few thousand tokens instead of the whole
+vocabulary; `head` gives those logits and `to_target` maps their indices back to token ids. The
+loss's target distribution is then the target's renormalised over the draft vocabulary. Drafts are
+proposals only: verification always uses the target's full distribution (real.sampling), so the
+output is exact whatever the draft vocabulary; a token outside it just never gets drafted.
 """
 from __future__ import annotations
 
@@ -43,7 +51,7 @@ class DrafterLoss:
 class Drafter(nn.Module):
     """See the module docstring. Build with `Drafter.for_target`, restore with `Drafter.load`."""
 
-    def __init__(self, target, seed: int = 0):
+    def __init__(self, target, seed: int = 0, draft_vocab: torch.Tensor | None = None):
         super().__init__()
         config = target.config
         decoder = target.get_decoder()
@@ -53,6 +61,19 @@ class Drafter(nn.Module):
         self.rotary = type(decoder.rotary_emb)(config=config)
         # shared with the target, frozen; a tuple keeps them out of parameters() and the state dict
         self._shared = (target.get_input_embeddings(), target.get_output_embeddings())
+        head = self._shared[1]
+        if draft_vocab is not None:  # the rows of the target's head for the draft vocabulary (EAGLE-3's d2t map)
+            draft_vocab = torch.as_tensor(draft_vocab, dtype=torch.long, device=head.weight.device)
+            if draft_vocab.dim() != 1 or len(draft_vocab) == 0 or int(draft_vocab.max()) >= head.weight.shape[0] \
+                    or int(draft_vocab.min()) < 0 or len(draft_vocab.unique()) != len(draft_vocab):
+                raise TltsimError(f"draft vocabulary: must be distinct token ids in [0, {head.weight.shape[0]})")
+            self.register_buffer("draft_vocab", draft_vocab)
+            self.register_buffer("_head_weight", head.weight.detach()[draft_vocab].clone(), persistent=False)
+            bias = getattr(head, "bias", None)
+            self.register_buffer("_head_bias", None if bias is None else bias.detach()[draft_vocab].clone(),
+                                 persistent=False)
+        else:
+            self.draft_vocab = None
         gen = torch.Generator().manual_seed(seed)
         std = getattr(config, "initializer_range", 0.02)
         with torch.no_grad():
@@ -65,9 +86,10 @@ class Drafter(nn.Module):
         self.to(device=param.device, dtype=param.dtype)
 
     @classmethod
-    def for_target(cls, target, seed: int = 0) -> "Drafter":
-        """A randomly initialised drafter for `target` (seeded), on the target's device and dtype."""
-        return cls(target, seed=seed)
+    def for_target(cls, target, seed: int = 0, draft_vocab: torch.Tensor | None = None) -> "Drafter":
+        """A randomly initialised drafter for `target` (seeded), on the target's device and dtype; with
+        `draft_vocab` (distinct target token ids) it proposes among those tokens only."""
+        return cls(target, seed=seed, draft_vocab=draft_vocab)
 
     @property
     def embed(self) -> nn.Module:
@@ -75,7 +97,18 @@ class Drafter(nn.Module):
 
     @property
     def lm_head(self) -> nn.Module:
+        """The target's lm_head (over the full vocabulary)."""
         return self._shared[1]
+
+    def head(self, g: torch.Tensor) -> torch.Tensor:
+        """Draft logits over the draft vocabulary (the full one when none was given) for features g [..., H]."""
+        if self.draft_vocab is None:
+            return self.lm_head(g)
+        return nn.functional.linear(g, self._head_weight, self._head_bias)
+
+    def to_target(self, index: torch.Tensor) -> torch.Tensor:
+        """Target token ids of draft-vocabulary indices (what `head`'s argmax / top-k return)."""
+        return index if self.draft_vocab is None else self.draft_vocab[index]
 
     def forward(self, tokens, prev_features, position_ids, mask, cache=None):
         """g for inputs (x_i, f_{i-1}). tokens long [B, T]; prev_features [B, T, H]; position_ids long
@@ -133,9 +166,9 @@ class Drafter(nn.Module):
         positions = torch.arange(n, device=tokens.device)[None].expand(batch, n)
         g = self.forward(tokens[:, :n], prev, positions, mask)
         feat = nn.functional.smooth_l1_loss(g, features, reduction="none").mean(dim=-1)
-        with torch.no_grad():
-            p_target = torch.softmax(self.lm_head(features), dim=-1)
-        ce = -(p_target * torch.log_softmax(self.lm_head(g), dim=-1)).sum(dim=-1)
+        with torch.no_grad():  # with a draft vocabulary: the target's distribution renormalised over it
+            p_target = torch.softmax(self.head(features), dim=-1)
+        ce = -(p_target * torch.log_softmax(self.head(g), dim=-1)).sum(dim=-1)
         per_position = weights.w_feat * feat + weights.w_tok * ce
         return (per_position * valid).sum() / valid.sum()
 
@@ -150,9 +183,10 @@ class Drafter(nn.Module):
         return loss.item()
 
     def fit(self, pairs, steps: int, batch_size: int = 8, lr: float = 1e-3, seed: int = 0,
-            weights: DrafterLoss = DrafterLoss()) -> list[float]:
+            weights: DrafterLoss = DrafterLoss(), log=None) -> list[float]:
         """Train on (tokens, features) pairs for `steps` AdamW steps of `batch_size` pairs drawn
-        (seeded) without replacement per pass; returns the loss of every step."""
+        (seeded) without replacement per pass; returns the loss of every step (each also passed to
+        `log(step, loss)` when given)."""
         pairs = [(t, f) for t, f in pairs if len(t) >= 2]
         if not pairs:
             raise TltsimError("drafter fit: no training pair has 2 or more tokens; generate longer sequences")
@@ -164,13 +198,17 @@ class Drafter(nn.Module):
                 order += rng.sample(range(len(pairs)), len(pairs))
             batch, order = order[:batch_size], order[batch_size:]
             losses.append(self.train_step([pairs[i] for i in batch], optimizer, weights))
+            if log is not None:
+                log(len(losses), losses[-1])
         self.eval()
         return losses
 
-    def save(self, path: str | Path) -> None:
-        """Write the trainable part (fc and the decoder layer) to `path`, atomically."""
-        payload = {"format": _FORMAT, "hidden_size": self.fc.out_features,
-                   "state": {k: v.detach().cpu() for k, v in self.state_dict().items()}}
+    def save(self, path: str | Path, dtype: torch.dtype | None = None, meta: dict | None = None) -> None:
+        """Write the trainable part (fc and the decoder layer) and the draft vocabulary to `path`, atomically;
+        floating-point weights in `dtype` (default: as they are), `meta` (provenance) beside them."""
+        state = {k: v.detach().cpu().to(dtype) if dtype is not None and v.is_floating_point() else v.detach().cpu()
+                 for k, v in self.state_dict().items()}
+        payload = {"format": _FORMAT, "hidden_size": self.fc.out_features, "state": state, "meta": meta or {}}
         with atomic_path(path) as tmp:
             torch.save(payload, tmp)
 
@@ -183,11 +221,12 @@ class Drafter(nn.Module):
         payload = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
             raise TltsimError(f"{path}: not a drafter checkpoint (format {_FORMAT}); write one with Drafter.save")
-        drafter = cls(target)
+        drafter = cls(target, draft_vocab=payload["state"].get("draft_vocab"))
         if payload["hidden_size"] != drafter.fc.out_features:
             raise TltsimError(f"{path}: drafter hidden size {payload['hidden_size']} does not match the target's "
                               f"{drafter.fc.out_features}; train a drafter for this target")
-        drafter.load_state_dict(payload["state"])
+        dtype = drafter.fc.weight.dtype
+        drafter.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in payload["state"].items()})
         drafter.eval()
         return drafter
 

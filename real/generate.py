@@ -44,6 +44,8 @@ class Iteration:
     wall_s: float  # wall-clock seconds of the iteration
     reprefill: bool = False  # a spec iteration after plain ones (or the first): the drafter built or caught up its state
     catchup_s: float = 0.0  # of wall_s, feeding the drafter what it had not seen (in a reprefill iteration)
+    draft_s: float = 0.0  # of wall_s, the drafter's work (catch-up included) in a spec iteration
+    target_s: float = 0.0  # of wall_s, the target's forward and lm_head in a decode iteration
 
 
 @dataclass
@@ -167,8 +169,10 @@ class Engine:
         else:
             raise TltsimError(f"step: mode {mode!r} is not 'decode' or 'spec_decode'")
         positions = self.cache.lens[:, None] + tree.depth
+        t_target = self._clock()
         hidden = self._forward(self.cache, tree.tokens, positions, tree.visible())
         logits = self.lm_head(hidden)
+        t_verify = self._clock()
         if mode == "decode":  # same rule as a one-node tree, without the walk
             path = torch.zeros_like(roots)[:, None]
             accepted, nxt = torch.zeros_like(roots), next_tokens(logits[:, 0], self.sampling, self.generator)
@@ -180,7 +184,13 @@ class Engine:
         emitted = self._append(tree.tokens, path, accepted, nxt)
         self._last_mode = mode
         return self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill,
-                            catchup_s)
+                            catchup_s, draft_s=t_target - start if mode == "spec" else 0.0, target_s=t_verify - t_target)
+
+    def _clock(self) -> float:
+        """perf_counter once the device has finished the work queued so far (a no-op wait on the CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def _append(self, tree_tokens, path, accepted, nxt) -> int:
         """Commit each row's accepted drafts and next token, finish rows, shrink the batch; returns tokens emitted."""
@@ -228,9 +238,10 @@ class Engine:
         return RaggedCache(config.num_hidden_layers, batch, config.num_key_value_heads, head_dim, self.dtype,
                            self.device, feature_dim=config.hidden_size)
 
-    def _record(self, mode, strategy, batch, proposed, accepted, tokens, start, reprefill, catchup_s=0.0) -> Iteration:
+    def _record(self, mode, strategy, batch, proposed, accepted, tokens, start, reprefill, catchup_s=0.0,
+                draft_s=0.0, target_s=0.0) -> Iteration:
         it = Iteration(len(self.iterations), mode, strategy, batch, proposed, accepted, tokens,
-                       time.perf_counter() - start, reprefill, catchup_s)
+                       time.perf_counter() - start, reprefill, catchup_s, draft_s, target_s)
         self.iterations.append(it)
         return it
 

@@ -1,8 +1,9 @@
 """Target models: named config presets (Llama and Qwen2) and loading from a local directory.
 
-No hub access: a preset builds a transformers config in code and a randomly
-initialised model from it; a directory is one written by `save_pretrained`
-(e.g. by `tltsim real pretrain`). Every preset uses grouped-query attention
+A preset builds a transformers config in code and a randomly initialised model
+from it; a directory is one written by `save_pretrained` (e.g. by `tltsim real
+pretrain`); a known pretrained model's name (real.hub.KNOWN, e.g. smollm2-135m)
+is its directory in the user's cache, made by `tltsim real model fetch`. Every preset uses grouped-query attention
 (fewer key/value heads than query heads), as the models TLT targets do.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from real.hub import KNOWN, resolve_model
 from real.task import Tokenizer
 from tltsim.errors import TltsimError
 
@@ -39,6 +41,8 @@ PRESETS = {
     # for a GPU: big enough that a forward is compute-bound at moderate batch sizes
     "small-llama": Preset("llama", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
     "small-qwen2": Preset("qwen2", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
+    # Qwen2.5-0.5B's shape (random weights: real ones cannot travel to the GPU machine): benchmarks/gpu_check.py
+    "qwen2.5-0.5b-shape": Preset("qwen2", 896, 24, 14, 2, 4864, max_len=4096, note="GPU check (Qwen2.5-0.5B's shape)"),
 }
 
 
@@ -48,8 +52,8 @@ SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
 
 
 def _unknown(name: str) -> TltsimError:
-    return TltsimError(f"target {name!r}: neither a save_pretrained directory nor a preset; "
-                       f"presets: {', '.join(PRESETS)}")
+    return TltsimError(f"target {name!r}: neither a save_pretrained directory, a known model nor a preset; "
+                       f"known models: {', '.join(KNOWN)}; presets: {', '.join(PRESETS)}")
 
 
 def target_config(preset: str, vocab_size: int | None = None):
@@ -83,12 +87,13 @@ def build_target(preset: str, seed: int = 0, vocab_size: int | None = None) -> t
 
 
 def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
-    """A model from a `save_pretrained` directory, or a fresh one of a named preset (weights from `seed`).
+    """A model from a `save_pretrained` directory or a known model's name (real.hub.resolve_model), or a
+    fresh one of a named preset (weights from `seed`).
 
     A directory wins over a preset of the same name. Returned in eval mode on `device`.
     """
-    check_target(path_or_preset)
-    path = Path(path_or_preset)
+    path = Path(resolve_model(path_or_preset))
+    check_target(path)
     if (path / "config.json").is_file():
         model = AutoModelForCausalLM.from_pretrained(path)
     else:
@@ -97,6 +102,22 @@ def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", 
 
 
 def check_target(path_or_preset: str | Path) -> None:
-    """Raise the TltsimError of `load_target` for a name that is neither a save_pretrained directory nor a preset."""
-    if not (Path(path_or_preset) / "config.json").is_file() and str(path_or_preset) not in PRESETS:
+    """Raise the TltsimError of `load_target` for a name that is neither a save_pretrained directory, a known
+    model (fetched) nor a preset."""
+    path = Path(resolve_model(path_or_preset))
+    if not (path / "config.json").is_file() and str(path_or_preset) not in PRESETS:
         raise _unknown(str(path_or_preset))
+
+
+def load_tokenizer(path_or_name: str | Path):
+    """The transformers tokenizer (with its chat template) of a save_pretrained directory or a known model."""
+    from transformers import AutoTokenizer
+
+    path = Path(resolve_model(path_or_name))
+    if not (path / "config.json").is_file():
+        raise TltsimError(f"{path_or_name}: no save_pretrained directory, so no tokenizer of its own; "
+                          f"pass a model directory or a known model ({', '.join(KNOWN)})")
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise TltsimError(f"{path}: its tokenizer does not load ({e}); save the tokenizer beside the model") from None

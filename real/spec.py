@@ -125,8 +125,9 @@ class DraftState:
         """The EAGLE-2 tree search of `draft`, for any top-k."""
         batch, k, device = roots.shape[0], strategy.topk, roots.device
         rows = torch.arange(batch, device=device)[:, None]
-        logp = torch.log_softmax(self.drafter.lm_head(g_root).float(), dim=-1)
+        logp = torch.log_softmax(self.drafter.head(g_root).float(), dim=-1)
         score, tok = logp.topk(k, dim=-1)  # [B, k]
+        tok = self.drafter.to_target(tok)
         cand_tok, cand_parent, cand_score, cand_depth = [tok], [torch.full_like(tok, -1)], [score], [torch.ones_like(tok)]
         frontier = torch.arange(k, device=device)[None].expand(batch, k)  # candidate ids
         g_parent = g_root[:, None].expand(batch, k, -1)
@@ -136,8 +137,9 @@ class DraftState:
             visible = torch.cat([ancestors, torch.eye(k, dtype=torch.bool, device=device).expand(batch, k, k)], dim=2)
             pos = (root_pos + d)[:, None].expand(batch, k)
             g = self.drafter(tok, g_parent, pos, self.cache.mask(visible), self.cache.cache)  # [B, k, H]
-            logp = torch.log_softmax(self.drafter.lm_head(g).float(), dim=-1)
+            logp = torch.log_softmax(self.drafter.head(g).float(), dim=-1)
             child_lp, child_tok = logp.topk(k, dim=-1)  # [B, k, k]
+            child_tok = self.drafter.to_target(child_tok)
             child_score = (score[:, :, None] + child_lp).reshape(batch, k * k)
             cand_tok.append(child_tok.reshape(batch, k * k))
             cand_parent.append(frontier[:, :, None].expand(batch, k, k).reshape(batch, k * k))
@@ -159,12 +161,12 @@ class DraftState:
         """Top-k 1: each row's chain of `length` argmax drafts. The tree search would build the same
         chain (with one candidate per depth, the `verify` best are the first `verify`), so only as
         many drafter steps run as drafts are kept, and no scores are needed."""
-        tok = self.drafter.lm_head(g).argmax(dim=-1)  # [B]
+        tok = self.drafter.to_target(self.drafter.head(g).argmax(dim=-1))  # [B]
         drafts = [tok]
         for d in range(1, length):  # a node sees its ancestors (every pending slot) and itself
             g = self.drafter(tok[:, None], g[:, None], (root_pos + d)[:, None], self.cache.mask_one(),
                              self.cache.cache)[:, 0]
-            tok = self.drafter.lm_head(g).argmax(dim=-1)
+            tok = self.drafter.to_target(self.drafter.head(g).argmax(dim=-1))
             drafts.append(tok)
         self.cache.rollback()
         return DraftTree.chain_of(roots, torch.stack(drafts, dim=1))

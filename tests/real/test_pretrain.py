@@ -154,7 +154,7 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert tltsim_main(["real", "pretrain", "--steps", "0", "-o", str(tmp_path / "x")]) == 2
     assert capsys.readouterr().err.strip() == "tltsim: error: pretrain steps 0: must be >= 1"
     assert tltsim_main(["real", "evaluate", str(tmp_path)]) == 2
-    assert "neither a save_pretrained directory nor a preset" in capsys.readouterr().err
+    assert "neither a save_pretrained directory, a known model nor a preset" in capsys.readouterr().err
 
 
 def test_real_commands_without_torch_say_what_to_install():

@@ -81,7 +81,7 @@ def test_iteration_records_as_a_frame():
                         max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind))
     frame = gen.frame()
     assert list(frame.columns) == ["index", "mode", "strategy", "batch_size", "proposed", "accepted", "tokens",
-                                   "wall_s", "reprefill", "catchup_s"]
+                                   "wall_s", "reprefill", "catchup_s", "draft_s", "target_s"]
     decode = frame[frame["mode"] == "spec_decode"]
     # every emitted token is an accepted draft or the one recovered/bonus token per row, up to EOS/cap cuts
     assert decode["tokens"].sum() == sum(map(len, gen.tokens))
@@ -90,6 +90,9 @@ def test_iteration_records_as_a_frame():
     catchup = frame.loc[frame["reprefill"], "catchup_s"]  # the drafter's state built: timed, within the iteration
     assert (catchup > 0).all() and (catchup < frame.loc[frame["reprefill"], "wall_s"]).all()
     assert (frame.loc[~frame["reprefill"], "catchup_s"] == 0).all()
+    # the drafter's and the target's shares of each decode iteration: timed, within it, the catch-up in the draft
+    assert (decode["draft_s"] >= decode["catchup_s"]).all() and (decode["draft_s"] > 0).all()
+    assert (decode["target_s"] > 0).all() and (decode["draft_s"] + decode["target_s"] < decode["wall_s"]).all()
 
 
 def test_switching_modes_mid_generation_is_lossless():

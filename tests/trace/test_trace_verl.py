@@ -1,5 +1,6 @@
 """verl rollout dumps: token counts from the run's tokenizer, groups, order, rewards, and malformed dumps."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,20 @@ def test_loading_the_tokenizer_does_not_need_torch():
     assert out.returncode == 0, out.stderr
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert counts[1] == 0 and counts[0] >= 1
+
+
+def test_convert_takes_a_known_model_name_for_its_tokenizer(dump, tmp_path, capsys, monkeypatch):
+    """`--tokenizer smollm2-135m` is the fetched model's directory in the cache; unfetched, one line says to fetch."""
+    d, _ = dump
+    monkeypatch.setenv("TLTSIM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "t.parquet"
+    assert main(["trace", "convert", str(d), str(out), "--tokenizer", "smollm2-135m"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "tltsim real model fetch smollm2-135m" in err and not out.exists()
+    fetched = tmp_path / "cache" / "models" / "smollm2-135m"  # as `fetch` leaves it: files, then its mark
+    shutil.copytree(TOKENIZER, fetched)
+    (fetched / "tltsim_model.json").write_text(json.dumps({"name": "smollm2-135m"}))
+    assert main(["trace", "convert", str(d), str(out), "--tokenizer", "smollm2-135m"]) == 0
+    by_dir = tmp_path / "by_dir.parquet"
+    assert main(["trace", "convert", str(d), str(by_dir), "--tokenizer", str(TOKENIZER)]) == 0
+    assert load(out).df.equals(load(by_dir).df)

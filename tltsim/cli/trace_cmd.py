@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     c.add_argument("--max-len", type=int, help="declare the generation cap (e.g. for logs that do not record it)")
     c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
     c.add_argument("--tokenizer", metavar="TOK", help="verl rollout dumps only: the run's tokenizer (a local model or "
-                   "tokenizer directory) that counts the tokens of the dumped texts")
+                   "tokenizer directory, or a `tltsim real model` name such as smollm2-135m) that counts the tokens of the dumped texts")
     c.set_defaults(func=_convert)
 
 
@@ -120,4 +120,6 @@ def _read_input(args) -> Trace:
                           f"tokens needs the run's tokenizer; pass --tokenizer DIR (the run's model directory)")
     if args.requests_per_step is not None:
         raise TltsimError("--requests-per-step applies to Vidur CSV traces only; drop it")
-    return read_rollout_dump(args.input, token_counter(args.tokenizer), tokenizer=args.tokenizer)
+    from real.hub import resolve_model  # a known model's name (smollm2-135m) -> its directory in the cache
+
+    return read_rollout_dump(args.input, token_counter(str(resolve_model(args.tokenizer))), tokenizer=args.tokenizer)

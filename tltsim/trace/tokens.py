@@ -19,8 +19,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 def tokenizer_dir(name: str) -> Path:
     """The local directory the `--tokenizer` argument names.
 
-    Today a path (`~` expanded); this is the one place where other names (a model name that resolves
-    to a cached download) would be looked up. Raises TltsimError when it names nothing usable."""
+    A path (`~` expanded); the command line turns a known model's name into its cached directory
+    (real.hub.resolve_model) before it gets here. Raises TltsimError when it names nothing usable."""
     path = Path(name).expanduser()
     if not path.is_dir():
         what = "is a file, not a directory" if path.exists() else "does not exist"

@@ -1,0 +1,142 @@
+"""Offline drafter warm-up on a pretrained target's own generations on the word-problem task.
+
+`collect` runs the target (greedy, plain decoding) on training problems and keeps every sequence's
+tokens and the target's final hidden states, which are what the EAGLE drafter regresses onto
+(real.drafter). `draft_vocab` picks the `size` most frequent tokens of those sequences (EOS always
+in): the drafter proposes among them only (EAGLE-3's reduced draft vocabulary), so a draft step's
+head is a `size`-row slice of the target's lm_head instead of all of it; verification is untouched
+and stays exact against the target's full distribution. `warm_up` fits a fresh drafter with that
+vocabulary on the pairs. `accepted_length` measures tokens per target call on held-out problems.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import real
+from real.drafter import Drafter
+from real.hub import known_name
+from real.wordproblems import WordProblemTask
+from tltsim.errors import TltsimError
+from tltsim.io import atomic_path
+
+# warmed drafters shipped for known models (bf16): `shipped_drafter` finds them; real/assets/README.md
+# says how each was made and the command that remakes it
+SHIPPED_DRAFTERS = {"smollm2-135m": Path(__file__).parent / "assets" / "smollm2-135m-drafter.pt"}
+
+
+def shipped_drafter(model: str | Path) -> Path:
+    """The shipped drafter of `model` (a known model's name or its cached directory); TltsimError if none."""
+    name = known_name(model)
+    if name not in SHIPPED_DRAFTERS:
+        raise TltsimError(f"model {model}: no drafter is shipped for it (shipped: {', '.join(SHIPPED_DRAFTERS)}); "
+                          f"pass --drafter, or warm one up with `tltsim real drafter`")
+    return SHIPPED_DRAFTERS[name]
+
+
+def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_tokens: int = 128, log=None):
+    """(tokens long [L], features bf16 [L - 1, H]) per problem: prompt + the target's greedy response."""
+    pairs = []
+    for start in range(0, len(problems), batch):
+        chunk = problems[start: start + batch]
+        gen = real.generate(target, [task.prompt_ids(p) for p in chunk], max_new_tokens=max_new_tokens,
+                            collect_features=True)
+        pairs += [(torch.tensor(f.prompt + f.tokens), f.features.to(torch.bfloat16)) for f in gen.finished]
+        if log:
+            log(f"collected {len(pairs)}/{len(problems)} sequences")
+    return pairs
+
+
+def save_pairs(pairs, path: str | Path, meta: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save({"meta": meta, "pairs": pairs}, tmp)
+
+
+def load_pairs(path: str | Path, meta: dict):
+    """The pairs saved at `path` by `save_pairs` with the same `meta`, or None."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    payload = torch.load(path, weights_only=True)
+    return payload["pairs"] if payload.get("meta") == meta else None
+
+
+def draft_vocab(pairs, size: int, eos: list[int]) -> torch.Tensor:
+    """The `size` most frequent tokens of the pairs' sequences (ties by id), EOS ids included; sorted."""
+    counts = Counter()
+    for tokens, _ in pairs:
+        counts.update(tokens.tolist())
+    keep = set(eos)
+    for tok, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(keep) >= size:
+            break
+        keep.add(tok)
+    return torch.tensor(sorted(keep), dtype=torch.long)
+
+
+def coverage(pairs, vocab: torch.Tensor) -> float:
+    """Share of the pairs' response and prompt tokens that lie in `vocab`."""
+    allowed = set(vocab.tolist())
+    tokens = [t for seq, _ in pairs for t in seq.tolist()]
+    return sum(t in allowed for t in tokens) / max(len(tokens), 1)
+
+
+def warm_up(target, pairs, vocab: torch.Tensor | None, steps: int, batch_size: int = 8, lr: float = 3e-3,
+            seed: int = 0, log=None) -> tuple[Drafter, list[float]]:
+    """A fresh drafter (seeded) with draft vocabulary `vocab`, fitted on the pairs; returns it and its losses."""
+    dtype = next(target.parameters()).dtype
+    drafter = Drafter.for_target(target, seed=seed, draft_vocab=vocab)
+    losses = drafter.fit([(t, f.to(dtype)) for t, f in pairs], steps=steps, batch_size=batch_size, lr=lr, seed=seed,
+                         log=log)
+    return drafter, losses
+
+
+def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: str = "4_1_4",
+                    max_new_tokens: int = 128, batch: int = 8) -> float:
+    """Mean tokens per target call (accepted drafts + 1) over the speculative iterations, greedy."""
+    if not problems:
+        raise TltsimError("accepted_length: no problems")
+    accepted = []
+    for start in range(0, len(problems), batch):
+        gen = real.generate(target, [task.prompt_ids(p) for p in problems[start: start + batch]], drafter=drafter,
+                            strategy=strategy, max_new_tokens=max_new_tokens)
+        accepted += [a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
+    return 1 + float(np.mean(accepted))
+
+
+def make_drafter(model: str, out: str | Path, problems: int = 160, max_new_tokens: int = 128, vocab: int = 2048,
+                 steps: int = 400, batch_size: int = 8, lr: float = 3e-3, heldout: int = 16, seed: int = 0,
+                 data: str | Path | None = None, command: str = "", collect_batch: int = 16, log=print) -> dict:
+    """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
+    the drafter at `out` in bf16 with its provenance; returns that provenance."""
+    from real.models import load_target, load_tokenizer
+
+    t0 = time.perf_counter()
+    target, task = load_target(model), WordProblemTask(load_tokenizer(model))
+    meta = {"model": known_name(model) or str(model), "problems": problems, "seed": seed,
+            "max_new_tokens": max_new_tokens, "batch": collect_batch}
+    pairs = load_pairs(data, meta) if data else None
+    if pairs is None:
+        train = task.sample(np.random.default_rng(seed), problems, split="train")
+        pairs = collect(target, task, train, batch=collect_batch, max_new_tokens=max_new_tokens, log=log)
+        if data:
+            save_pairs(pairs, data, meta)
+    t1 = time.perf_counter()
+    eos = target.generation_config.eos_token_id
+    ids = draft_vocab(pairs, vocab, [eos] if isinstance(eos, int) else list(eos or []))
+    drafter, losses = warm_up(target, pairs, ids, steps, batch_size, lr, seed,
+                              log=lambda step, loss: log(f"step {step}/{steps} loss {loss:.3f}") if step % 25 == 0 else None)
+    t2 = time.perf_counter()
+    test = task.sample(np.random.default_rng(seed + 1), heldout, split="test")
+    provenance = {**meta, "tokens": int(sum(len(t) for t, _ in pairs)), "draft_vocab": len(ids),
+                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": steps, "batch_size": batch_size,
+                  "lr": lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
+                  "heldout_problems": heldout, "heldout_tokens_per_call_4_1_4":
+                      round(accepted_length(target, drafter, task, test, "4_1_4", max_new_tokens), 3),
+                  "collect_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "command": command}
+    drafter.save(out, dtype=torch.bfloat16, meta=provenance)
+    return provenance
