@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from real.generate import Engine
-from tltsim.policy.control import EngineControl
+from tltsim.control.control import EngineControl
 
 
 @dataclass

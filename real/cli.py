@@ -165,7 +165,7 @@ def _run(args) -> int:
 
     from real.grpo import GRPOConfig
     from real.run import RunConfig, launch
-    from tltsim.policy.decisions import knobs_from_text
+    from tltsim.control.decisions import knobs_from_text
 
     check_target(args.model)  # here, with its message, not in every worker after they spawn
     config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,

@@ -25,7 +25,7 @@ from real.kvcache import RaggedCache
 from real.sampling import SamplingParams, next_tokens, verify_greedy_chain, verify_tree
 from real.spec import DraftState, DraftTree, draftable
 from tltsim.errors import TltsimError
-from tltsim.policy.strategy import Strategy
+from tltsim.control.strategy import Strategy
 
 DEFAULT_STRATEGY = "4_1_4"
 

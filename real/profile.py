@@ -48,8 +48,8 @@ from real.models import load_target
 from real.sampling import SamplingParams
 from real.task import TASK_FILE, GcdTask
 from tltsim.cost.padding import padded_tokens
-from tltsim.policy import EngineControl, FixedTuner, SDSwitch
-from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
+from tltsim.control import EngineControl, FixedTuner, SDSwitch
+from tltsim.control.strategy import DEFAULT_ARMS, Strategy
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT
 
 RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)  # real.run.RunConfig's default

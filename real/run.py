@@ -23,7 +23,7 @@ Modules: real/run_config.py (RunConfig), real/worker.py (a worker's state and st
 real/spot.py (spot training across processes), real/checkpoint.py.
 
 Policies: verl (no speculation), tlt, static-sd, sd-always, with the policy layer's decision knobs
-(tltsim/policy/decisions.py). tlt-base is not offered: the engine has no model-free drafter.
+(tltsim/control/decisions.py). tlt-base is not offered: the engine has no model-free drafter.
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from real.grpo import GRPOConfig
 from real.models import SHIPPED_TARGET
 from real.sampling import SamplingParams
 from tltsim.errors import TltsimError
-from tltsim.policy.decisions import VARIANTS, DecisionKnobs
-from tltsim.policy.strategy import parse_arms
+from tltsim.control.decisions import VARIANTS, DecisionKnobs
+from tltsim.control.strategy import parse_arms
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always")
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
@@ -32,7 +32,7 @@ class RunConfig:
     temperature: float = 1.0  # sampling temperature when not greedy
     max_new_tokens: int = 128  # response cap
     max_running: int | None = None  # rows an engine runs at once (None: its whole share)
-    knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/policy/decisions.py)
+    knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/control/decisions.py)
     grpo: GRPOConfig = GRPOConfig()  # the target's update
     warmup_prompts: int = 32  # drafter warm-up (no --drafter): responses of the initial target to train on
     warmup_steps: int = 40  # ... and AdamW steps on them (short: the run's own training should matter)

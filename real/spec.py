@@ -1,6 +1,6 @@
 """Drafting (chain and EAGLE-2 tree) and the tree the target verifies in one forward.
 
-A strategy is the tuner's "depth_topk_verify" (tltsim.policy.Strategy): the drafter runs `depth`
+A strategy is the tuner's "depth_topk_verify" (tltsim.control.Strategy): the drafter runs `depth`
 steps ahead, expanding the `topk` best tokens of each of the `topk` best nodes per step (EAGLE-2),
 and the `verify` best draft nodes overall (by cumulative draft log-probability) go to the target
 together with the root. "4_1_4" is a chain of 4 drafts. A row's tree has 1 + verify nodes; node 0 is the
@@ -15,7 +15,7 @@ import torch
 
 from real.kvcache import RaggedCache
 from tltsim.errors import TltsimError
-from tltsim.policy.strategy import Strategy
+from tltsim.control.strategy import Strategy
 
 
 def draftable(strategy: str | Strategy) -> Strategy:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from tltsim.policy import DataBuffer, SpotTrainer
+from tltsim.control import DataBuffer, SpotTrainer
 
 
 def all_gather_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]], hidden: int, dtype, device) -> list[list]:

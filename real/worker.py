@@ -23,7 +23,7 @@ from real.run_config import DTYPES, RunConfig
 from real.sampling import SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
 from real.task import GcdTask
-from tltsim.policy import SpotTrainer
+from tltsim.control import SpotTrainer
 from tltsim.trace import TraceMeta
 
 

@@ -32,7 +32,8 @@ from tltsim.cost.scaled import StepScaled
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
-from tltsim.policy import AcceptanceModel, Strategy
+from tltsim.control import Strategy
+from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
@@ -271,7 +272,7 @@ def calibrate_staleness(adaptive_run: str | Path, static_run: str | Path, drafte
     drafter quality q_s. The static run (no drafter training) measures the drift: q_{s+1} = q_s - drift.
     The spot-trained run then fixes the learning curve: q_{s+1} = q_s + (q_max - q_s)(1 - exp(-n_s/tau))
     - drift, with n_s the drafter training samples of step s (batches x drafter_batch) and q_max the
-    learning curve's asymptote, as in tltsim.policy.DrafterQuality. Both are least-squares fits.
+    learning curve's asymptote, as in tltsim.control.DrafterQuality. Both are least-squares fits.
     """
     from scipy.optimize import minimize
 

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from real.spot import SampleBuffer
-from tltsim.policy.decisions import DecisionKnobs
+from tltsim.control.decisions import DecisionKnobs
 
 KNOBS = DecisionKnobs(threshold=4, patience=1, tuner="egreedy", arms=("4_2_8", "4_1_4", "2_1_2"), eps=0.5)
 

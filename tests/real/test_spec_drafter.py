@@ -1,6 +1,6 @@
 """The EAGLE drafter: what it shares with the target, training, incremental = full forward, save/load.
 
-(Named test_spec_drafter.py: tests/policy/test_drafter.py already owns the basename.)
+(Named test_spec_drafter.py: tests/control/test_drafter.py already owns the basename.)
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
-from tltsim.policy import EngineControl, FixedTuner, SDSwitch, SpeculationGuard
+from tltsim.control import EngineControl, FixedTuner, SDSwitch, SpeculationGuard
 from tltsim.sim.engine import Speculation, fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load

@@ -5,7 +5,8 @@ import pytest
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
-from tltsim.policy import AcceptanceModel, Strategy
+from tltsim.control import Strategy
+from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load, save
 from tltsim.validate import invert_quality, step_metrics, validate

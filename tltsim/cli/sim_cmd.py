@@ -15,7 +15,7 @@ from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.export import write_chrome_trace
 from tltsim.io import atomic_dir
 from tltsim.policies import make_policy, policy_names
-from tltsim.policy.decisions import knobs_from_text
+from tltsim.control.decisions import knobs_from_text
 from tltsim.records import holds_only_results
 from tltsim.sim.simulator import Simulator
 from tltsim.table import format_table

@@ -1,4 +1,4 @@
-"""TLT and its ablations as simulator policies, composed from the policy objects in tltsim.policy.
+"""TLT and its ablations as simulator policies, composed from the policy objects in tltsim.control.
 
 One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
 
@@ -21,16 +21,18 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from tltsim.control import CHECKPOINT_S, parse_arms
+from tltsim.control.decisions import VARIANTS as DECISION_VARIANTS
+from tltsim.control.decisions import DecisionKnobs
 from tltsim.errors import TltsimError
-from tltsim.sim.hooks import Policy, StepOutcome
-from tltsim.policy import CHECKPOINT_S, AcceptanceModel, DrafterConfig, DrafterQuality, NgramDrafter, parse_arms
-from tltsim.policy.decisions import VARIANTS as DECISION_VARIANTS
-from tltsim.policy.decisions import DecisionKnobs
+from tltsim.sim.acceptance import AcceptanceModel
+from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
 from tltsim.sim.engine import Speculation
+from tltsim.sim.hooks import Policy, StepOutcome
 
 @dataclass(frozen=True)
 class TLTKnobs(DecisionKnobs):
-    """The decision knobs (tltsim.policy.decisions) and the simulator's own: its model of the drafter and of
+    """The decision knobs (tltsim.control.decisions) and the simulator's own: its model of the drafter and of
     spot training, and its fast path's chunking."""
 
     dedicated_gpus: int = 0  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple of tp

@@ -11,7 +11,7 @@ Two executors of the same model of an engine:
   lengths per row, asks for a decision every iteration, and records every
   iteration. The reference the fast path is tested against.
 
-Both drive the engine's `tltsim.policy.EngineControl` (the policy begins its
+Both drive the engine's `tltsim.control.EngineControl` (the policy begins its
 rollout at the step's start) and never its switch, tuner or guard directly.
 
 Both return an `EngineRollout` with times relative to the rollout's start.
@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tltsim.policy.control import EngineControl
+from tltsim.control.control import EngineControl
 from tltsim.sim.schedule import admit_fifo, check_footprints, segments
 
 

@@ -2,7 +2,7 @@
 
 Named policies (tltsim/policies) subclass `Policy`; the simulator knows only these hooks.
 
-A policy is a composition of plain policy objects (tltsim.policy: switch, tuner,
+A policy is a composition of plain policy objects (tltsim.control: switch, tuner,
 coordinator, acceptance, drafter quality). The simulator calls these hooks at
 events; the real backend drives the same objects at the same events.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 
-from tltsim.policy.tuner import RewardWindow
+from tltsim.control.tuner import RewardWindow
 
 
 class SpeculationGuard:

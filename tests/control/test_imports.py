@@ -9,11 +9,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # functions count too), and the pairs in SIBLINGS_APART not even within a layer.
 LAYERS = [
     {"tltsim", "tltsim.errors", "tltsim.io", "tltsim.jsonl", "tltsim.records", "tltsim.trace", "tltsim.summary",
-     "tltsim.verl_metrics"},  # records, I/O
-    {"tltsim.policy"},  # decisions, driven by every executor
+     "tltsim.verl_metrics", "tltsim.glossary"},  # records, I/O, what their columns mean
+    {"tltsim.control"},  # decisions, driven by every executor
     {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
      "tltsim.verl_config"},  # executors and their settings
-    {"tltsim.validate", "tltsim.calibration", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
+    {"tltsim.validate", "tltsim.calibration", "tltsim.findings", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
     {"tltsim.cli.parser", "tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines (the parser: both CLIs' one)
 ]
 SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below
@@ -83,18 +83,18 @@ def test_a_wrong_way_import_is_caught(tmp_path, monkeypatch):
     (tmp_path / "tltsim" / "sim").mkdir(parents=True)
     (tmp_path / "real").mkdir()
     sim = tmp_path / "tltsim" / "sim" / "engine.py"
-    sim.write_text("from tltsim.policy import EngineControl\n\ndef f():\n    from tltsim.policies import make_policy\n")
+    sim.write_text("from tltsim.control import EngineControl\n\ndef f():\n    from tltsim.policies import make_policy\n")
     real = tmp_path / "real" / "run.py"
     real.write_text("import tltsim.sim.simulator\nfrom tltsim.records import Result\n")
-    policy = tmp_path / "tltsim" / "policy.py"
+    policy = tmp_path / "tltsim" / "control.py"
     policy.write_text("from tltsim.sim.engine import Speculation\n")
     assert wrong_way([sim, real, policy]) == ["tltsim.sim.engine -> tltsim.policies",
-                                              "real.run -> tltsim.sim.simulator", "tltsim.policy -> tltsim.sim.engine"]
+                                              "real.run -> tltsim.sim.simulator", "tltsim.control -> tltsim.sim.engine"]
 
 
 def test_policy_layer_imports_neither_torch_nor_simpy():
     """Both executors drive these objects; the real backend must not need simpy, nor the simulator torch."""
-    code = ("import sys, tltsim.policy; "
+    code = ("import sys, tltsim.control; "
             "print(sorted(m for m in ('torch', 'simpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tltsim.errors import TltsimError
-from tltsim.policy.coordinator import DataBuffer, SpotTrainer, WorkerState
+from tltsim.control.coordinator import DataBuffer, SpotTrainer, WorkerState
 
 B, I, T = WorkerState.BUSY, WorkerState.IDLE, WorkerState.TRAINING
 

@@ -1,7 +1,7 @@
 import pytest
 
 from tltsim.errors import TltsimError
-from tltsim.policy.strategy import DEFAULT_ARMS, Strategy, parse_arms
+from tltsim.control.strategy import DEFAULT_ARMS, Strategy, parse_arms
 
 
 def test_parse_round_trips():

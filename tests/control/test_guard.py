@@ -1,5 +1,5 @@
 """SpeculationGuard: speculation's measured rate at a batch against plain decoding's."""
-from tltsim.policy import SpeculationGuard
+from tltsim.control import SpeculationGuard
 
 
 def test_each_batch_is_tried_once_then_kept_only_where_it_beats_plain():

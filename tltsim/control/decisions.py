@@ -18,12 +18,12 @@ import json
 from dataclasses import dataclass
 
 from tltsim.errors import TltsimError
-from tltsim.policy.control import EngineControl
-from tltsim.policy.coordinator import DataBuffer, SpotTrainer
-from tltsim.policy.guard import SpeculationGuard
-from tltsim.policy.strategy import DEFAULT_ARMS, parse_arms
-from tltsim.policy.switch import SDSwitch
-from tltsim.policy.tuner import make_tuner
+from tltsim.control.control import EngineControl
+from tltsim.control.coordinator import DataBuffer, SpotTrainer
+from tltsim.control.guard import SpeculationGuard
+from tltsim.control.strategy import DEFAULT_ARMS, parse_arms
+from tltsim.control.switch import SDSwitch
+from tltsim.control.tuner import make_tuner
 
 SD_MODES = ("adaptive", "always", "never")
 DRAFTERS = ("adaptive", "static", "ngram")
@@ -51,7 +51,7 @@ class DecisionKnobs:
     cadence: int = 1  # spot-train during every k-th step's rollout
     buffer_steps: int = 1  # drafter trains on samples of the last N steps
     keep_long_prev: float = 0.25  # plus this share of the step before's longest samples
-    guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.policy.SpeculationGuard)
+    guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.control.SpeculationGuard)
 
     POSITIVE = ("threshold", "min_idle", "cadence", "buffer_steps")  # integers >= 1
     NON_NEGATIVE = ("patience",)  # integers >= 0

@@ -26,9 +26,9 @@ guard's state as plain data (a checkpoint between rollouts).
 """
 from __future__ import annotations
 
-from tltsim.policy.guard import SpeculationGuard
-from tltsim.policy.strategy import Strategy
-from tltsim.policy.switch import SDSwitch
+from tltsim.control.guard import SpeculationGuard
+from tltsim.control.strategy import Strategy
+from tltsim.control.switch import SDSwitch
 
 
 class EngineControl:
@@ -36,7 +36,7 @@ class EngineControl:
 
     def __init__(self, switch: SDSwitch, tuner, guard: SpeculationGuard | None = None):
         self.switch = switch
-        self.tuner = tuner  # a tltsim.policy.tuner.Tuner: choose(batch), update(strategy, batch, reward, n)
+        self.tuner = tuner  # a tltsim.control.tuner.Tuner: choose(batch), update(strategy, batch, reward, n)
         self.guard = guard
 
     def begin_rollout(self) -> None:

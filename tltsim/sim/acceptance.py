@@ -41,7 +41,7 @@ from typing import Mapping
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policy.strategy import Strategy
+from tltsim.control.strategy import Strategy
 
 # docs/design.md#accepted-length table (TLT, Qwen2.5-32B, TP=4, H100, bs 1). The
 # source does not name the top-k of these runs; we take 8, the top-k of its
@@ -58,7 +58,7 @@ PUBLISHED_TOPK_RANGE = (8.29, 8.67)
 # Fitted once with the loss of `fit` (least squares on log accepted length) on
 # PUBLISHED_ACCEPTED, Nelder-Mead from 18 starts (q 0.6/0.75/0.9, delta
 # 0.05/0.3, beta 0.3/0.7/1.0), keeping the best; every cell lands within 2%
-# (tests/policy/test_acceptance.py prints the table and checks that refitting
+# (tests/control/test_acceptance.py prints the table and checks that refitting
 # from these constants returns them).
 Q_TRAINED = 0.92102  # well-trained drafter: top-1 acceptance at the first position
 DELTA = 0.18785      # per-position decay: a_l = q ** (1 + DELTA * (l - 1))

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tltsim.errors import TltsimError
-from tltsim.policy.switch import SDSwitch
+from tltsim.control.switch import SDSwitch
 
 
 def run_timeline(switch, batches):

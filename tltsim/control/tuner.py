@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tltsim.errors import TltsimError
-from tltsim.policy.strategy import DEFAULT_ARMS, Strategy, parse_arms
+from tltsim.control.strategy import DEFAULT_ARMS, Strategy, parse_arms
 
 
 class Tuner:

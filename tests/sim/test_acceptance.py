@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 
 from tltsim.errors import TltsimError
-from tltsim.policy.acceptance import (
+from tltsim.sim.acceptance import (
     PUBLISHED_ACCEPTED, PUBLISHED_TOPK_RANGE, Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED,
     RL_REFERENCE_STRATEGY, AcceptanceModel, fit)
-from tltsim.policy.strategy import Strategy
+from tltsim.control.strategy import Strategy
 
 MODEL = AcceptanceModel()
 

@@ -11,8 +11,8 @@ import numpy as np
 import simpy
 
 from real.adaptive import rollout
-from tltsim.policy import EngineControl, Strategy
-from tltsim.policy.decisions import DecisionKnobs
+from tltsim.control import EngineControl, Strategy
+from tltsim.control.decisions import DecisionKnobs
 from tltsim.sim.engine import Speculation, exact_rollout, fast_rollout
 
 PROMPT, LENGTHS, MAX_RUNNING = 4, [3, 6, 12, 20, 4], 3

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tltsim.errors import TltsimError
-from tltsim.policy.strategy import DEFAULT_ARMS, Strategy
-from tltsim.policy.tuner import (
+from tltsim.control.strategy import DEFAULT_ARMS, Strategy
+from tltsim.control.tuner import (
     BEGTuner, EpsilonGreedyTuner, FixedTuner, OracleTuner, RewardWindow, UCB1Tuner, make_tuner)
 
 S = Strategy.parse
