@@ -120,7 +120,7 @@ CASES = {
     "sweep whose runs fail": (lambda s, t: ["sweep", s / "sweep_too_big.toml", "-o", s / "sw", "--workers", "1",
                                             "--no-progress"], "does not fit"),
     "real run --model missing": (lambda s, t: ["real", "run", "--model", s / "missing", "-o", s / "run"],
-                                 "missing': neither a save_pretrained directory nor a preset"),
+                                 "missing': neither a save_pretrained directory, a known model nor a preset"),
 }
 
 
