@@ -166,12 +166,17 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
     assert spot > warmup
 
 
+def verl_command(target, out: Path) -> list[str]:
+    """The `tltsim real run` command line of greedy_runs' verl run (3 steps) into `out`."""
+    return [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
+            "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
+            "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out)]
+
+
 @pytest.mark.slow
 def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     out = tmp_path / "verl"
-    cmd = [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
-           "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
-           "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out)]
+    cmd = verl_command(target, out)
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     state = out / "checkpoint" / "state.json"
@@ -204,17 +209,14 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_by_the_command_the_e
     checkpoint is removed): a plain rerun is refused naming --resume, and that command runs the whole run from
     step 0, reporting each step on stderr."""
     out = tmp_path / "verl"
-    cfg = replace(base(target, greedy=True, dtype="float64"), policy="verl", knobs={})
-    launch(replace(cfg, steps=1), out)
+    cmd = verl_command(target, out)
+    subprocess.run([*cmd, "--steps", "1"], cwd=ROOT, check=True, capture_output=True, timeout=300)
     shutil.rmtree(out / "checkpoint")
     assert Result.load(out).steps["step"].tolist() == [0]
-    with pytest.raises(TltsimError, match="pass --resume") as refused:
-        launch(cfg, out)
-    assert "step 0" in str(refused.value)
-    cmd = [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
-           "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
-           "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out), "--resume"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert "pass --resume" in refused.stderr and "step 0" in refused.stderr
+    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "before its first checkpoint" in done.stderr  # the warning: it starts again
     steps = [ln for ln in done.stderr.splitlines() if ln.startswith("real run verl: step ")]
