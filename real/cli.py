@@ -20,7 +20,7 @@ from real.evaluate import evaluate
 from real.models import PRESETS, check_target, load_target
 from real.pretrain import PretrainConfig, pretrain
 from real.task import GcdTask
-from tltsim.cli.parser import Parser, parse
+from tltsim.cli.parser import Parser, parse, show_progress
 from tltsim.errors import TltsimError
 
 
@@ -126,7 +126,8 @@ def add_run(sub) -> None:
     p.add_argument("--seed", type=int, default=d["seed"])
     p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
     p.add_argument("--temperature", type=float, default=d["temperature"])
-    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="response cap (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="response cap (default: the task's longest reference response)")
     p.add_argument("--max-running", type=int, default=None, help="rows an engine runs at once (default: its share)")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                    help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
@@ -138,7 +139,10 @@ def add_run(sub) -> None:
                    help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
     p.add_argument("--speed-probe", type=int, default=d["speed_probe"], help="plain decode iterations that time the "
                    "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
-    p.add_argument("--resume", action="store_true", help="continue RUN_DIR from its last checkpoint")
+    p.add_argument("--resume", action="store_true",
+                   help="continue RUN_DIR from its last checkpoint (from step 0 if it was stopped before the first)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="a line per step on stderr, no progress bar (there is none when stderr is not a terminal)")
     p.set_defaults(func=_run)
 
 
@@ -148,7 +152,7 @@ def _run_command(args) -> str:
 
     words = ["tltsim", "real", "run", "-o", args.out]
     for key, value in sorted(vars(args).items()):
-        if key in ("func", "out", "real_command", "threads", "resume") or value in (None, False, []):
+        if key in ("func", "out", "real_command", "threads", "resume", "no_progress") or value in (None, False, []):
             continue
         flag = "--" + key.replace("_", "-")
         if value is True:
@@ -174,7 +178,7 @@ def _run(args) -> int:
                        max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=knobs_from_text(args.knob),
                        grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
                        probe=args.probe, speed_probe=args.speed_probe)
-    out = launch(config, args.out, resume=args.resume, command=_run_command(args))
+    out = launch(config, args.out, resume=args.resume, command=_run_command(args), bar=show_progress(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0
     summary = json.loads((out / "summary.json").read_text())

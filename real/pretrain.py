@@ -7,9 +7,6 @@ file, and returns the loss curve. Deterministic by seed when bounded by steps; a
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,9 +15,9 @@ import numpy as np
 import torch
 
 from real.models import build_target
-from real.task import GcdTask, Problem, TaskConfig
+from real.task import TASK_FILE, GcdTask, Problem, TaskConfig
 from tltsim.errors import TltsimError
-from tltsim.io import write_json
+from tltsim.io import atomic_dir, write_json
 
 PRETRAIN_FILE = "tltsim_pretrain.json"  # the run's config and loss curve, beside the checkpoint
 
@@ -115,32 +112,14 @@ def train(config: PretrainConfig, log=None) -> tuple[torch.nn.Module, GcdTask, P
 
 
 def save_checkpoint(model: torch.nn.Module, task: GcdTask, out: str | Path, record: dict) -> Path:
-    """Write the model (save_pretrained), the task file and `record` into `out`, atomically as a directory.
-
-    The files go into a temporary directory beside `out` that then replaces it, so
-    `out` holds either the previous checkpoint or the new one, never a mix.
-    """
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; a checkpoint directory is not
-    try:
+    """Write the model (save_pretrained), the task file and `record` into `out`, atomically as a directory
+    (tltsim.io.atomic_dir): `out` holds the previous checkpoint or the new one, never a mix. An existing `out`
+    is replaced only if it is empty or a checkpoint (it has the task file); else a TltsimError."""
+    with atomic_dir(out, lambda d: (d / TASK_FILE).is_file() or not any(d.iterdir())) as tmp:
         model.save_pretrained(tmp)
         task.save(tmp)
         write_json(tmp / PRETRAIN_FILE, record)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / out.name)
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return out
+    return Path(out)
 
 
 def pretrain(config: PretrainConfig, out: str | Path, log=None) -> PretrainResult:

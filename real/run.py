@@ -15,7 +15,9 @@ Every step, on every worker (worker = rank = one rollout engine):
    real/grpo.py), weight sync (the drafters that trained are averaged, weighted by their
    batches, so every engine starts the next step with the same drafter).
 Between steps rank 0 writes the records (real/record.py) and every rank its part of a checkpoint
-(real/checkpoint.py: plain state); `resume` continues from it. Randomness: each step's prompts,
+(real/checkpoint.py: plain state); `resume` continues from it: the records of steps past the checkpoint
+are dropped and those steps run again, so a run killed before its first checkpoint starts again from step 0
+(the same seeds give the same run). Randomness: each step's prompts,
 sampling and drafter batches come from generators seeded by (seed, step, rank); the tuners carry
 their own generators' state in the checkpoint.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -40,27 +43,28 @@ from real import checkpoint
 from real.grpo import free_port
 from real.run_config import RunConfig
 from real.worker import Worker
-from tltsim.errors import TltsimError
+from tltsim.errors import TltsimError, TltsimWarning
 
 
-def launch(config: RunConfig, out: str | Path, resume: bool = False, command: str = "") -> Path:
+def launch(config: RunConfig, out: str | Path, resume: bool = False, command: str = "", bar: bool = False) -> Path:
     """Run `config` into RUN_DIR `out` on `config.workers` processes; returns `out`.
 
     Under torchrun (RANK and WORLD_SIZE set) this process is one of the workers; otherwise the
-    workers are spawned here. Raises TltsimError for bad input, before any worker starts.
+    workers are spawned here. Raises TltsimError for bad input, before any worker starts. Rank 0 reports
+    every step on stderr: a progress bar if `bar`, else a line per step (real/progress.py).
     """
     config = config.validate()
     out = Path(out)
-    _check_run_dir(config, out, resume)
+    resume = _check_run_dir(config, out, resume)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         if int(os.environ["WORLD_SIZE"]) != config.workers:
             raise TltsimError(f"--workers {config.workers} but torchrun started {os.environ['WORLD_SIZE']} processes")
-        _worker(int(os.environ["RANK"]), config, out, resume, command)
+        _worker(int(os.environ["RANK"]), config, out, resume, command, bar)
         return out
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(free_port())
     try:
-        mp.spawn(_worker, args=(config, out, resume, command), nprocs=config.workers, join=True)
+        mp.spawn(_worker, args=(config, out, resume, command, bar), nprocs=config.workers, join=True)
     except mp.ProcessRaisedException as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         raise TltsimError(f"a worker failed: {lines[-1] if lines else e}") from None
@@ -69,23 +73,32 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     return out
 
 
-def _check_run_dir(config: RunConfig, out: Path, resume: bool) -> None:
-    checkpoint.recover(out)
-    has_run = (out / "summary.json").exists() or (out / checkpoint.CHECKPOINT).exists()
+def _check_run_dir(config: RunConfig, out: Path, resume: bool) -> bool:
+    """Whether the workers start from RUN_DIR's checkpoint; TltsimError where `out` cannot take this run.
+
+    --resume on a run killed before its first checkpoint (records, no checkpoint) starts it again from
+    step 0, dropping its records, as it drops the records past the checkpoint of a later kill."""
+    has_run = (out / "summary.json").exists() or checkpoint.exists(out)
     if not resume and has_run:
-        raise TltsimError(f"{out}: holds a run already; pass --resume to continue it or choose another -o")
+        raise TltsimError(f"{out}: holds a run already; pass --resume to continue it (from its last checkpoint, "
+                          "or from step 0 if it has none) or choose another -o")
     if resume:
-        if not checkpoint.exists(out):
-            raise TltsimError(f"{out}: no checkpoint to resume from; run without --resume")
+        if not (out / "config.json").is_file():
+            raise TltsimError(f"{out}: no run to resume (no checkpoint, no records); run without --resume")
         old = json.loads((out / "config.json").read_text())
         new = json.loads(json.dumps(config.to_dict(), default=str))
         differ = sorted(k for k in set(old) | set(new) if k not in ("steps", "command") and old.get(k) != new.get(k))
         if differ:
             raise TltsimError(f"{out}: --resume with a different config ({', '.join(differ)}); "
                               "repeat the original command's options (only --steps may change)")
+        if not checkpoint.exists(out):
+            warnings.warn(f"{out}: the run was stopped before its first checkpoint; --resume starts it again "
+                          "from step 0", TltsimWarning, stacklevel=3)
+            return False
+    return resume
 
 
-def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str) -> None:
+def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str, bar: bool) -> None:
     transformers.utils.logging.disable_progress_bar()  # a bar per checkpoint load and save, every step
     backend = "gloo"
     if config.device == "cpu":
@@ -96,6 +109,6 @@ def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str)
             backend = "nccl"  # NCCL needs one GPU per rank; several workers sharing a GPU talk through gloo
     dist.init_process_group(backend, rank=rank, world_size=config.workers)
     try:
-        Worker(rank, config, out, resume, command).run()
+        Worker(rank, config, out, resume, command, bar).run()
     finally:
         dist.destroy_process_group()

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 
 import torch
 
 from real.grpo import GRPOConfig
 from real.models import SHIPPED_TARGET
 from real.sampling import SamplingParams
+from real.task import GcdTask
 from tltsim.errors import TltsimError
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.strategy import parse_arms
@@ -30,7 +32,7 @@ class RunConfig:
     seed: int = 0  # prompts, sampling, tuners, drafter init and batches
     greedy: bool = False  # argmax decoding (every sample of a group is then the same)
     temperature: float = 1.0  # sampling temperature when not greedy
-    max_new_tokens: int = 128  # response cap
+    max_new_tokens: int | None = None  # response cap (None: the task's longest reference response; validate sets it)
     max_running: int | None = None  # rows an engine runs at once (None: its whole share)
     knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/control/decisions.py)
     grpo: GRPOConfig = GRPOConfig()  # the target's update
@@ -42,10 +44,13 @@ class RunConfig:
     speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
 
     def validate(self) -> "RunConfig":
+        """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""
         if self.policy not in POLICIES:
             extra = " (tlt-base needs a model-free drafter, which the real engine does not have)" \
                 if self.policy == "tlt-base" else ""
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}{extra}")
+        if self.max_new_tokens is None:
+            return replace(self, max_new_tokens=self.task().max_response_tokens).validate()
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
@@ -65,6 +70,11 @@ class RunConfig:
         SamplingParams(self.greedy, self.temperature)
         self.tlt_knobs()
         return self
+
+    def task(self) -> GcdTask:
+        """The task the target was trained on (its checkpoint's task file; a preset: the default task)."""
+        model_dir = Path(self.model)
+        return GcdTask.load(model_dir) if (model_dir / "config.json").is_file() else GcdTask()
 
     def tlt_knobs(self) -> DecisionKnobs | None:
         """The policy's decision knobs (None for verl); TltsimError for unknown ones (the simulator's models of

@@ -18,6 +18,7 @@ from real.generate import Engine, generate
 from real.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.models import load_target
 from real.profile import speed_probe
+from real.progress import StepProgress
 from real.record import Recorder, WorkerStep
 from real.run_config import DTYPES, RunConfig
 from real.sampling import SamplingParams
@@ -35,15 +36,14 @@ def _seed(*parts: int) -> int:
 class Worker:
     """One rank's state across the run (model, drafter, policy objects) and its step loop."""
 
-    def __init__(self, rank: int, config: RunConfig, out: Path, resume: bool, command: str):
+    def __init__(self, rank: int, config: RunConfig, out: Path, resume: bool, command: str, bar: bool = False):
         self.rank, self.world, self.config, self.out, self.command = rank, config.workers, config, out, command
         self.device = torch.device("cpu" if config.device == "cpu" else f"cuda:{torch.cuda.current_device()}")
         self.dtype = DTYPES[config.dtype]
         self.store = dist.distributed_c10d._get_default_store()
         self.knobs = config.tlt_knobs()
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None
-        model_dir = Path(config.model)
-        self.task = GcdTask.load(model_dir) if (model_dir / "config.json").is_file() else GcdTask()
+        self.task = config.task()
         self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
         reference = self._load(config.model) if config.grpo.kl > 0 else None
         self.grpo = GRPO(self.target, config.grpo, reference)
@@ -70,6 +70,8 @@ class Worker:
         dist.broadcast_object_list(origin, src=0)
         self.origin = origin[0]
         self.dispatcher = SpotDispatcher(self._trainer(), self.store, self.clock) if rank == 0 else None
+        self.progress = StepProgress(self.first_step, config.steps, bar, f"real run {config.policy}") \
+            if rank == 0 else None
 
     def clock(self) -> float:
         return time.time() - self.origin
@@ -95,10 +97,14 @@ class Worker:
 
     # --- the run ---------------------------------------------------------------------------------
     def run(self) -> None:
-        if self.knobs is not None:
-            self.drafter = self._initial_drafter()
-        for step in range(self.first_step, self.config.steps):
-            self.step(step)
+        try:
+            if self.knobs is not None:
+                self.drafter = self._initial_drafter()
+            for step in range(self.first_step, self.config.steps):
+                self.step(step)
+        finally:
+            if self.progress:
+                self.progress.close()
 
     def _initial_drafter(self) -> Drafter:
         """The resumed run's drafter, --drafter, or one warmed up by rank 0; the same on every rank."""
@@ -119,6 +125,7 @@ class Worker:
             drafter.fit(pairs, cfg.warmup_steps, cfg.drafter_batch, cfg.drafter_lr, seed=cfg.seed)
             drafter.save(self.out / "drafter_init.pt")
             self.recorder.extra_summary["drafter_warmup_s"] = time.perf_counter() - t
+            self.progress.note(f"drafter warmed up in {time.perf_counter() - t:.1f} s")
         for p in drafter.parameters():
             dist.broadcast(p.data, src=0)
         if self.trains:  # the warm-up responses are the buffer's first data (step -1), so early spot training
@@ -175,10 +182,12 @@ class Worker:
         reports = [None] * self.world if self.rank == 0 else None
         dist.gather_object(report, reports, dst=0)
         if self.rank == 0:
-            self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed,
-                                                  "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"]})
+            row = self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed,
+                                                        "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"]})
             self.recorder.save(self.out)
         self._checkpoint(step)
+        if self.progress:
+            self.progress.step(step, row)
 
     def _idle_or_train(self, step: int, done: float) -> tuple[list[tuple[str, float, float]], int]:
         """From `done` until the coordinator says stop: idle, or training the drafter once told to."""

@@ -3,6 +3,7 @@ on finished workers, lossless speculation across policies, the drafter kept fres
 and resume after a kill."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -165,12 +166,17 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
     assert spot > warmup
 
 
+def verl_command(target, out: Path) -> list[str]:
+    """The `tltsim real run` command line of greedy_runs' verl run (3 steps) into `out`."""
+    return [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
+            "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
+            "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out)]
+
+
 @pytest.mark.slow
 def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     out = tmp_path / "verl"
-    cmd = [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
-           "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
-           "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out)]
+    cmd = verl_command(target, out)
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     state = out / "checkpoint" / "state.json"
@@ -196,6 +202,65 @@ def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     assert resumed[cols].equals(whole[cols])
 
 
+@pytest.mark.slow
+def test_a_run_stopped_before_its_first_checkpoint_restarts_by_the_command_the_error_names(target, greedy_runs,
+                                                                                          tmp_path):
+    """The state a kill between step 0's records and its checkpoint leaves (built here: a one-step run whose
+    checkpoint is removed): a plain rerun is refused naming --resume, and that command runs the whole run from
+    step 0, reporting each step on stderr."""
+    out = tmp_path / "verl"
+    cmd = verl_command(target, out)
+    subprocess.run([*cmd, "--steps", "1"], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    shutil.rmtree(out / "checkpoint")
+    assert Result.load(out).steps["step"].tolist() == [0]
+    refused = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
+    assert "pass --resume" in refused.stderr and "step 0" in refused.stderr
+    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "before its first checkpoint" in done.stderr  # the warning: it starts again
+    steps = [ln for ln in done.stderr.splitlines() if ln.startswith("real run verl: step ")]
+    assert [ln.split()[4] for ln in steps] == ["1/3", "2/3", "3/3"]
+    assert all("rollout" in ln and "mean length" in ln and "sd share" not in ln for ln in steps)
+    res = Result.load(out)
+    assert res.steps["step"].tolist() == [0, 1, 2] and checkpoint_step(out) == 2
+    resumed = load_trace(out / "trace.parquet").df
+    whole = load_trace(greedy_runs / "verl" / "trace.parquet").df
+    cols = ["step", "prompt_id", "sample", "engine", "response_len", "reward"]
+    assert resumed[cols].equals(whole[cols])  # greedy verl is deterministic: the run it would have been
+
+
+def checkpoint_step(out: Path) -> int:
+    return json.loads((out / "checkpoint" / "state.json").read_text())["step"]
+
+
+def test_the_default_cap_is_the_tasks_longest_response(tmp_path):
+    from real.models import SHIPPED_TARGET
+
+    assert RunConfig().validate().max_new_tokens == GcdTask.load(SHIPPED_TARGET).max_response_tokens
+    assert RunConfig(model="test-llama").validate().max_new_tokens == GcdTask().max_response_tokens
+    assert RunConfig(max_new_tokens=48).validate().max_new_tokens == 48
+
+
+@pytest.mark.slow
+def test_the_default_run_has_a_long_tail_that_few_responses_cut():
+    """The shipped target sampled as the default run's step is (8 training problems in groups of 4, temperature 1,
+    the default cap): few responses reach the cap and the longest are several times the median."""
+    from real.generate import generate
+    from real.models import SHIPPED_TARGET
+    from tltsim.trace.stats import tail_share
+
+    cfg = RunConfig().validate()
+    model, task = load_target(SHIPPED_TARGET), GcdTask.load(SHIPPED_TARGET)
+    problems = task.sample(np.random.default_rng(3), cfg.prompts)
+    prompts = [task.prompt_ids(p) for p in problems for _ in range(cfg.group)]
+    gen = generate(model, prompts, greedy=False, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    lengths = np.array([len(f.tokens) for f in gen.finished])
+    assert (lengths >= cfg.max_new_tokens).mean() <= 0.1
+    assert lengths.max() / np.median(lengths) >= 2
+    assert tail_share(lengths) >= 0.05
+
+
 def test_bad_runs_are_refused_before_any_worker_starts(tmp_path):
     with pytest.raises(TltsimError, match="tlt-base"):
         launch(base("test-llama", policy="tlt-base"), tmp_path / "a")
@@ -203,7 +268,7 @@ def test_bad_runs_are_refused_before_any_worker_starts(tmp_path):
         launch(base("test-llama", knobs={"drift": 0.1}), tmp_path / "b")
     with pytest.raises(TltsimError, match="no knobs"):
         launch(base("test-llama", policy="verl"), tmp_path / "c")
-    with pytest.raises(TltsimError, match="no checkpoint"):
+    with pytest.raises(TltsimError, match="no run to resume"):
         launch(base("test-llama"), tmp_path / "d", resume=True)
 
 
