@@ -184,7 +184,7 @@ class Engine:
         emitted = self._append(tree.tokens, path, accepted, nxt)
         self._last_mode = mode
         return self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill,
-                            catchup_s, draft_s=t_target - start if mode == "spec" else 0.0, target_s=t_verify - t_target)
+                            catchup_s, draft_s=t_target - start if mode == "spec_decode" else 0.0, target_s=t_verify - t_target)
 
     def _clock(self) -> float:
         """perf_counter once the device has finished the work queued so far (a no-op wait on the CPU)."""
