@@ -22,7 +22,7 @@ class RunConfig:
     workers: int = 2  # worker processes (one rollout engine each)
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
-    drafter: str | None = None  # drafter checkpoint to start from; None: warm one up on the target's own outputs
+    drafter: str | None = None  # drafter to start from; None: a known model's shipped one, else warm one up
     device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
     prompts: int = 8  # prompts per step

@@ -83,6 +83,11 @@ class WordProblemTask:
         self.tokenizer = tokenizer
         self.config = config
 
+    def save(self, directory) -> None:
+        """Write the tokenizer (with its chat template) into `directory`, beside a checkpoint's weights, so
+        that real.models.load_task finds this task there again."""
+        self.tokenizer.save_pretrained(directory)
+
     def is_heldout(self, p: WordProblem) -> bool:
         digest = hashlib.sha256(repr((p.name, p.item, p.start, p.ops)).encode()).digest()
         return int.from_bytes(digest[:4], "little") % 100 < self.config.heldout_percent

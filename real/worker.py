@@ -16,13 +16,13 @@ from real.drafter import Drafter
 from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, all_reduce_tensors, group_advantages
-from real.models import load_target
+from real.models import load_target, load_task
 from real.profile import speed_probe
 from real.record import Recorder, WorkerStep
 from real.run_config import DTYPES, RunConfig
 from real.sampling import SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
-from real.task import GcdTask
+from real.warmup import find_shipped_drafter
 from tltsim.policy import SpotTrainer
 from tltsim.trace import TraceMeta
 
@@ -42,8 +42,7 @@ class Worker:
         self.store = dist.distributed_c10d._get_default_store()
         self.knobs = config.tlt_knobs()
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None
-        model_dir = Path(config.model)
-        self.task = GcdTask.load(model_dir) if (model_dir / "config.json").is_file() else GcdTask()
+        self.task = load_task(config.model)  # gcd for a pretrained-here target, word problems for a chat model
         self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
         reference = self._load(config.model) if config.grpo.kl > 0 else None
         self.grpo = GRPO(self.target, config.grpo, reference)
@@ -101,12 +100,14 @@ class Worker:
             self.step(step)
 
     def _initial_drafter(self) -> Drafter:
-        """The resumed run's drafter, --drafter, or one warmed up by rank 0; the same on every rank."""
+        """The resumed run's drafter, --drafter, the one shipped for a known model (real.warmup), or one
+        warmed up by rank 0; the same on every rank."""
         cfg = self.config
         if self.ckpt:
             return Drafter.load(self.ckpt / "drafter.pt", self.target)
-        if cfg.drafter:
-            return Drafter.load(cfg.drafter, self.target)
+        start = cfg.drafter or find_shipped_drafter(cfg.model)
+        if start:
+            return Drafter.load(start, self.target)
         drafter = Drafter.for_target(self.target, seed=cfg.seed)
         pairs = None
         if self.rank == 0:
