@@ -54,11 +54,19 @@ def add_evaluate(sub) -> None:
 
 
 def add_profile(sub) -> None:
+    from real.run_config import RunConfig
+
     p = sub.add_parser("profile", help="time the engine's decode / prefill / speculative / training steps over a grid",
                        description="Writes a CSV that the simulator's `profiled` cost model is fitted from "
                                    "(tltsim validate --profile). Run it on a quiet machine.")
     p.add_argument("-o", "--out", required=True, help="profile CSV to write")
-    p.add_argument("--model", default="tiny-llama", help="a save_pretrained directory or a preset (default %(default)s)")
+    p.add_argument("--model", default="tiny-llama", help="a save_pretrained directory, a known model (e.g. "
+                   "smollm2-135m) or a preset (default %(default)s)")
+    p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
+                   "--model, as `tltsim real run` starts from, else a fresh one)")
+    p.add_argument("--max-new-tokens", type=int, default=RunConfig.max_new_tokens, help="response cap of the target's own answers "
+                   "that training rows are as long as, for a chat model's word problems (default %(default)s, as "
+                   "`tltsim real run`'s)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--batches", default="1,2,4,8,16", help="comma-separated batch sizes")
     p.add_argument("--contexts", default="32,128,256", help="comma-separated prompt lengths (tokens per request)")
@@ -75,6 +83,8 @@ def add_profile(sub) -> None:
 
 
 def _profile(args) -> int:
+    from real.drafter import Drafter
+    from real.models import load_task
     from real.profile import profile_processes
     from real.sampling import SamplingParams
     from tltsim.io import atomic_path
@@ -91,11 +101,16 @@ def _profile(args) -> int:
     kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
     if args.processes < 1:
         raise TltsimError(f"--processes {args.processes}: must be >= 1")
-    if args.processes > 1:
-        load_target(args.model, args.device)  # a bad --model fails here, with its message, before processes start
-    df = profile_processes(args.processes, args.model, args.device, args.threads, batches=ints(args.batches, "--batches"),
-                           contexts=ints(args.contexts, "--contexts"), repeats=args.repeats, seed=args.seed,
-                           sampling=SamplingParams(args.greedy, args.temperature), **kw)
+    if args.max_new_tokens < 1:
+        raise TltsimError(f"--max-new-tokens {args.max_new_tokens}: must be >= 1")
+    if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
+        load_task(args.model)
+        if args.drafter:
+            Drafter.load(args.drafter, load_target(args.model, args.device))
+    df = profile_processes(args.processes, args.model, args.device, args.threads, drafter=args.drafter,
+                           batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
+                           repeats=args.repeats, seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
+                           max_new_tokens=args.max_new_tokens, **kw)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")
@@ -116,9 +131,11 @@ def add_run(sub) -> None:
     p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="(default %(default)s)")
     p.add_argument("--workers", type=int, default=d["workers"], help="worker processes (default %(default)s)")
     p.add_argument("--steps", type=int, default=d["steps"], help="RL steps (default %(default)s)")
-    p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory or a preset "
-                                                     "(default: the shipped real/assets/gcd-tiny-llama)")
-    p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: warm one up)")
+    p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory (gcd task), a "
+                   "known model (e.g. smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word "
+                   "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
+    p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: the one shipped "
+                   "for a known --model, else warm one up on the target's own answers)")
     p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
     p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))
     p.add_argument("--prompts", type=int, default=d["prompts"], help="prompts per step (default %(default)s)")

@@ -88,7 +88,7 @@ class Engine:
         self.drafter = drafter
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
-        eos = config.eos_token_id if eos_token_id is None else eos_token_id
+        eos = default_eos(target) if eos_token_id is None else eos_token_id
         self.eos = set([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.collect_features = collect_features
         param = next(target.parameters())
@@ -253,7 +253,7 @@ def generate(target, prompts: list[list[int]], drafter=None, strategy: str | Non
 
     With a drafter, every iteration speculates with `strategy` (default "4_1_4"); without, it
     decodes plainly. Either way the output has the target's distribution (greedy: the same tokens).
-    `eos_token_id` defaults to the target config's.
+    `eos_token_id` defaults to `default_eos(target)`.
     """
     engine = Engine(target, drafter, sampling=SamplingParams(greedy, temperature, top_p), max_new_tokens=max_new_tokens,
                     eos_token_id=eos_token_id, seed=seed, collect_features=collect_features)
@@ -263,3 +263,10 @@ def generate(target, prompts: list[list[int]], drafter=None, strategy: str | Non
         engine.step(mode, strategy)
     finished = [engine.finished[i] for i in ids]
     return Generation([f.tokens for f in finished], engine.iterations, finished)
+
+
+def default_eos(target) -> int | list[int] | None:
+    """The end-of-sequence id(s) a model stops at, as transformers' `generate` takes them: its generation
+    config's (an instruct model's end of turn, e.g. ChatML's <|im_end|>), else its model config's."""
+    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+    return target.config.eos_token_id if eos is None else eos

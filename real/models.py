@@ -1,4 +1,5 @@
-"""Target models: named config presets (Llama and Qwen2) and loading from a local directory.
+"""Target models: named config presets (Llama and Qwen2), loading from a local directory, and the task a
+target runs on (`load_task`).
 
 A preset builds a transformers config in code and a randomly initialised model
 from it; a directory is one written by `save_pretrained` (e.g. by `tltsim real
@@ -15,7 +16,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from real.hub import KNOWN, resolve_model
-from real.task import Tokenizer
+from real.task import TASK_FILE, GcdTask, Tokenizer
+from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 
 
@@ -121,3 +123,16 @@ def load_tokenizer(path_or_name: str | Path):
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
         raise TltsimError(f"{path}: its tokenizer does not load ({e}); save the tokenizer beside the model") from None
+
+
+def load_task(path_or_name: str | Path) -> GcdTask | WordProblemTask:
+    """The task a target runs on: the GcdTask of a `tltsim real pretrain` directory (its task file); word
+    problems through the chat template of a save_pretrained directory's (or a known model's) own tokenizer;
+    the default GcdTask for a preset. TltsimError for a directory with neither a task file nor a tokenizer."""
+    path = Path(resolve_model(path_or_name))
+    if not (path / "config.json").is_file():
+        return GcdTask()
+    has_tokenizer = (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
+    if (path / TASK_FILE).is_file() or not has_tokenizer:
+        return GcdTask.load(path)
+    return WordProblemTask(load_tokenizer(path))

@@ -13,8 +13,10 @@ Rows of the profile (a CSV that `tltsim.cost.profiled.Profiled.fit` reads):
     logprob         GRPO.old_logprobs (the reward stage's forward)    tokens, sq_tokens (padded)
     drafter_train   Drafter.train_step on (tokens, features) pairs    tokens
 
-Training is timed on batches of sequences as long as the task's reference solutions (long-tailed,
-as a run's responses are). GRPO's forwards run on padded micro-batches (tltsim.cost.padding), so
+Training is timed on batches of sequences as long as a run's: the task's reference solutions
+(GcdTask: long-tailed, as a run's responses are), or, for a task without them (word problems on a
+chat model), the target's own answers to ANSWERS problems, sampled as the engine samples, up to the
+run's response cap. GRPO's forwards run on padded micro-batches (tltsim.cost.padding), so
 train and logprob rows give the tokens and the sum of squared lengths those forwards process,
 padding included: the simulator counts a run's sequences the same way (rl.micro_batch_tokens).
 
@@ -29,7 +31,6 @@ draft tree); profile with the sampling of the runs you will validate.
 """
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -42,27 +43,30 @@ import torch.multiprocessing as mp
 
 from real.adaptive import rollout
 from real.drafter import Drafter
-from real.generate import Engine
+from real.generate import Engine, generate
 from real.grpo import GRPO, barrier, free_port
-from real.models import load_target
+from real.models import load_target, load_task
 from real.sampling import SamplingParams
-from real.task import TASK_FILE, GcdTask
+from real.task import GcdTask
+from real.warmup import find_shipped_drafter
 from tltsim.cost.padding import padded_tokens
 from tltsim.control import EngineControl, FixedTuner, SDSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, Strategy
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT
 
 RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)  # real.run.RunConfig's default
+ANSWERS = 32  # problems the target answers for the training rows' lengths when its task has no reference solutions
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
 
 
 def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128, 256),
             strategies=tuple(str(s) for s in DEFAULT_ARMS) + ("4_1_4",), repeats: int = 3,
-            train_rows=(4, 16, 64), task: GcdTask | None = None, seed: int = 0, progress=None,
-            sampling: SamplingParams = RUN_SAMPLING, train_seed: int | None = None) -> pd.DataFrame:
+            train_rows=(4, 16, 64), task=None, seed: int = 0, progress=None,
+            sampling: SamplingParams = RUN_SAMPLING, train_seed: int | None = None,
+            max_new_tokens: int = 128) -> pd.DataFrame:
     """Time the engine's iterations over a grid, and training on batches of `train_rows` sequences as long
-    as the reference solutions of `task`'s problems (default: the default GcdTask), drawn with `train_seed`
-    (default `seed`); returns COLUMNS."""
+    as `task`'s (default: the default GcdTask; see `train_lengths`), drawn with `train_seed` (default `seed`);
+    returns COLUMNS."""
     rng = np.random.default_rng(seed)
     drafter = drafter or Drafter.for_target(target, seed=seed)
     vocab = target.get_output_embeddings().weight.shape[0]
@@ -84,11 +88,23 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
         rows += _catchups(target, drafter, prompts, repeats, seed, sampling)
         if progress:
             progress(i + 1, len(grid))
-    task = task or GcdTask()
     train_rng = np.random.default_rng(seed if train_seed is None else train_seed)
-    sequences = [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(train_rng, 256)]
+    sequences = train_lengths(target, task or GcdTask(), train_rng, sampling, max_new_tokens, seed)
     rows += _time_training(target, drafter, sequences, train_rows, repeats, train_rng)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def train_lengths(target, task, rng, sampling: SamplingParams = RUN_SAMPLING, max_new_tokens: int = 128,
+                  seed: int = 0) -> list[tuple[int, int]]:
+    """(prompt, response) token lengths of sequences like a run's: the reference solutions of 256 of `task`'s
+    problems when it has them (GcdTask), else `target`'s own answers to ANSWERS problems (word problems), as
+    `sampling` says and up to `max_new_tokens`, end of turn included."""
+    if hasattr(task, "solution_ids"):
+        return [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(rng, 256)]
+    prompts = [task.prompt_ids(p) for p in task.sample(rng, ANSWERS)]
+    gen = generate(target, prompts, greedy=sampling.greedy, temperature=sampling.temperature, top_p=sampling.top_p,
+                   max_new_tokens=max_new_tokens, seed=seed)
+    return [(len(p), len(r)) for p, r in zip(prompts, gen.tokens)]
 
 
 def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingParams = RUN_SAMPLING) -> float:
@@ -103,8 +119,10 @@ def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingPa
 
 
 def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1, seed: int = 0,
-                      **kw) -> pd.DataFrame:
-    """`profile` of target `model` (a preset or a save_pretrained directory, whose task it uses) in `processes`
+                      drafter: str | None = None, **kw) -> pd.DataFrame:
+    """`profile` of target `model` (a preset, a save_pretrained directory or a known model, whose task it uses:
+    real.models.load_task) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
+    starts from, else a fresh one) in `processes`
     processes at once, each with `threads` torch threads and seed `seed + rank`, as a run's workers share the
     machine: in a gloo process group, so each grid cell and each training measurement starts on every process
     together (on a CPU they contend for cores and memory bandwidth as a run's workers do) and GRPO's update
@@ -112,20 +130,23 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
     `seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
     Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
-        return _profile_rank(0, model, device, threads, seed, kw)
+        return _profile_rank(0, model, device, threads, seed, drafter, kw)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, seed, kw, tmp, processes, free_port()), nprocs=processes)
+        mp.spawn(_profile_rank, args=(model, device, threads, seed, drafter, kw, tmp, processes, free_port()),
+                 nprocs=processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 
-def _profile_rank(rank, model, device, threads, seed, kw, out_dir=None, world=1, port=0) -> pd.DataFrame:
+def _profile_rank(rank, model, device, threads, seed, drafter, kw, out_dir=None, world=1, port=0) -> pd.DataFrame:
     torch.set_num_threads(threads)
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
     try:
-        task = GcdTask.load(model) if os.path.isfile(os.path.join(model, TASK_FILE)) else GcdTask()
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
-        df = profile(load_target(model, device), task=task, seed=seed + rank, progress=progress, train_seed=seed, **kw)
+        target = load_target(model, device)
+        start = drafter or find_shipped_drafter(model)
+        df = profile(target, Drafter.load(start, target) if start else None, task=load_task(model), seed=seed + rank,
+                     progress=progress, train_seed=seed, **kw)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
         if world > 1:

@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
 
 import torch
 
 from real.grpo import GRPOConfig
 from real.models import SHIPPED_TARGET
 from real.sampling import SamplingParams
-from real.task import GcdTask
 from tltsim.errors import TltsimError
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.strategy import parse_arms
@@ -24,7 +22,7 @@ class RunConfig:
     workers: int = 2  # worker processes (one rollout engine each)
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
-    drafter: str | None = None  # drafter checkpoint to start from; None: warm one up on the target's own outputs
+    drafter: str | None = None  # drafter to start from; None: a known model's shipped one, else warm one up
     device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
     prompts: int = 8  # prompts per step
@@ -71,10 +69,12 @@ class RunConfig:
         self.tlt_knobs()
         return self
 
-    def task(self) -> GcdTask:
-        """The task the target was trained on (its checkpoint's task file; a preset: the default task)."""
-        model_dir = Path(self.model)
-        return GcdTask.load(model_dir) if (model_dir / "config.json").is_file() else GcdTask()
+    def task(self):
+        """The target's task (real.models.load_task: its checkpoint's task file, word problems through a chat
+        model's own template, the default task for a preset)."""
+        from real.models import load_task  # transformers: only when a run is set up
+
+        return load_task(self.model)
 
     def tlt_knobs(self) -> DecisionKnobs | None:
         """The policy's decision knobs (None for verl); TltsimError for unknown ones (the simulator's models of

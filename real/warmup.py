@@ -29,13 +29,18 @@ from tltsim.io import atomic_path
 SHIPPED_DRAFTERS = {"smollm2-135m": Path(__file__).parent / "assets" / "smollm2-135m-drafter.pt"}
 
 
+def find_shipped_drafter(model: str | Path) -> Path | None:
+    """The shipped drafter of `model` (a known model's name or its cached directory), or None."""
+    return SHIPPED_DRAFTERS.get(known_name(model))
+
+
 def shipped_drafter(model: str | Path) -> Path:
-    """The shipped drafter of `model` (a known model's name or its cached directory); TltsimError if none."""
-    name = known_name(model)
-    if name not in SHIPPED_DRAFTERS:
+    """The shipped drafter of `model`; TltsimError if none."""
+    found = find_shipped_drafter(model)
+    if found is None:
         raise TltsimError(f"model {model}: no drafter is shipped for it (shipped: {', '.join(SHIPPED_DRAFTERS)}); "
                           f"pass --drafter, or warm one up with `tltsim real drafter`")
-    return SHIPPED_DRAFTERS[name]
+    return found
 
 
 def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_tokens: int = 128, log=None):

@@ -66,6 +66,8 @@ class WordProblemConfig:
     max_ops: int = 2  # operations per problem: 1 .. max_ops
     max_start: int = 20  # starting count: 2 .. max_start
     heldout_percent: int = 10  # share of problems reserved for evaluation
+    max_response_tokens: int = 256  # a run's default cap: an instruct model answers these in well under it,
+    # its longest answers run to it (a cap few responses reach, so the tail shows)
 
     def __post_init__(self):
         if self.max_ops < 1 or self.max_start < 2:
@@ -82,6 +84,16 @@ class WordProblemTask:
             raise TltsimError("word problems: the tokenizer has no chat template; use an instruct model's tokenizer")
         self.tokenizer = tokenizer
         self.config = config
+
+    @property
+    def max_response_tokens(self) -> int:
+        """The response cap a run takes when none is given."""
+        return self.config.max_response_tokens
+
+    def save(self, directory) -> None:
+        """Write the tokenizer (with its chat template) into `directory`, beside a checkpoint's weights, so
+        that real.models.load_task finds this task there again."""
+        self.tokenizer.save_pretrained(directory)
 
     def is_heldout(self, p: WordProblem) -> bool:
         digest = hashlib.sha256(repr((p.name, p.item, p.start, p.ops)).encode()).digest()

@@ -23,7 +23,7 @@ from real.record import Recorder, WorkerStep
 from real.run_config import DTYPES, RunConfig
 from real.sampling import SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
-from real.task import GcdTask
+from real.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
 from tltsim.trace import TraceMeta
 
@@ -43,7 +43,7 @@ class Worker:
         self.store = dist.distributed_c10d._get_default_store()
         self.knobs = config.tlt_knobs()
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None
-        self.task = config.task()
+        self.task = config.task()  # gcd for a pretrained-here target, word problems for a chat model
         self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
         reference = self._load(config.model) if config.grpo.kl > 0 else None
         self.grpo = GRPO(self.target, config.grpo, reference)
@@ -107,12 +107,14 @@ class Worker:
                 self.progress.close()
 
     def _initial_drafter(self) -> Drafter:
-        """The resumed run's drafter, --drafter, or one warmed up by rank 0; the same on every rank."""
+        """The resumed run's drafter, --drafter, the one shipped for a known model (real.warmup), or one
+        warmed up by rank 0; the same on every rank."""
         cfg = self.config
         if self.ckpt:
             return Drafter.load(self.ckpt / "drafter.pt", self.target)
-        if cfg.drafter:
-            return Drafter.load(cfg.drafter, self.target)
+        start = cfg.drafter or find_shipped_drafter(cfg.model)
+        if start:
+            return Drafter.load(start, self.target)
         drafter = Drafter.for_target(self.target, seed=cfg.seed)
         pairs = None
         if self.rank == 0:

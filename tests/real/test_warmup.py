@@ -7,7 +7,7 @@ from tiny_lm import MAX_NEW, PROMPTS, ragged_eos, reference, target
 
 import real
 from real.drafter import Drafter
-from real.warmup import coverage, draft_vocab, shipped_drafter, warm_up
+from real.warmup import coverage, draft_vocab, find_shipped_drafter, shipped_drafter, warm_up
 from tltsim.errors import TltsimError
 
 ARCH, KIND = "llama", "trained"
@@ -79,6 +79,8 @@ def test_save_in_bf16_and_load_keep_the_vocabulary_and_provenance(tmp_path):
 
 
 def test_only_known_models_have_a_shipped_drafter(tmp_path):
+    assert shipped_drafter("smollm2-135m") == find_shipped_drafter("smollm2-135m")
     assert shipped_drafter("smollm2-135m").name == "smollm2-135m-drafter.pt"
+    assert find_shipped_drafter(tmp_path) is None and find_shipped_drafter("test-llama") is None
     with pytest.raises(TltsimError, match="no drafter is shipped"):
         shipped_drafter(tmp_path)

@@ -1,0 +1,114 @@
+"""`tltsim real run` and `tltsim real profile` on a chat model: a save_pretrained directory with its own
+ChatML tokenizer runs word problems through its chat template (real.models.load_task), stops at the
+generation config's end of turn, and is recorded in the simulator's schema."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from real.generate import Engine
+from real.models import build_target, load_target, load_task
+from real.profile import profile, train_lengths
+from real.run import RunConfig, launch
+from real.sampling import SamplingParams
+from real.task import GcdTask
+from real.wordproblems import INSTRUCTION, WordProblemTask
+from real.worker import _seed
+from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.trace import load as load_trace
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2
+CAP = 24
+
+
+def chat_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE (300 tokens) trained here on word-problem text, with ChatML's specials and template."""
+    drawer = WordProblemTask(SimpleNamespace(chat_template=""))  # problems only: no prompts through it
+    rng = np.random.default_rng(0)
+    texts = [f"{drawer._draw(rng).text} {INSTRUCTION}" for _ in range(400)]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tok.chat_template = CHATML
+    return tok
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory) -> Path:
+    """test-llama with random weights over that tokenizer; its model config ends at <|endoftext|> and its
+    generation config at <|im_end|> (as Qwen2.5-Instruct's do)."""
+    tok = chat_tokenizer()
+    model = build_target("test-llama", seed=0, vocab_size=len(tok))
+    model.config.eos_token_id = model.config.pad_token_id = 0
+    model.config.bos_token_id = None
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 2, 0
+    model.generation_config.bos_token_id = None
+    out = tmp_path_factory.mktemp("chat") / "model"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def test_a_chat_model_runs_word_problems_and_stops_at_its_end_of_turn(chat_model):
+    task = load_task(chat_model)
+    assert isinstance(task, WordProblemTask)
+    p = task.sample(np.random.default_rng(0), 1)[0]
+    assert task.tokenizer.decode(task.prompt_ids(p)) == f"<|im_start|>user\n{p.text} {INSTRUCTION}<|im_end|>\n" \
+                                                       "<|im_start|>assistant\n"
+    assert Engine(load_target(chat_model)).eos == {2}  # the generation config's, not the model config's 0
+    assert isinstance(load_task("test-llama"), GcdTask)  # a preset keeps the gcd task
+
+
+@pytest.fixture(scope="module")
+def runs(chat_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("chat_runs")
+    cfg = RunConfig(workers=2, steps=1, model=str(chat_model), prompts=2, group=2, max_new_tokens=CAP, seed=3,
+                    warmup_prompts=4, warmup_steps=3, probe=2, speed_probe=2,
+                    knobs={"threshold": 4, "patience": 1, "arms": "4_1_4"})
+    launch(cfg, out / "tlt")
+    launch(replace(cfg, policy="verl", knobs={}), out / "verl")
+    return out, cfg
+
+
+@pytest.mark.slow
+def test_runs_on_a_chat_model_are_recorded_in_the_schema(runs, chat_model):
+    out, cfg = runs
+    task = load_task(chat_model)
+    problems = task.sample(np.random.default_rng(_seed(cfg.seed, 0)), cfg.prompts)
+    for policy in ("tlt", "verl"):
+        res = Result.load(out / policy)
+        assert list(res.timeline.columns) == TIMELINE_COLUMNS and set(STEP_COLUMNS) <= set(res.steps.columns)
+        assert set(REQUEST_COLUMNS) <= set(res.requests.columns)
+        trace = load_trace(out / policy / "trace.parquet").df
+        assert len(trace) == cfg.prompts * cfg.group
+        assert trace["reward"].between(0, 1).all()
+        assert (trace["response_len"] >= 1).all() and (trace["response_len"] <= CAP).all()
+        # the prompts are the step's word problems through the chat template, not gcd prompts
+        assert trace["prompt_len"].tolist() == [len(task.prompt_ids(problems[i])) for i in trace["prompt_id"]]
+    assert (Result.load(out / "tlt").timeline["state"] == "spec_decode").any()
+    # the checkpoint's target carries the tokenizer, so the task is found there again
+    assert isinstance(load_task(out / "tlt" / "checkpoint" / "target"), WordProblemTask)
+
+
+def test_profile_times_training_on_the_models_own_answer_lengths(chat_model):
+    target, task = load_target(chat_model), load_task(chat_model)
+    rng = np.random.default_rng(0)
+    lengths = train_lengths(target, task, rng, SamplingParams(greedy=False), max_new_tokens=CAP)
+    prompts = [len(task.prompt_ids(p)) for p in task.sample(np.random.default_rng(0), len(lengths))]
+    assert [p for p, _ in lengths] == prompts
+    assert all(1 <= r <= CAP for _, r in lengths)
+    df = profile(target, task=task, batches=(1,), contexts=(8,), strategies=("4_1_4",), repeats=1, train_rows=(2,),
+                 max_new_tokens=CAP)
+    train = df[df["kind"] == "drafter_train"]
+    assert len(train) == 1 and 2 * min(prompts) + 2 <= train["tokens"].iloc[0] <= 2 * (max(prompts) + CAP)
