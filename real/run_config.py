@@ -30,7 +30,7 @@ class RunConfig:
     seed: int = 0  # prompts, sampling, tuners, drafter init and batches
     greedy: bool = False  # argmax decoding (every sample of a group is then the same)
     temperature: float = 1.0  # sampling temperature when not greedy
-    max_new_tokens: int | None = None  # response cap (None: the task's longest reference response; validate sets it)
+    max_new_tokens: int | None = None  # response cap (None: the task's default, max_response_tokens; validate sets it)
     max_running: int | None = None  # rows an engine runs at once (None: its whole share)
     knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/control/decisions.py)
     grpo: GRPOConfig = GRPOConfig()  # the target's update
