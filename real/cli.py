@@ -64,9 +64,9 @@ def add_profile(sub) -> None:
                    "smollm2-135m) or a preset (default %(default)s)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
                    "--model, as `tltsim real run` starts from, else a fresh one)")
-    p.add_argument("--max-new-tokens", type=int, default=RunConfig.max_new_tokens, help="response cap of the target's own answers "
-                   "that training rows are as long as, for a chat model's word problems (default %(default)s, as "
-                   "`tltsim real run`'s)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap of the target's own answers "
+                   "that training rows are as long as, for a chat model's word problems (default: the task's cap, "
+                   "as `tltsim real run`'s)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--batches", default="1,2,4,8,16", help="comma-separated batch sizes")
     p.add_argument("--contexts", default="32,128,256", help="comma-separated prompt lengths (tokens per request)")
@@ -101,6 +101,8 @@ def _profile(args) -> int:
     kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
     if args.processes < 1:
         raise TltsimError(f"--processes {args.processes}: must be >= 1")
+    if args.max_new_tokens is None:
+        args.max_new_tokens = load_task(args.model).max_response_tokens
     if args.max_new_tokens < 1:
         raise TltsimError(f"--max-new-tokens {args.max_new_tokens}: must be >= 1")
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
