@@ -54,7 +54,6 @@ def add_evaluate(sub) -> None:
 
 
 def add_profile(sub) -> None:
-
     p = sub.add_parser("profile", help="time the engine's decode / prefill / speculative / training steps over a grid",
                        description="Writes a CSV that the simulator's `profiled` cost model is fitted from "
                                    "(tltsim validate --profile). Run it on a quiet machine.")
