@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from real.models import build_target
-from real.task import TASK_FILE, GcdTask, Problem, TaskConfig
+from real.task import TASK_FILE, GcdTask, TaskConfig
 from tltsim.errors import TltsimError
 from tltsim.io import atomic_dir, write_json
 

@@ -1,5 +1,4 @@
 """`tltsim real profile`: one row per timed step of each kind, and the simulator can fit it."""
-import pandas as pd
 
 from tltsim.cli import main
 from tltsim.cost.profiled import KINDS, Profiled, read_profile

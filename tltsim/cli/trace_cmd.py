@@ -1,7 +1,6 @@
 """`tltsim trace stats | synth | convert`: inspect, generate and convert response-length traces."""
 from __future__ import annotations
 
-import argparse
 import json
 
 from tltsim.errors import TltsimError
