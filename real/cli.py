@@ -70,6 +70,8 @@ def add_profile(sub) -> None:
     p.add_argument("--contexts", default="32,128,256", help="comma-separated prompt lengths (tokens per request)")
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
     p.add_argument("--repeats", type=int, default=3, help="timed iterations per cell")
+    p.add_argument("--train-rows", default="4,16,64", help="comma-separated sequences per timed training batch "
+                   "(default %(default)s; a large model on a CPU: rows about a run's per-worker batch, e.g. 2,4,8)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--greedy", action="store_true", help="decode greedily (default: sample at --temperature, as "
                    "`tltsim real run` does by default; profile with the sampling of the runs you will validate)")
@@ -109,7 +111,8 @@ def _profile(args) -> int:
             Drafter.load(args.drafter, load_target(args.model, args.device))
     df = profile_processes(args.processes, args.model, args.device, args.threads, drafter=args.drafter,
                            batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
-                           repeats=args.repeats, seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
+                           train_rows=ints(args.train_rows, "--train-rows"), repeats=args.repeats, seed=args.seed,
+                           sampling=SamplingParams(args.greedy, args.temperature),
                            max_new_tokens=args.max_new_tokens, **kw)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)

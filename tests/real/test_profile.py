@@ -7,7 +7,7 @@ from tltsim.cost.profiled import KINDS, Profiled, read_profile
 def test_profile_cli_writes_a_profile_the_cost_model_fits(tmp_path):
     out = tmp_path / "p.csv"
     rc = main(["real", "profile", "--model", "test-llama", "--batches", "1,3", "--contexts", "8,16",
-               "--strategies", "4_1_4,2_2_3", "--repeats", "2", "-o", str(out)])
+               "--strategies", "4_1_4,2_2_3", "--repeats", "2", "--train-rows", "1,3", "-o", str(out)])
     assert rc == 0
     df = read_profile(out)
     assert set(df.kind) == set(KINDS)
@@ -24,6 +24,8 @@ def test_profile_cli_writes_a_profile_the_cost_model_fits(tmp_path):
     assert sorted(set((up.tokens / up.batch).round(6))) == [1, 4, 8, 16]  # 8, 16: builds at prompts of 8, 16
     builds = up[up.tokens == up.context]
     assert len(builds) == 4 and sorted(set(builds.context / builds.batch)) == [8, 16]
+    for kind in ("train", "logprob", "drafter_train"):  # --train-rows 1,3, each timed twice (--repeats 2)
+        assert (df.kind == kind).sum() == 2 * 2, kind
     fit = Profiled.fit(df)
     assert float(fit.decode_time(1, 10)) > 0 and fit.drafter_train_tokens_per_s(1) > 0
 
