@@ -237,7 +237,8 @@ def _error(metric: str, measured: float, predicted: float) -> float:
     return predicted - measured if metric in FRACTIONS else relative_error(measured, predicted)
 
 
-VALIDATION_FILES = frozenset({"per_step.csv", "overall.csv", "work.csv", "validation.json"})
+# what `validate -o` writes (a calibration to a verl run: per_step.csv and calibration.json), so may replace
+VALIDATION_FILES = frozenset({"per_step.csv", "overall.csv", "work.csv", "validation.json", "calibration.json"})
 
 
 def write(validation: Validation, out: str | Path) -> Path:

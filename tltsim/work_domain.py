@@ -71,7 +71,8 @@ def _drafter_samples(result: Result) -> dict[int, float]:
 
 def compare_work(run: str, measured: Result, predicted: Result) -> pd.DataFrame:
     """Measured against predicted work, per step and engine, then one row per metric for the whole run (step
-    and engine NA): the sum, or for the switch point the mean over the engine-steps that switched."""
+    and engine NA): the sum, or for the switch point the mean over the engine-steps where both sides switched
+    (an engine-step where only one did shows in its own rows, NaN on the other side)."""
     keys = ["step", "engine", "metric"]
     m = work_metrics(measured, f"{run} (measured)").rename(columns={"value": "measured"})
     p = work_metrics(predicted, f"{run} (predicted)").rename(columns={"value": "predicted"})
@@ -81,9 +82,13 @@ def compare_work(run: str, measured: Result, predicted: Result) -> pd.DataFrame:
     both["metric"] = both["metric"].astype(str)
     total = []
     for metric, g in both.groupby("metric", sort=False):
-        agg = (lambda s: s.mean()) if metric in SWITCH_METRICS else (lambda s: s.sum(min_count=1))
-        total.append({"step": pd.NA, "engine": pd.NA, "metric": metric, "measured": agg(g["measured"]),
-                      "predicted": agg(g["predicted"])})
+        if metric in SWITCH_METRICS:
+            both_switched = g[g["measured"].notna() & g["predicted"].notna()]
+            measured_v, predicted_v = both_switched["measured"].mean(), both_switched["predicted"].mean()
+        else:
+            measured_v, predicted_v = g["measured"].sum(min_count=1), g["predicted"].sum(min_count=1)
+        total.append({"step": pd.NA, "engine": pd.NA, "metric": metric, "measured": measured_v,
+                      "predicted": predicted_v})
     out = pd.concat([both, pd.DataFrame(total)], ignore_index=True)
     out.insert(0, "run", run)
     out["error"] = [relative_error(a, b) for a, b in zip(out["measured"], out["predicted"])]
