@@ -26,6 +26,7 @@
 # * how well the fitted cost model matches the profiled step times,
 # * the error table: per step and overall, for rollout and step time, idle fraction, SD share,
 #   drafter training and accepted length, and the speedup of TLT over verl, measured and predicted,
+# * the work domain: iterations, switch points, accepted tokens and drafter-training samples, counted,
 # * where predicted and measured timelines differ (per-step plots, Gantt charts of both).
 #
 # By default it reads the recorded CPU runs under `traces/`; without them (or with
@@ -176,6 +177,24 @@ pd.DataFrame(rows)
 per_step = v.per_step.pivot_table(index=["run", "step"], columns="metric", values=["measured", "predicted"],
                           dropna=False)
 per_step.swaplevel(axis=1).sort_index(axis=1)[["rollout_s", "total_s", "idle_fraction", "sd_share", "mean_accepted"]]
+
+# %% [markdown]
+# ### The work domain
+#
+# What the engines did, counted rather than timed (`v.work`, `work.csv`; the metrics are described in
+# `docs/architecture.md`): plain and speculative iterations, the switch point (the running batch and the
+# iteration index of an engine's first speculative iteration in a step), the tokens speculation emitted,
+# all tokens, and the drafter's training samples. Below, each run's totals; `work.csv` has them per step
+# and engine.
+
+# %%
+from tltsim.work_domain import run_totals
+
+work = run_totals(v.work)
+if scaled is not None:  # --speed rescales every time of a step; the counts stay what they were
+    moved = (run_totals(scaled.work)["predicted"] - work["predicted"]).abs() > 1e-9 * work["predicted"].abs()
+    print("the same under --speed:", "yes" if not moved.any() else f"no: {', '.join(work.metric[moved])}")
+work.drop(columns=["step", "engine"])
 
 # %% [markdown]
 # ## 4. Predicted vs measured, step by step

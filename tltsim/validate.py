@@ -4,11 +4,14 @@
 
 For each run directory written by `tltsim real run`: its recorded trace (with the `engine` column, so
 every response lands on the worker that served it) goes through the simulator with the same policy and
-knobs, one engine per worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv. The
+knobs, one engine per worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv, on the
+simulator's exact executor (every iteration run and recorded, deciding before each as a real engine does). The
 drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
 drafter-staleness model; `calibrate_staleness` fits that one). Both sides then go through one function,
-`step_metrics`, so predicted and measured figures are computed the same way.
+`step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
+through `tltsim.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
+drafter-training samples per step and engine, which the machine's speed does not move.
 
 With `speed=True` (`--speed`), the profile's times are scaled step by step by how fast the machine
 ran then: a run measures, before every step, a fixed plain decode iteration of its target
@@ -37,6 +40,7 @@ from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
+from tltsim.work_domain import compare_work, relative_error
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
@@ -67,14 +71,16 @@ class Validation:
     overall: pd.DataFrame  # run, metric, measured, predicted, error
     speedup: dict | None  # measured / predicted speedup of the second run over the first (e.g. tlt over verl)
     predicted: dict  # run name -> simulated Result
+    work: pd.DataFrame  # run, step, engine, metric, measured, predicted, error (tltsim.work_domain.compare_work)
 
     def to_json(self) -> dict:
-        """Plain JSON types; undefined cells (NaN) become null, so strict JSON readers accept it."""
-        return {"overall": _records(self.overall), "speedup": self.speedup, "per_step": _records(self.per_step)}
+        """Plain JSON types; undefined cells (NaN, NA) become null, so strict JSON readers accept it."""
+        return {"overall": _records(self.overall), "speedup": self.speedup, "per_step": _records(self.per_step),
+                "work": _records(self.work)}
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
-    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
+    return [{k: (None if v is pd.NA or (isinstance(v, float) and np.isnan(v)) else v) for k, v in r.items()}
             for r in df.to_dict(orient="records")]
 
 
@@ -129,11 +135,13 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
         rl=RLConfig(reward_s=0.0, balance_train=False,
                     micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0))),
         seed=int(cfg.get("seed", 0)),
+        exact=True,
     )
     knobs = dict(cfg.get("knobs") or {})
-    if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), and stops at the end of
-        # its batch in progress
-        knobs.update(load_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
+    if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), stops at the end of its
+        # batch in progress, and saves its drafter inside its training span, at this machine's speed (no fixed
+        # seconds of a paper's checkpoint, which would also tie the samples to the machine's speed under --speed)
+        knobs.update(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
     policy = make_policy(sim_cfg.policy, knobs)
     if isinstance(policy, TLTPolicy):
         policy = ReplayedQuality(policy, measured_qualities(measured))
@@ -185,7 +193,7 @@ def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) 
 def validate(run_dirs: list[str | Path], profile: str | Path | None = None, speed: bool = False) -> Validation:
     if not run_dirs:
         raise TltsimError("validate: name at least one run directory (written by `tltsim real run`)")
-    per_step, overall, predicted = [], [], {}
+    per_step, overall, predicted, work = [], [], {}, []
     runs = {}
     for d in run_dirs:
         d = Path(d)
@@ -198,6 +206,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         name = f"{measured.config.get('policy', d.name)} ({d.name})"
         runs[name] = (measured, pred)
         predicted[name] = pred
+        work.append(compare_work(name, measured, pred))
         m, p = step_metrics(measured), step_metrics(pred)
         for metric in METRICS:
             for step in m.index:
@@ -220,28 +229,33 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         meas = ma.summary["makespan_s"] / mb.summary["makespan_s"]
         pred_ = pa.summary["makespan_s"] / pb.summary["makespan_s"]
         speedup = {"baseline": a, "run": b, "measured": meas, "predicted": pred_, "error": pred_ / meas - 1}
-    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted)
+    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted, pd.concat(work, ignore_index=True))
 
 
 def _error(metric: str, measured: float, predicted: float) -> float:
     """Relative error, or absolute difference for fractions (and where the measured value is zero)."""
-    if metric in FRACTIONS or not measured:
-        return predicted - measured
-    return predicted / measured - 1
+    return predicted - measured if metric in FRACTIONS else relative_error(measured, predicted)
+
+
+# what `validate -o` writes (a calibration to a verl run: per_step.csv and calibration.json), so may replace
+VALIDATION_FILES = frozenset({"per_step.csv", "overall.csv", "work.csv", "validation.json", "calibration.json"})
 
 
 def write(validation: Validation, out: str | Path) -> Path:
-    from tltsim.io import atomic_path, write_json
+    """per_step.csv, overall.csv, work.csv, validation.json and predicted/<policy>/ (each simulated Result) in
+    `out`, built whole beside it and swapped in: an earlier validation there goes whole, never mixed with this
+    one; a directory holding anything else is refused (TltsimError) and left as it is."""
+    from tltsim.io import atomic_dir, write_json
+    from tltsim.records import holds_only_results
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out / "per_step.csv") as tmp:
-        validation.per_step.to_csv(tmp, index=False)
-    with atomic_path(out / "overall.csv") as tmp:
-        validation.overall.to_csv(tmp, index=False)
-    write_json(out / "validation.json", validation.to_json())
-    for name, res in validation.predicted.items():
-        res.save(out / "predicted" / name.split(" ")[0])
+    with atomic_dir(out, lambda d: holds_only_results(d, VALIDATION_FILES)) as tmp:
+        validation.per_step.to_csv(tmp / "per_step.csv", index=False)
+        validation.overall.to_csv(tmp / "overall.csv", index=False)
+        validation.work.to_csv(tmp / "work.csv", index=False)
+        write_json(tmp / "validation.json", validation.to_json())
+        for name, res in validation.predicted.items():
+            res.save(tmp / "predicted" / name.split(" ")[0])
     return out
 
 

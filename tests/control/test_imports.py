@@ -13,7 +13,7 @@ LAYERS = [
     {"tltsim.control"},  # decisions, driven by every executor
     {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
      "tltsim.verl_config"},  # executors and their settings
-    {"tltsim.validate", "tltsim.calibration", "tltsim.findings", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
+    {"tltsim.validate", "tltsim.work_domain", "tltsim.calibration", "tltsim.findings", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
     {"tltsim.cli.parser", "tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines (the parser: both CLIs' one)
 ]
 SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below

@@ -147,6 +147,20 @@ def test_a_spot_trainer_finishes_its_batch_before_the_reward_stage(shipped):
         assert g.t_end.iloc[-1] == pytest.approx(steps.at[step, "t_start"] + steps.at[step, "total_s"])
 
 
+def test_the_checkpoint_seconds_come_off_every_training_span(shipped):
+    """checkpoint_s: what each spot-training span spends saving the drafter when preempted; the rest trains
+    (`tltsim validate` sets it to 0: a real trainer's save lies inside its measured span)."""
+    runs = {c: run(shipped, "tlt", steps="0:1", load_s=0.0, checkpoint_s=c) for c in (0.0, 0.5)}
+    tl = runs[0.0].timeline
+    assert runs[0.5].timeline.equals(tl) and (tl.state == "drafter_train").any()  # the same spans
+    spans = tl[tl.state == "drafter_train"].eval("t_end - t_start")
+    assert (spans > 0.5).all()
+    samples = {c: r.steps.at[0, "drafter_train_samples"] for c, r in runs.items()}
+    assert samples[0.5] / samples[0.0] == pytest.approx(1 - 0.5 * len(spans) / spans.sum())
+    with pytest.raises(TltsimError, match="checkpoint_s = -1"):
+        make_policy("tlt", {"checkpoint_s": -1})
+
+
 def test_min_idle_of_all_workers_means_no_training(shipped):
     res = run(shipped, "tlt", steps="0:3", min_idle=8)
     assert res.summary["drafter_train_gpu_seconds"] == 0.0

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from tltsim.cli.sim_cmd import cluster_flags, sim_config, sim_trace
 from tltsim.errors import TltsimError
@@ -22,7 +21,8 @@ def register(sub) -> None:
                    "`tltsim simulate|compare --calibration CAL.json`")
     cluster_flags(p)
     p.add_argument("--profile", help="profile CSV from `tltsim real profile` (default: RUN_DIR/profile.csv)")
-    p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, validation.json and the predicted results here")
+    p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, work.csv, validation.json and the predicted "
+                   "results into this directory (replaced whole)")
     p.add_argument("--speed", action="store_true", help="scale the profile's times step by step by the run's "
                    "speed probe (how fast the machine ran then; for a machine whose speed drifts)")
     p.add_argument("--json", action="store_true", help="print the overall figures as JSON")
@@ -32,6 +32,7 @@ def register(sub) -> None:
 
 def cmd_validate(args) -> int:
     from tltsim.validate import validate, write
+    from tltsim.work_domain import run_totals
 
     if args.verl_metrics:
         return cmd_validate_verl(args)
@@ -43,7 +44,9 @@ def cmd_validate(args) -> int:
         write(v, args.out)
     if args.json:
         out = v.to_json()
-        print(json.dumps({"overall": out["overall"], "speedup": out["speedup"]}, default=float, indent=2, allow_nan=False))
+        work = [r for r in out["work"] if r["step"] is None]  # the whole-run rows
+        print(json.dumps({"overall": out["overall"], "speedup": out["speedup"], "work": work}, default=float, indent=2,
+                         allow_nan=False))
         return 0
     for run, g in v.per_step.groupby("run", sort=False):
         wide = g.set_index(["step", "metric"])[["measured", "predicted"]].unstack("metric")
@@ -58,6 +61,9 @@ def cmd_validate(args) -> int:
         s = v.speedup
         print(f"\nspeedup of {s['run']} over {s['baseline']}: measured {s['measured']:.3f}, predicted "
               f"{s['predicted']:.3f} ({s['error']:+.1%})")
+    print("\nwork domain (counted, not timed: the machine's speed does not move it; per step and engine in work.csv)")
+    print(format_table(["run", "metric", "measured", "predicted", "error"],
+                       [[r.run, r.metric, r.measured, r.predicted, r.error] for r in run_totals(v.work).itertuples()]))
     return 0
 
 
@@ -69,12 +75,14 @@ def cmd_validate_verl(args) -> int:
         raise TltsimError("--verl-metrics calibrates from a verl run's files; drop the run directories, --profile and --speed")
     cfg = sim_config(args)
     cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics))
-    if args.out:
-        from tltsim.io import atomic_path, write_json
+    if args.out:  # built whole beside it and swapped in, as a validation's directory
+        from tltsim.io import atomic_dir, write_json
+        from tltsim.records import holds_only_results
+        from tltsim.validate import VALIDATION_FILES
 
-        with atomic_path(Path(args.out) / "per_step.csv") as tmp:
-            cal.per_step.to_csv(tmp, index=False)
-        write_json(Path(args.out) / "calibration.json", cal.to_json())
+        with atomic_dir(args.out, lambda d: holds_only_results(d, VALIDATION_FILES)) as tmp:
+            cal.per_step.to_csv(tmp / "per_step.csv", index=False)
+            write_json(tmp / "calibration.json", cal.to_json())
     if args.json:
         print(json.dumps(cal.to_json(), default=float, indent=2, allow_nan=False))
     else:

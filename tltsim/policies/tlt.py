@@ -41,12 +41,18 @@ class TLTKnobs(DecisionKnobs):
     q_start: float = DrafterConfig.q_start  # drafter quality when RL starts
     q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
     load_s: float = DrafterConfig.load_s  # seconds to load the drafter and its optimizer when training starts
+    checkpoint_s: float = CHECKPOINT_S  # seconds of a training span spent saving the drafter when preempted
     chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
     drafter_batch: int = 0  # sequences a spot-training batch: a trainer stops at the end of the batch in progress
     # when the rollout ends, which holds the next stage back (0: it stops at once)
 
     POSITIVE = DecisionKnobs.POSITIVE + ("chunk_iters",)
     NON_NEGATIVE = DecisionKnobs.NON_NEGATIVE + ("dedicated_gpus", "drafter_batch")
+
+    def validate(self, name: str):
+        if not self.checkpoint_s >= 0:  # NaN too
+            raise TltsimError(f"policy {name!r}: checkpoint_s = {self.checkpoint_s!r} must be >= 0 (seconds)")
+        return super().validate(name)
 
 
 # name -> knob defaults that differ from TLTKnobs()
@@ -165,7 +171,7 @@ class TLTPolicy(Policy):
         seq_len = data.mean_length + (float(np.mean(df["prompt_len"])) if len(df["prompt_len"]) else 0.0)
         spans = {w: (a, self._stop_time(a, t, load, seq_len, per_worker_tps)) for w, a in self.train_start.items()
                  if t > a}
-        useful = sum(max(0.0, (b - a) - load - CHECKPOINT_S) for a, b in spans.values())
+        useful = sum(max(0.0, (b - a) - load - self.k.checkpoint_s) for a, b in spans.values())
         tokens = useful * per_worker_tps
         samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
         if getattr(self.drafter, "trainable", False) and samples > 0:

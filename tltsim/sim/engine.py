@@ -9,7 +9,8 @@ Two executors of the same model of an engine:
   the tuner once per chunk of at most `chunk_iters` iterations.
 - `exact_rollout`: a simpy process that runs every iteration, samples accepted
   lengths per row, asks for a decision every iteration, and records every
-  iteration. The reference the fast path is tested against.
+  iteration (as a real run's iterations frame: batch, mode, strategy, accepted length, seconds, end, tokens
+  gained). The reference the fast path is tested against, and what `tltsim validate` replays with.
 
 Both drive the engine's `tltsim.control.EngineControl` (the policy begins its
 rollout at the step's start) and never its switch, tuner or guard directly.
@@ -307,7 +308,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         yield env.timeout(dt)
         now = env.now - t0
         clock.append((now, tau))
-        records.append({"batch_size": b, "mode": mode, "strategy": strat, "accepted": acc, "wall_s": dt, "t_end": now})
+        records.append({"batch_size": b, "mode": mode, "strategy": strat, "accepted": acc, "wall_s": dt, "t_end": now,
+                        "tokens": float(gain.sum())})
         state_log.append(Entry(mode, now - dt, now, b, float(gain.sum()), acc, strat, w))
         done = [r for r in running if generated[r] >= response_len[r]]
         for r in done:
