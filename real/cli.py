@@ -232,6 +232,8 @@ def add_drafter(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer cap (default %(default)s)")
     p.add_argument("--vocab", type=int, default=2048, help="draft vocabulary size (default %(default)s)")
     p.add_argument("--steps", type=int, default=400, help="AdamW steps (default %(default)s)")
+    p.add_argument("--unroll", type=int, default=1, help="forward passes per step, each on the drafter's own "
+                   "features of the pass before (EAGLE-3's training-time test; default %(default)s: off)")
     p.add_argument("--heldout", type=int, default=16, help="held-out problems to measure on (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
@@ -243,10 +245,10 @@ def _drafter(args) -> int:
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
         ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
-        ("vocab", args.vocab), ("steps", args.steps), ("heldout", args.heldout), ("seed", args.seed),
-        ("threads", args.threads))])
+        ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
+        ("seed", args.seed), ("threads", args.threads))])
     result = make_drafter(args.model, args.out, args.problems, args.max_new_tokens, args.vocab, args.steps,
-                          heldout=args.heldout, seed=args.seed, data=args.data, command=command,
+                          unroll=args.unroll, heldout=args.heldout, seed=args.seed, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))
     print(f"wrote {args.out}")

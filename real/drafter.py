@@ -12,7 +12,10 @@ rotary embedding. As in EAGLE-1, g is regressed onto f directly, so no extra nor
 lm_head. When drafting ahead, the drafter feeds its own g in place of the unknown f.
 
 Loss per position = w_feat * SmoothL1(g_i, f_i) + w_tok * CE(softmax(lm_head(f_i)), lm_head(g_i)),
-a soft cross-entropy against the target's distribution.
+a soft cross-entropy against the target's distribution. With `unroll` = k > 1 (EAGLE-3's training-time
+test) the forward runs k times, pass j reading the features pass j - 1 predicted (g_{i-1} for f_{i-1}),
+as the drafter reads its own features j steps into a draft, and the loss is the passes' mean: the drafter
+learns to draft on from its own predictions, not only from the target's.
 
 A reduced draft vocabulary (EAGLE-3): given `draft_vocab` (distinct target token ids, e.g. the most
 frequent ones of the training data), the drafter's head is those rows of the target's lm_head, a
@@ -46,6 +49,7 @@ class DrafterLoss:
 
     w_feat: float = 1.0  # SmoothL1 between predicted and true target feature
     w_tok: float = 0.1  # soft cross-entropy against the target's next-token distribution
+    unroll: int = 1  # forward passes, each on the previous pass's features (training-time test; 1: off)
 
 
 class Drafter(nn.Module):
@@ -164,13 +168,16 @@ class Drafter(nn.Module):
         mask = torch.zeros(allowed.shape, dtype=features.dtype, device=tokens.device)
         mask = mask.masked_fill(~allowed, torch.finfo(features.dtype).min)[:, None]
         positions = torch.arange(n, device=tokens.device)[None].expand(batch, n)
-        g = self.forward(tokens[:, :n], prev, positions, mask)
-        feat = nn.functional.smooth_l1_loss(g, features, reduction="none").mean(dim=-1)
         with torch.no_grad():  # with a draft vocabulary: the target's distribution renormalised over it
             p_target = torch.softmax(self.head(features), dim=-1)
-        ce = -(p_target * torch.log_softmax(self.head(g), dim=-1)).sum(dim=-1)
-        per_position = weights.w_feat * feat + weights.w_tok * ce
-        return (per_position * valid).sum() / valid.sum()
+        total = 0.0
+        for _ in range(max(1, weights.unroll)):
+            g = self.forward(tokens[:, :n], prev, positions, mask)
+            feat = nn.functional.smooth_l1_loss(g, features, reduction="none").mean(dim=-1)
+            ce = -(p_target * torch.log_softmax(self.head(g), dim=-1)).sum(dim=-1)
+            total = total + ((weights.w_feat * feat + weights.w_tok * ce) * valid).sum() / valid.sum()
+            prev = torch.cat([g.new_zeros(batch, 1, g.shape[2]), g[:, :-1]], dim=1)  # its own, for the next pass
+        return total / max(1, weights.unroll)
 
     def train_step(self, pairs, optimizer: torch.optim.Optimizer, weights: DrafterLoss = DrafterLoss()) -> float:
         """One optimiser step on a batch of (tokens long [L], features [L - 1, H]) pairs; returns the loss."""

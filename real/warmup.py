@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import real
-from real.drafter import Drafter
+from real.drafter import Drafter, DrafterLoss
 from real.hub import known_name
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
@@ -91,12 +91,13 @@ def coverage(pairs, vocab: torch.Tensor) -> float:
 
 
 def warm_up(target, pairs, vocab: torch.Tensor | None, steps: int, batch_size: int = 8, lr: float = 3e-3,
-            seed: int = 0, log=None) -> tuple[Drafter, list[float]]:
-    """A fresh drafter (seeded) with draft vocabulary `vocab`, fitted on the pairs; returns it and its losses."""
+            seed: int = 0, unroll: int = 1, log=None) -> tuple[Drafter, list[float]]:
+    """A fresh drafter (seeded) with draft vocabulary `vocab`, fitted on the pairs with `unroll` passes of the
+    training-time test (real.drafter.DrafterLoss); returns it and its losses."""
     dtype = next(target.parameters()).dtype
     drafter = Drafter.for_target(target, seed=seed, draft_vocab=vocab)
     losses = drafter.fit([(t, f.to(dtype)) for t, f in pairs], steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                         log=log)
+                         weights=DrafterLoss(unroll=unroll), log=log)
     return drafter, losses
 
 
@@ -114,12 +115,15 @@ def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: 
 
 
 def make_drafter(model: str, out: str | Path, problems: int = 160, max_new_tokens: int = 128, vocab: int = 2048,
-                 steps: int = 400, batch_size: int = 8, lr: float = 3e-3, heldout: int = 16, seed: int = 0,
-                 data: str | Path | None = None, command: str = "", collect_batch: int = 16, log=print) -> dict:
+                 steps: int = 400, batch_size: int = 8, lr: float = 3e-3, unroll: int = 1, heldout: int = 16,
+                 seed: int = 0, data: str | Path | None = None, command: str = "", collect_batch: int = 16,
+                 log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
     from real.models import load_target, load_tokenizer
 
+    if unroll < 1:
+        raise TltsimError(f"--unroll {unroll}: must be >= 1")
     t0 = time.perf_counter()
     target, task = load_target(model), WordProblemTask(load_tokenizer(model))
     meta = {"model": known_name(model) or str(model), "problems": problems, "seed": seed,
@@ -133,13 +137,13 @@ def make_drafter(model: str, out: str | Path, problems: int = 160, max_new_token
     t1 = time.perf_counter()
     eos = target.generation_config.eos_token_id
     ids = draft_vocab(pairs, vocab, [eos] if isinstance(eos, int) else list(eos or []))
-    drafter, losses = warm_up(target, pairs, ids, steps, batch_size, lr, seed,
+    drafter, losses = warm_up(target, pairs, ids, steps, batch_size, lr, seed, unroll,
                               log=lambda step, loss: log(f"step {step}/{steps} loss {loss:.3f}") if step % 25 == 0 else None)
     t2 = time.perf_counter()
     test = task.sample(np.random.default_rng(seed + 1), heldout, split="test")
     provenance = {**meta, "tokens": int(sum(len(t) for t, _ in pairs)), "draft_vocab": len(ids),
-                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": steps, "batch_size": batch_size,
-                  "lr": lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
+                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": steps, "unroll": unroll,
+                  "batch_size": batch_size, "lr": lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
                   "heldout_problems": heldout, "heldout_tokens_per_call_4_1_4":
                       round(accepted_length(target, drafter, task, test, "4_1_4", max_new_tokens), 3),
                   "collect_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "command": command}

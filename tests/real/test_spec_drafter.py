@@ -67,6 +67,24 @@ def test_padded_batch_loss_is_the_position_weighted_mean_of_row_losses():
     torch.testing.assert_close(drafter.loss(tokens, features, lengths), (torch.stack(rows) * weights).sum() / weights.sum())
 
 
+def test_unrolled_passes_read_the_drafters_own_features_one_position_back():
+    """unroll=2 (training-time test): the second pass reads, at position i, the first pass's g_{i-1}, and zeros
+    at position 0 as the first does; so a pair with one position loses the same either way, a longer one not,
+    and padding leaks into neither pass (the batch loss is still the position-weighted mean of row losses)."""
+    drafter = Drafter.for_target(tiny_target("llama"), seed=0)
+    pairs = _pairs(n=3)
+    two = DrafterLoss(unroll=2)
+    short = [(pairs[0][0][:2], pairs[0][1][:1])]
+    torch.testing.assert_close(drafter.loss(*_pad(short, torch.device("cpu")), two),
+                               drafter.loss(*_pad(short, torch.device("cpu"))))
+    tokens, features, lengths = _pad(pairs, torch.device("cpu"))
+    unrolled = drafter.loss(tokens, features, lengths, two)
+    assert not torch.isclose(unrolled, drafter.loss(tokens, features, lengths))
+    rows = [drafter.loss(*_pad([pair], torch.device("cpu")), two) for pair in pairs]
+    weights = (lengths - 1).to(features.dtype)
+    torch.testing.assert_close(unrolled, (torch.stack(rows) * weights).sum() / weights.sum())
+
+
 @pytest.mark.parametrize("rows", [3, 1], ids=["ragged", "one-row"])
 def test_incremental_drafting_state_equals_a_full_forward(rows):
     """The drafter's ragged cache (ingest in pieces, rows of different lengths) gives the same g as
