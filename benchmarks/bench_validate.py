@@ -10,6 +10,14 @@ Steps (each a `tltsim` command a user would type; run on a quiet machine, the ti
    speedup; again with `--speed` (the profile scaled step by step by the runs' speed probes: how fast this
    shared machine ran at each step); then a summary line per pair and way.
 Targets (issue 8): median |error| of per-step rollout time < 10%; predicted tlt/verl speedup within 15%.
+
+On a pretrained chat model (issue 15), one verl-then-tlt pair of short runs, with the settings a 135M-parameter
+target needs on 2 CPU cores (word problems through its chat template, the shipped drafter):
+
+    python benchmarks/bench_validate.py --model smollm2-135m --order verl-a,tlt-a --steps 3 --prompts 2 \
+        --group 4 --run-args "--lr 1e-6 --max-new-tokens 128 --knob threshold=2" \
+        --profile-args "--batches 1,2,4 --contexts 64,192 --train-rows 2,4 --repeats 2 --max-new-tokens 128" \
+        --out out/bench_validate_smollm2 | tee benchmarks/results/bench_validate_smollm2.txt
 """
 from __future__ import annotations
 
@@ -41,30 +49,37 @@ def main() -> None:
     p.add_argument("--group", type=int, default=4)
     p.add_argument("--device", default="cpu")
     p.add_argument("--pretrain", action="store_true", help="pretrain the target (3 min) instead of the shipped one")
+    p.add_argument("--model", default=None, help="target of every command (default: the shipped gcd target)")
+    p.add_argument("--order", default="verl-a,tlt-a,tlt-b,verl-b",
+                   help="runs in the order they are made: POLICY-PAIR, each pair a verl and a tlt run")
+    p.add_argument("--run-args", default="", help="more `tltsim real run` arguments (one shell-quoted string)")
+    p.add_argument("--profile-args", default="", help="more `tltsim real profile` arguments")
     args = p.parse_args()
     out = Path(args.out)
-    target = out / "target" if args.pretrain else Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
+    target = out / "target" if args.pretrain else args.model or Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
     if args.pretrain:
         sh(["real", "pretrain", "-o", str(target)])
+    order = [name.strip() for name in args.order.split(",") if name.strip()]
+    pairs = sorted({name.split("-")[1] for name in order})
     # as many processes as the runs have workers: on a CPU they share the cores and the memory bandwidth
     sh(["real", "profile", "--model", str(target), "--device", args.device, "--processes", str(args.workers),
-        "-o", str(out / "profile.csv")])
+        *shlex.split(args.profile_args), "-o", str(out / "profile.csv")])
     # A-B-B-A: this machine's speed drifts by several percent from minute to minute, so each policy runs
     # once before and once after the other's pair; each (verl, tlt) pair is validated on its own
-    for name in ("verl-a", "tlt-a", "tlt-b", "verl-b"):
+    for name in order:
         run = out / name
         shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
         sh(["real", "run", "--policy", name.split("-")[0], "--workers", str(args.workers), "--steps", str(args.steps),
             "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
-            "--seed", "0", "-o", str(run)])
+            "--seed", "0", *shlex.split(args.run_args), "-o", str(run)])
     # each pair twice: the profile as measured, and scaled step by step by the runs' speed probes (--speed)
-    for pair in ("a", "b"):
+    for pair in pairs:
         for speed in ("", "-speed"):
             sh(["validate", str(out / f"verl-{pair}"), str(out / f"tlt-{pair}"), "--profile", str(out / "profile.csv"),
                 "-o", str(out / f"validation-{pair}{speed}")] + (["--speed"] if speed else []))
     print("\nA-B-B-A summary (pair a: verl then tlt; pair b: tlt then verl; profile: as measured, or x speed probe)")
     print("pair  profile  verl per-step |err|  tlt per-step |err|  speedup measured  predicted  error")
-    for pair in ("a", "b"):  # what each validate command wrote
+    for pair in pairs:  # what each validate command wrote
         for speed in ("", "-speed"):
             v = json.loads((out / f"validation-{pair}{speed}" / "validation.json").read_text())
             per = {(r["run"], r["metric"]): r["error"] for r in v["overall"]}
@@ -72,6 +87,15 @@ def main() -> None:
             errs = [per[(r, "median |error| of per-step rollout")] for r in (s["baseline"], s["run"])]
             print(f"{pair:>4}  {'x speed' if speed else 'as is':>7}  {errs[0]:19.3f}  {errs[1]:18.3f}  "
                   f"{s['measured']:16.3f}  {s['predicted']:9.3f}  {s['error']:+.3f}")
+    print("\nwork domain, whole runs (counted, not timed: the same with and without --speed)")
+    print("pair  run                       metric                  measured  predicted   error")
+    for pair in pairs:
+        v = json.loads((out / f"validation-{pair}" / "validation.json").read_text())
+        for r in v["work"]:
+            if r["step"] is None:
+                cells = [f"{r[k]:.2f}" if r[k] is not None else "-" for k in ("measured", "predicted")]
+                err = f"{r['error']:+.3f}" if r["error"] is not None else "-"
+                print(f"{pair:>4}  {r['run']:<24}  {r['metric']:<22}  {cells[0]:>8}  {cells[1]:>9}  {err:>6}")
 
 
 if __name__ == "__main__":

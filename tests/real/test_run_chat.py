@@ -112,3 +112,27 @@ def test_profile_times_training_on_the_models_own_answer_lengths(chat_model):
                  max_new_tokens=CAP)
     train = df[df["kind"] == "drafter_train"]
     assert len(train) == 1 and 2 * min(prompts) + 2 <= train["tokens"].iloc[0] <= 2 * (max(prompts) + CAP)
+
+
+def test_drafter_cli_warms_up_on_the_models_own_answers_and_records_how(chat_model, tmp_path, capsys):
+    """`tltsim real drafter` on a chat model: collects, fits with the training-time test, measures on held-out
+    problems and writes a drafter that loads onto the target, its provenance the command and settings;
+    a bad --unroll is one line and exit 2, before any work."""
+    import torch
+
+    from real.drafter import Drafter
+    from tltsim.cli import main
+
+    out, data = tmp_path / "d.pt", tmp_path / "answers.pt"
+    args = ["real", "drafter", "--model", str(chat_model), "--problems", "4", "--max-new-tokens", "8", "--steps", "3",
+            "--unroll", "2", "--heldout", "2", "--vocab", "40", "--data", str(data), "-o", str(out)]
+    assert main(args) == 0
+    meta = torch.load(out, weights_only=True)["meta"]
+    assert meta["unroll"] == 2 and meta["steps"] == 3 and meta["problems"] == 4 and "--unroll 2" in meta["command"]
+    assert meta["draft_vocab"] <= 40 and meta["heldout_tokens_per_call_4_1_4"] >= 1 and data.is_file()
+    drafter = Drafter.load(out, load_target(chat_model))
+    assert len(drafter.draft_vocab) == meta["draft_vocab"]
+    capsys.readouterr()
+    assert main(args[:-2] + ["--unroll", "0", "-o", str(tmp_path / "bad.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--unroll 0" in err[0] and not (tmp_path / "bad.pt").exists()
