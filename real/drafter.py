@@ -19,7 +19,7 @@ learns to draft on from its own predictions, not only from the target's.
 
 A reduced draft vocabulary (EAGLE-3): given `draft_vocab` (distinct target token ids, e.g. the most
 frequent ones of the training data), the drafter's head is those rows of the target's lm_head, a
-copy that is not trained, so a draft step scores a few thousand tokens instead of the whole
+copy that is not trained (`refresh_head` copies them again after the target changes), so a draft step scores a few thousand tokens instead of the whole
 vocabulary; `head` gives those logits and `to_target` maps their indices back to token ids. The
 loss's target distribution is then the target's renormalised over the draft vocabulary. Drafts are
 proposals only: verification always uses the target's full distribution (real.sampling), so the
@@ -109,6 +109,17 @@ class Drafter(nn.Module):
         if self.draft_vocab is None:
             return self.lm_head(g)
         return nn.functional.linear(g, self._head_weight, self._head_bias)
+
+    def refresh_head(self) -> None:
+        """Copy the target's lm_head rows of the draft vocabulary again: the draft head is a copy, so after
+        the target's weights change (a GRPO update) it would score with the old ones until refreshed."""
+        if self.draft_vocab is None:
+            return
+        head = self.lm_head
+        with torch.no_grad():
+            self._head_weight.copy_(head.weight[self.draft_vocab])
+            if self._head_bias is not None:
+                self._head_bias.copy_(head.bias[self.draft_vocab])
 
     def to_target(self, index: torch.Tensor) -> torch.Tensor:
         """Target token ids of draft-vocabulary indices (what `head`'s argmax / top-k return)."""

@@ -170,6 +170,8 @@ class Worker:
         phases.append(("reward", t, t := self.clock()))
         adv = group_advantages(np.reshape(rewards, (len(mine), cfg.group))).ravel() if rows else np.zeros(0)
         stats = self.grpo.update(prompts, responses, adv, old, ref)
+        if self.drafter is not None:
+            self.drafter.refresh_head()  # its reduced head copies rows of the lm_head the update just moved
         phases.append(("train", t, t := self.clock()))
         self._sync_drafter(batches)
         self._share_samples(step, samples)

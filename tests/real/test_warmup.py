@@ -34,6 +34,17 @@ def test_the_draft_head_is_the_targets_rows_and_indices_map_back():
     g = torch.randn(2, 5, model.config.hidden_size, dtype=torch.float64)
     torch.testing.assert_close(drafter.head(g), model.get_output_embeddings()(g)[..., ids])
     assert drafter.to_target(torch.tensor([[0, 3], [2, 1]])).tolist() == [[3, 2], [40, 11]]
+    weight = model.get_output_embeddings().weight
+    saved = weight.detach().clone()
+    with torch.no_grad():  # the head is a copy: a changed target (a GRPO update) shows once refreshed
+        weight.add_(1.0)
+    try:
+        assert not torch.allclose(drafter.head(g), model.get_output_embeddings()(g)[..., ids])
+        drafter.refresh_head()
+        torch.testing.assert_close(drafter.head(g), model.get_output_embeddings()(g)[..., ids])
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)  # the target is shared with other tests
     full = Drafter.for_target(model, seed=0)
     assert torch.equal(full.head(g), model.get_output_embeddings()(g)) and full.to_target(ids) is ids
     for bad in ([1, 1], [model.config.vocab_size], []):
