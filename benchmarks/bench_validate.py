@@ -15,9 +15,10 @@ On a pretrained chat model (issue 15), one verl-then-tlt pair of short runs, wit
 target needs on 2 CPU cores (word problems through its chat template, the shipped drafter):
 
     python benchmarks/bench_validate.py --model smollm2-135m --order verl-a,tlt-a --steps 3 --prompts 2 \
-        --group 4 --run-args "--lr 1e-6 --max-new-tokens 128 --knob threshold=2" \
-        --profile-args "--batches 1,2,4 --contexts 64,192 --train-rows 2,4 --repeats 2 --max-new-tokens 128" \
-        --out out/bench_validate_smollm2 | tee benchmarks/results/bench_validate_smollm2.txt
+        --group 4 --run-args "--lr 1e-6 --max-new-tokens 128 --probe 4" \
+        --tlt-args "--knob threshold=4 --knob patience=2 --knob arms=4_1_4,3_1_3" \
+        --profile-args "--batches 1,2,4 --contexts 64,192 --strategies 4_1_4,3_1_3 --train-rows 2,4 --repeats 2 \
+        --max-new-tokens 128" --out out/bench_validate_smollm2 | tee benchmarks/results/bench_validate_smollm2.txt
 """
 from __future__ import annotations
 
@@ -53,7 +54,10 @@ def main() -> None:
     p.add_argument("--order", default="verl-a,tlt-a,tlt-b,verl-b",
                    help="runs in the order they are made: POLICY-PAIR, each pair a verl and a tlt run")
     p.add_argument("--run-args", default="", help="more `tltsim real run` arguments (one shell-quoted string)")
+    p.add_argument("--tlt-args", default="", help="more arguments of the tlt runs only (e.g. --knob threshold=4)")
     p.add_argument("--profile-args", default="", help="more `tltsim real profile` arguments")
+    p.add_argument("--profile", default=None, help="an existing profile CSV of this machine to use instead of "
+                   "measuring one (e.g. the one an earlier, interrupted call wrote)")
     args = p.parse_args()
     out = Path(args.out)
     target = out / "target" if args.pretrain else args.model or Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
@@ -62,8 +66,13 @@ def main() -> None:
     order = [name.strip() for name in args.order.split(",") if name.strip()]
     pairs = sorted({name.split("-")[1] for name in order})
     # as many processes as the runs have workers: on a CPU they share the cores and the memory bandwidth
-    sh(["real", "profile", "--model", str(target), "--device", args.device, "--processes", str(args.workers),
-        *shlex.split(args.profile_args), "-o", str(out / "profile.csv")])
+    if args.profile:
+        out.mkdir(parents=True, exist_ok=True)
+        if Path(args.profile).resolve() != (out / "profile.csv").resolve():
+            shutil.copyfile(args.profile, out / "profile.csv")
+    else:
+        sh(["real", "profile", "--model", str(target), "--device", args.device, "--processes", str(args.workers),
+            *shlex.split(args.profile_args), "-o", str(out / "profile.csv")])
     # A-B-B-A: this machine's speed drifts by several percent from minute to minute, so each policy runs
     # once before and once after the other's pair; each (verl, tlt) pair is validated on its own
     for name in order:
@@ -71,7 +80,8 @@ def main() -> None:
         shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
         sh(["real", "run", "--policy", name.split("-")[0], "--workers", str(args.workers), "--steps", str(args.steps),
             "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
-            "--seed", "0", *shlex.split(args.run_args), "-o", str(run)])
+            "--seed", "0", *shlex.split(args.run_args),
+            *(shlex.split(args.tlt_args) if name.startswith("tlt") else []), "-o", str(run)])
     # each pair twice: the profile as measured, and scaled step by step by the runs' speed probes (--speed)
     for pair in pairs:
         for speed in ("", "-speed"):

