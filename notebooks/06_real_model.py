@@ -30,9 +30,9 @@
 
 # %% tags=["parameters"]
 MODEL = "smollm2-135m"  # a known model, or a save_pretrained directory of a Llama/Qwen2 instruct model
-PROBLEMS = 8  # held-out word problems answered live for the length figures
+PROBLEMS = 4  # held-out word problems answered live (more: a fuller picture of the lengths)
 MAX_NEW = 128  # answer cap in tokens of the live answers (the shipped drafter was warmed up on answers of up to 128)
-SPEED_TOKENS = 64  # tokens per row of the speed comparison
+SPEED_TOKENS = 32  # tokens per row of the speed comparison (64 or more for steadier ratios)
 BATCHES = [1, 4]  # batch sizes of the speed comparison (add 16 on a quiet machine)
 ROUNDS = 1  # timed runs of each mode per batch size (3 for steadier ratios)
 RUNS = ["../traces/real_verl_smollm2", "../traces/real_tlt_smollm2"]  # the recorded pair, baseline first
