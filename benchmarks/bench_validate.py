@@ -15,7 +15,7 @@ On a pretrained chat model (issue 15), one verl-then-tlt pair of short runs, wit
 target needs on 2 CPU cores (word problems through its chat template, the shipped drafter):
 
     python benchmarks/bench_validate.py --model smollm2-135m --order verl-a,tlt-a --steps 3 --prompts 2 \
-        --group 4 --run-args "--lr 1e-6 --max-new-tokens 128 --probe 4" \
+        --group 4 --run-args "--lr 1e-6 --max-new-tokens 128 --probe 4 --temperature 0.6" \
         --tlt-args "--knob threshold=4 --knob patience=2 --knob arms=4_1_4,3_1_3" \
         --profile-args "--batches 1,2,4 --contexts 64,192 --strategies 4_1_4,3_1_3 --train-rows 2,4 --repeats 2 \
         --max-new-tokens 128" --out out/bench_validate_smollm2 | tee benchmarks/results/bench_validate_smollm2.txt
@@ -60,7 +60,8 @@ def main() -> None:
                    "measuring one (e.g. the one an earlier, interrupted call wrote)")
     args = p.parse_args()
     out = Path(args.out)
-    target = out / "target" if args.pretrain else args.model or Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
+    shipped = Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
+    target = out / "target" if args.pretrain else args.model or shipped
     if args.pretrain:
         sh(["real", "pretrain", "-o", str(target)])
     order = [name.strip() for name in args.order.split(",") if name.strip()]

@@ -15,12 +15,14 @@ Loss per position = w_feat * SmoothL1(g_i, f_i) + w_tok * CE(softmax(lm_head(f_i
 a soft cross-entropy against the target's distribution. With `unroll` = k > 1 (EAGLE-3's training-time
 test) the forward runs k times, pass j reading the features pass j - 1 predicted (g_{i-1} for f_{i-1}),
 as the drafter reads its own features j steps into a draft, and the loss is the passes' mean: the drafter
-learns to draft on from its own predictions, not only from the target's.
+learns to draft on from its own predictions, not only from the target's. (A simple form of it: every
+position of pass j reads pass j - 1's features, so its attention's earlier keys come from predicted
+features too, where in a real draft those of the accepted prefix come from the target's.)
 
 A reduced draft vocabulary (EAGLE-3): given `draft_vocab` (distinct target token ids, e.g. the most
 frequent ones of the training data), the drafter's head is those rows of the target's lm_head, a
-copy that is not trained (`refresh_head` copies them again after the target changes), so a draft step scores a few thousand tokens instead of the whole
-vocabulary; `head` gives those logits and `to_target` maps their indices back to token ids. The
+copy that is not trained (`refresh_head` copies them again after the target changes), so a draft
+step scores a few thousand tokens instead of the whole vocabulary; `head` gives those logits and `to_target` maps their indices back to token ids. The
 loss's target distribution is then the target's renormalised over the draft vocabulary. Drafts are
 proposals only: verification always uses the target's full distribution (real.sampling), so the
 output is exact whatever the draft vocabulary; a token outside it just never gets drafted.
