@@ -24,7 +24,8 @@ import torch
 
 from real.drafter import Drafter
 from real.generate import Engine
-from real.models import SHIPPED_TARGET, load_target
+from real.models import load_target
+from real.settings import SHIPPED_TARGET
 from real.spec import DraftState
 
 ROOT = Path(__file__).resolve().parent.parent

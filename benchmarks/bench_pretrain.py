@@ -25,8 +25,10 @@ import numpy as np
 import torch
 
 from real.evaluate import evaluate
-from real.models import SHIPPED_TARGET, load_target
-from real.pretrain import PRETRAIN_FILE, PretrainConfig, pretrain
+from real.models import load_target
+from real.settings import SHIPPED_TARGET
+from real.settings import PretrainConfig
+from real.pretrain import PRETRAIN_FILE, pretrain
 from real.task import GcdTask
 
 BUCKETS = [(0, 5), (5, 15), (15, 30), (30, 65)]  # solution lines (subtraction steps)

@@ -27,7 +27,8 @@ import torch
 import real
 from real.generate import Engine
 from real.models import load_target
-from real.pretrain import PretrainConfig, pretrain
+from real.pretrain import pretrain
+from real.settings import PretrainConfig
 from real.task import GcdTask
 
 

@@ -19,7 +19,8 @@ import torch
 
 from real.drafter import Drafter
 from real.evaluate import accepted_length
-from real.models import SHIPPED_TARGET, load_target
+from real.models import load_target
+from real.settings import SHIPPED_TARGET
 from real.run import RunConfig, launch
 from real.task import GcdTask
 

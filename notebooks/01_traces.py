@@ -73,7 +73,7 @@ per_step = pd.DataFrame(s["per_step"]).set_index("step")
 per_step[["responses", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction"]]
 
 # %%
-from tltsim import plots
+from tltsim.analysis import plots
 
 plots.length_distribution(trace, title=trace.meta.source)
 
@@ -194,7 +194,7 @@ print(f"A perfectly balanced rollout of the same tokens ('ideal', a lower bound 
 # GPU-seconds that sat idle.
 
 # %%
-from tltsim.plots.steps import idle_by_step
+from tltsim.analysis.plots.steps import idle_by_step
 
 waste = verl.steps.set_index("step")[["rollout_s", "tail_s", "total_s"]]
 waste["idle_gpu_s"] = idle_by_step(verl)

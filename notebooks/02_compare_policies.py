@@ -92,10 +92,10 @@ print(f"{len(results)} policies simulated in {time.perf_counter() - t0:.1f} s: {
 # %% [markdown]
 # The comparison table: speed on the left, off-policy cost on the right, sorted by speedup
 # (end to end, baseline makespan / run makespan). `comparison_table` is the table of the HTML
-# report (`tltsim.report`); `trained_len_ratio` is added from each run's summary.
+# report (`tltsim.analysis.report`); `trained_len_ratio` is added from each run's summary.
 
 # %%
-from tltsim.report import comparison_table
+from tltsim.analysis.report import comparison_table
 
 runs = list(results.values())
 table = comparison_table(runs).set_index("run")
@@ -128,7 +128,7 @@ fig.suptitle("Speed and what it costs in off-policy terms", x=0.01, ha="left", f
 # the switch each contribute.
 
 # %%
-from tltsim import plots
+from tltsim.analysis import plots
 
 plots.speedup([results[p] for p in ABLATIONS])
 
@@ -157,7 +157,7 @@ plots.drafter([results[p] for p in POLICIES if p in ('tlt', 'static-sd', 'tlt-ba
 # ## 3. How the ranking changes with cluster size
 #
 # More engines share the same step's responses, so each holds fewer and the tail takes a larger
-# part of the step. A sweep (`tltsim.sweep`, the engine of `tltsim sweep FILE`) runs every policy
+# part of the step. A sweep (`tltsim.analysis.sweep`, the engine of `tltsim sweep FILE`) runs every policy
 # at each size in `GPU_COUNTS` on `WORKERS` processes; speedup is over the baseline at the same size.
 
 # %%
@@ -165,7 +165,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from tltsim.sweep import load_spec, run_sweep
+from tltsim.analysis.sweep import load_spec, run_sweep
 
 scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb02-")  # removed when the kernel exits
 work = Path(scratch.name)

@@ -27,7 +27,7 @@
 # * the **drafter-training cadence**: spot-train the drafter during every k-th step's rollout,
 # * **min idle workers**: how many workers must be idle before spot training starts,
 #
-# and read off what matters and what does not. Sweeps go through `tltsim.sweep` (the engine of
+# and read off what matters and what does not. Sweeps go through `tltsim.analysis.sweep` (the engine of
 # `tltsim sweep FILE`): a TOML file per sweep, runs in parallel processes, a results table.
 
 # %% tags=["parameters"]
@@ -76,11 +76,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tltsim import plots
+from tltsim.analysis import plots
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
-from tltsim.sweep import load_spec, run_sweep
+from tltsim.analysis.sweep import load_spec, run_sweep
 from tltsim.trace import load
 
 trace = load(TRACE)

@@ -136,7 +136,7 @@ ax.legend();
 # are differences in absolute points.
 
 # %%
-from tltsim.validate import validate
+from tltsim.analysis.validate import validate
 
 v = validate(RUNS, PROFILE)
 v.overall
@@ -155,7 +155,7 @@ pd.Series(v.speedup, name="speedup of the second run over the first")
 # spike does not count). Below: the speed factor per step, and the headline errors both ways.
 
 # %%
-from tltsim.validate import speed_factors
+from tltsim.analysis.validate import speed_factors
 
 probed = all("speed_probe_s" in r.steps for r in measured.values())
 if not probed:
@@ -188,7 +188,7 @@ per_step.swaplevel(axis=1).sort_index(axis=1)[["rollout_s", "total_s", "idle_fra
 # and engine.
 
 # %%
-from tltsim.work_domain import run_totals
+from tltsim.analysis.work_domain import run_totals
 
 work = run_totals(v.work)
 if scaled is not None:  # --speed rescales every time of a step; the counts stay what they were
@@ -230,7 +230,7 @@ axes[0, 0].legend();
 # %%
 from dataclasses import replace
 
-from tltsim import plots
+from tltsim.analysis import plots
 
 
 def labelled(result, label):

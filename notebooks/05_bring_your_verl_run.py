@@ -61,7 +61,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tltsim import config as configmod
-from tltsim.calibration import calibrate
+from tltsim.analysis.calibration import calibrate
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import stats

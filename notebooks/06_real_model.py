@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-import real
+from real.generate import generate
 from real import hub, speed
 from real.drafter import Drafter
 from real.models import load_target, load_tokenizer
@@ -88,7 +88,7 @@ print(f"{type(target).__name__}: {config.num_hidden_layers} layers, hidden {conf
 task = WordProblemTask(tokenizer)
 problems = task.sample(np.random.default_rng(SEED), PROBLEMS, split="test")
 print(tokenizer.decode(task.prompt_ids(problems[0])))
-gen = real.generate(target, [task.prompt_ids(p) for p in problems], max_new_tokens=MAX_NEW)
+gen = generate(target, [task.prompt_ids(p) for p in problems], max_new_tokens=MAX_NEW)
 print(task.response_text(gen.tokens[0]))
 answers = pd.DataFrame({"answer": [p.answer for p in problems],
                         "said": [task.final_number(task.response_text(t)) for t in gen.tokens],
@@ -150,8 +150,8 @@ print(f"best speedup {best.speedup:.2f}x at batch {best.batch} ({best.tokens_per
 
 # %%
 from tltsim.records import Result
-from tltsim.validate import validate
-from tltsim.work_domain import run_totals
+from tltsim.analysis.validate import validate
+from tltsim.analysis.work_domain import run_totals
 
 measured = {d: Result.load(d) for d in RUNS}
 requests = pd.concat([r.requests.assign(run=r.config["policy"]) for r in measured.values()])

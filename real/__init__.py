@@ -1,5 +1,5 @@
-"""The real backend: torch + transformers models, generation and training."""
-from real.drafter import Drafter
-from real.generate import Engine, generate
+"""The real backend: torch + transformers models, generation and training.
 
-__all__ = ["Drafter", "Engine", "generate"]
+Importing the package loads nothing: `real.hub` (fetching a model) and `real.settings` (the commands'
+settings) need no torch, and `tltsim real ... --help` reads only those.
+"""

@@ -6,21 +6,15 @@ handler; list it in SUBCOMMANDS. Handlers raise TltsimError for bad input.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
 from dataclasses import fields
 
-import numpy as np
-import pandas as pd
-import torch
-
 from real import hub
-from real.evaluate import evaluate
-from real.models import PRESETS, check_target, load_target
-from real.pretrain import PretrainConfig, pretrain
-from real.task import GcdTask
-from tltsim.cli.parser import Parser, parse, show_progress
+from real.settings import PRESETS, PretrainConfig
+from tltsim.argparser import Parser, parse, show_progress
 from tltsim.errors import TltsimError
 
 
@@ -84,9 +78,9 @@ def add_profile(sub) -> None:
 
 def _profile(args) -> int:
     from real.drafter import Drafter
-    from real.models import load_task
+    from real.models import load_target, load_task
     from real.profile import profile_processes
-    from real.sampling import SamplingParams
+    from real.settings import SamplingParams
     from tltsim.io import atomic_path
 
     def ints(text, flag):
@@ -121,7 +115,7 @@ def _profile(args) -> int:
 
 
 def add_run(sub) -> None:
-    from real.grpo import GRPOConfig
+    from real.settings import GRPOConfig
     from real.run_config import POLICIES, RunConfig
 
     d = {f.name: f.default for f in fields(RunConfig)}
@@ -187,9 +181,11 @@ def _run_command(args) -> str:
 def _run(args) -> int:
     from dataclasses import replace as dc_replace
 
-    from real.grpo import GRPOConfig
+    from real.settings import GRPOConfig
     from real.run import RunConfig, launch
     from tltsim.control.decisions import knobs_from_text
+
+    from real.models import check_target
 
     check_target(args.model)  # here, with its message, not in every worker after they spawn
     config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
@@ -218,7 +214,14 @@ def add_model(sub) -> None:
     for v in (fetch, listing):
         v.add_argument("--cache", default=None, help="cache directory (default: $TLTSIM_CACHE, else the user cache)")
     fetch.set_defaults(func=lambda args: print(hub.fetch(args.name, args.cache)))
-    listing.set_defaults(func=lambda args: print(pd.DataFrame(hub.listing(args.cache)).to_string(index=False)))
+    listing.set_defaults(func=_model_list)
+
+
+def _model_list(args) -> int:
+    import pandas as pd
+
+    print(pd.DataFrame(hub.listing(args.cache)).to_string(index=False))
+    return 0
 
 
 def add_drafter(sub) -> None:
@@ -273,7 +276,7 @@ def add_speed(sub) -> None:
 def _speed(args) -> int:
     from real import speed
     from real.drafter import Drafter
-    from real.models import load_tokenizer
+    from real.models import load_target, load_tokenizer
     from real.spec import draftable
     from real.warmup import shipped_drafter
     from real.wordproblems import WordProblemTask
@@ -308,14 +311,24 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str]) -> int:
-    args = parse(build_parser(), argv)
+    args = parse(build_parser(), argv)  # --help and a bad argument end here, before torch is imported
     if args.real_command is None:  # `tltsim real`: its help
         return args.func(args) or 0
+    if args.threads < 1:
+        raise TltsimError(f"--threads {args.threads}: must be >= 1")
+    if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
+        raise TltsimError("`tltsim real` needs torch and transformers: pip install tltsim[real]")
+    import torch
+
     torch.set_num_threads(args.threads)
     return args.func(args) or 0
 
 
 def _pretrain(args) -> int:
+    import numpy as np
+
+    from real.pretrain import pretrain
+
     config = PretrainConfig(preset=args.preset, steps=args.steps, seconds=args.seconds,
                             batch_tokens=args.batch_tokens, lr=args.lr, seed=args.seed)
     t0 = time.perf_counter()
@@ -336,6 +349,12 @@ def _evaluate(args) -> int:
 
 def _report(target, problems: int, samples: int, temperature: float, max_new_tokens: int | None, seed: int,
             device: str) -> None:
+    import numpy as np
+
+    from real.evaluate import evaluate
+    from real.models import load_target
+    from real.task import GcdTask
+
     model, task = load_target(target, device), GcdTask.load(target)
     held_out = task.sample(np.random.default_rng(seed), problems, split="test")
     greedy = evaluate(model, task, held_out, greedy=True, max_new_tokens=max_new_tokens)

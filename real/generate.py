@@ -22,7 +22,8 @@ import pandas as pd
 import torch
 
 from real.kvcache import RaggedCache
-from real.sampling import SamplingParams, next_tokens, verify_greedy_chain, verify_tree
+from real.sampling import next_tokens, verify_greedy_chain, verify_tree
+from real.settings import SamplingParams
 from real.spec import DraftState, DraftTree, draftable
 from tltsim.errors import TltsimError
 from tltsim.control.strategy import Strategy

@@ -22,36 +22,17 @@ one-batch update's, up to float rounding.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from tltsim.cost.padding import micro_batches
+from tltsim.padding import micro_batches
+from real.settings import GRPOConfig
 from tltsim.errors import TltsimError
 
 
-@dataclass(frozen=True)
-class GRPOConfig:
-    lr: float = 1e-4  # AdamW learning rate of the target
-    clip: float = 0.2  # PPO ratio clip epsilon
-    kl: float = 0.0  # beta: weight of the KL to the frozen initial target (0 = no reference model)
-    mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
-    max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
-    micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
 
-    def __post_init__(self):
-        if not self.lr > 0:
-            raise TltsimError(f"grpo lr={self.lr}: must be > 0")
-        if not 0 < self.clip < 1:
-            raise TltsimError(f"grpo clip={self.clip}: must be in (0, 1)")
-        if self.kl < 0:
-            raise TltsimError(f"grpo kl={self.kl}: must be >= 0")
-        if self.mini_batches < 1:
-            raise TltsimError(f"grpo mini_batches={self.mini_batches}: must be >= 1")
-        if self.micro_batch_tokens < 1:
-            raise TltsimError(f"grpo micro_batch_tokens={self.micro_batch_tokens}: must be >= 1")
 
 
 def group_advantages(rewards: np.ndarray) -> np.ndarray:

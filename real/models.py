@@ -9,48 +9,16 @@ is its directory in the user's cache, made by `tltsim real model fetch`. Every p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from real.hub import KNOWN, resolve_model
+from real.settings import PRESETS
 from real.task import TASK_FILE, GcdTask, Tokenizer
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
-
-
-@dataclass(frozen=True)
-class Preset:
-    arch: str  # "llama" or "qwen2"
-    hidden: int  # model width
-    layers: int  # decoder layers
-    heads: int  # query heads; head dim = hidden / heads
-    kv_heads: int  # key/value heads (< heads: grouped-query attention)
-    ffn: int  # MLP inner width
-    max_len: int = 1024  # longest prompt + response the positions are meant for (task cap: ~530)
-    note: str = ""  # what the preset is for
-
-
-PRESETS = {
-    # the default target: trains from scratch on 2 CPU cores in about 3 minutes
-    "tiny-llama": Preset("llama", 128, 4, 4, 2, 384, note="default target (CPU pretrain)"),
-    "tiny-qwen2": Preset("qwen2", 128, 4, 4, 2, 384, note="the default's Qwen2 twin"),
-    # for tests: builds and runs in milliseconds
-    "test-llama": Preset("llama", 32, 2, 4, 2, 64, note="unit tests"),
-    "test-qwen2": Preset("qwen2", 32, 2, 4, 2, 64, note="unit tests"),
-    # for a GPU: big enough that a forward is compute-bound at moderate batch sizes
-    "small-llama": Preset("llama", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
-    "small-qwen2": Preset("qwen2", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
-    # Qwen2.5-0.5B's shape (random weights: real ones cannot travel to the GPU machine): benchmarks/gpu_check.py
-    "qwen2.5-0.5b-shape": Preset("qwen2", 896, 24, 14, 2, 4864, max_len=4096, note="GPU check (Qwen2.5-0.5B's shape)"),
-}
-
-
-# `tltsim real pretrain -o real/assets/gcd-tiny-llama`: the default target, pretrained (3.2 MB), so tests,
-# notebooks and benchmarks need not spend 3 minutes making it. benchmarks/bench_pretrain.py measures it.
-SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
 
 
 def _unknown(name: str) -> TltsimError:

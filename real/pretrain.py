@@ -8,40 +8,18 @@ file, and returns the loss curve. Deterministic by seed when bounded by steps; a
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from real.models import build_target
-from real.task import TASK_FILE, GcdTask, TaskConfig
-from tltsim.errors import TltsimError
+from real.task import TASK_FILE, GcdTask
+from real.settings import PretrainConfig
 from tltsim.io import atomic_dir, write_json
 
 PRETRAIN_FILE = "tltsim_pretrain.json"  # the run's config and loss curve, beside the checkpoint
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    preset: str = "tiny-llama"  # model architecture and size (real.models.PRESETS)
-    steps: int = 600  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
-    seconds: float | None = None  # stop after this much training time even if steps remain (not deterministic)
-    batch_tokens: int = 4096  # padded tokens per batch; similar lengths are batched together (more, smaller steps learn faster)
-    lr: float = 3e-3  # peak AdamW learning rate, reached after `warmup` steps, cosine-decayed to 10%
-    warmup: int = 30  # linear warm-up steps
-    weight_decay: float = 0.0  # AdamW weight decay
-    seed: int = 0  # model init and problem draws
-    task: TaskConfig = field(default_factory=TaskConfig)  # the problems trained on
-
-    def __post_init__(self):
-        if self.steps < 1:
-            raise TltsimError(f"pretrain steps {self.steps}: must be >= 1")
-        if self.seconds is not None and self.seconds <= 0:
-            raise TltsimError(f"pretrain seconds {self.seconds}: must be > 0")
-        if self.batch_tokens < 8 * self.task.max_steps + 32:
-            raise TltsimError(f"batch_tokens {self.batch_tokens}: must hold the longest problem, "
-                              f">= {8 * self.task.max_steps + 32}")
 
 
 @dataclass

@@ -3,17 +3,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
-import torch
-
-from real.grpo import GRPOConfig
-from real.models import SHIPPED_TARGET
-from real.sampling import SamplingParams
-from tltsim.errors import TltsimError
+from real.settings import SHIPPED_TARGET, GRPOConfig, SamplingParams
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.strategy import parse_arms
+from tltsim.errors import TltsimError
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always")
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 
 
 @dataclass(frozen=True)
@@ -59,7 +55,7 @@ class RunConfig:
             raise TltsimError(f"prompts={self.prompts} < workers={self.workers}: every worker needs a prompt group")
         if self.device not in ("cpu", "cuda"):
             raise TltsimError(f"device {self.device!r}: use cpu or cuda")
-        if self.device == "cuda" and not torch.cuda.is_available():
+        if self.device == "cuda" and not _cuda_available():
             raise TltsimError("device cuda: no CUDA device is visible; use --device cpu")
         if self.dtype not in DTYPES:
             raise TltsimError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
@@ -101,3 +97,9 @@ class RunConfig:
         k = self.tlt_knobs()
         d["knobs"] = asdict(k) if k else {}
         return d
+
+
+def _cuda_available() -> bool:
+    import torch  # only when a run asks for cuda
+
+    return torch.cuda.is_available()

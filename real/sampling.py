@@ -25,26 +25,9 @@ walk accepts the child equal to argmax z_u and emits argmax z_u as the recovered
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from tltsim.errors import TltsimError
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How the target's next token is chosen, in plain and in speculative decoding alike."""
-
-    greedy: bool = True  # argmax; temperature and top_p are then ignored
-    temperature: float = 1.0  # logits are divided by it before the softmax (> 0)
-    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 keeps every token
-
-    def __post_init__(self):
-        if not self.greedy and not self.temperature > 0:
-            raise TltsimError(f"temperature={self.temperature}: must be > 0 when sampling (or use greedy)")
-        if not 0 < self.top_p <= 1:
-            raise TltsimError(f"top_p={self.top_p}: must be in (0, 1]")
+from real.settings import SamplingParams
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import real
+from real.generate import generate
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 
@@ -47,7 +47,7 @@ def measure(target, drafter, prompts: list[list[int]], batches=(1, 4, 16), strat
         outputs = {}
         for r in range(rounds):
             for mode in (("decode", "spec_decode") if r % 2 == 0 else ("spec_decode", "decode")):
-                gen = real.generate(target, prompts_b, drafter=drafter if mode == "spec_decode" else None, strategy=strategy,
+                gen = generate(target, prompts_b, drafter=drafter if mode == "spec_decode" else None, strategy=strategy,
                                     max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
                 outputs.setdefault(mode, gen.tokens)
                 runs[mode].append(_decode(gen))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import real
+from real.generate import generate
 from real.drafter import Drafter, DrafterLoss
 from real.hub import known_name
 from real.wordproblems import WordProblemTask
@@ -48,7 +48,7 @@ def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_to
     pairs = []
     for start in range(0, len(problems), batch):
         chunk = problems[start: start + batch]
-        gen = real.generate(target, [task.prompt_ids(p) for p in chunk], max_new_tokens=max_new_tokens,
+        gen = generate(target, [task.prompt_ids(p) for p in chunk], max_new_tokens=max_new_tokens,
                             collect_features=True)
         pairs += [(torch.tensor(f.prompt + f.tokens), f.features.to(torch.bfloat16)) for f in gen.finished]
         if log:
@@ -108,7 +108,7 @@ def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: 
         raise TltsimError("accepted_length: no problems")
     accepted = []
     for start in range(0, len(problems), batch):
-        gen = real.generate(target, [task.prompt_ids(p) for p in problems[start: start + batch]], drafter=drafter,
+        gen = generate(target, [task.prompt_ids(p) for p in problems[start: start + batch]], drafter=drafter,
                             strategy=strategy, max_new_tokens=max_new_tokens)
         accepted += [a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
     return 1 + float(np.mean(accepted))

@@ -20,8 +20,8 @@ from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
 from real.record import Recorder, WorkerStep
-from real.run_config import DTYPES, RunConfig
-from real.sampling import SamplingParams
+from real.run_config import RunConfig
+from real.settings import SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
 from real.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
@@ -39,7 +39,7 @@ class Worker:
     def __init__(self, rank: int, config: RunConfig, out: Path, resume: bool, command: str, bar: bool = False):
         self.rank, self.world, self.config, self.out, self.command = rank, config.workers, config, out, command
         self.device = torch.device("cpu" if config.device == "cpu" else f"cuda:{torch.cuda.current_device()}")
-        self.dtype = DTYPES[config.dtype]
+        self.dtype = getattr(torch, config.dtype)
         self.store = dist.distributed_c10d._get_default_store()
         self.knobs = config.tlt_knobs()
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None

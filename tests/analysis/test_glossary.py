@@ -9,7 +9,7 @@ import numpy as np
 from tltsim import glossary
 from tltsim.cli import build_parser
 from tltsim.policies import policy_names
-from tltsim.plots.style import run_color
+from tltsim.analysis.plots.style import run_color
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

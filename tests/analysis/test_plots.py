@@ -7,8 +7,8 @@ import pytest
 
 from tltsim import plots
 from tltsim.errors import TltsimError
-from tltsim.plots.steps import parse_strategies, tuner_table
-from tltsim.plots.timeline import _occupancy, running_batch, switch_points
+from tltsim.analysis.plots.steps import parse_strategies, tuner_table
+from tltsim.analysis.plots.timeline import _occupancy, running_batch, switch_points
 from tltsim.records import STATES
 
 from tests.analysis.conftest import overlapping

@@ -11,8 +11,8 @@ import pytest
 
 from tltsim.cli import main
 from tltsim.glossary import COLUMNS
-from tltsim.plots.style import DPI, PAGE_WIDTH_IN, labelled
-from tltsim.report import COMPARISON_METRICS, build_report, comparison_table, write_report
+from tltsim.analysis.plots.style import DPI, PAGE_WIDTH_IN, labelled
+from tltsim.analysis.report import COMPARISON_METRICS, build_report, comparison_table, write_report
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 

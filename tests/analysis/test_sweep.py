@@ -14,7 +14,7 @@ from tltsim import sweep
 from tltsim.cli import main
 from tltsim.errors import TltsimError
 from tltsim.records import Result
-from tltsim.sweep import load_spec, run_sweep, swept_keys
+from tltsim.analysis.sweep import load_spec, run_sweep, swept_keys
 
 
 def write_spec(tmp_path, trace_file, body, name="sweep.toml"):

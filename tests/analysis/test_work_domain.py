@@ -13,8 +13,8 @@ import pytest
 from tltsim.cli import main
 from tltsim.errors import TltsimError
 from tltsim.records import Result
-from tltsim.validate import validate, write
-from tltsim.work_domain import WORK_METRICS, run_totals, work_metrics
+from tltsim.analysis.validate import validate, write
+from tltsim.analysis.work_domain import WORK_METRICS, run_totals, work_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = [ROOT / "traces" / "real_verl_cpu", ROOT / "traces" / "real_tlt_cpu"]

@@ -1,4 +1,5 @@
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -6,22 +7,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 # Layers, bottom first: a module imports only from its own layer or those below (ast, so imports inside
-# functions count too), and the pairs in SIBLINGS_APART not even within a layer.
+# functions count too), and the pairs in SIBLINGS_APART not even within a layer. docs/architecture.md's table
+# lists the same layers (test_the_architecture_doc_lists_these_layers).
 LAYERS = [
     {"tltsim", "tltsim.errors", "tltsim.io", "tltsim.jsonl", "tltsim.records", "tltsim.trace", "tltsim.summary",
-     "tltsim.verl_metrics", "tltsim.glossary"},  # records, I/O, what their columns mean
+     "tltsim.verl_metrics", "tltsim.glossary", "tltsim.argparser", "tltsim.padding"},  # records, I/O, their meaning
     {"tltsim.control"},  # decisions, driven by every executor
     {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
      "tltsim.verl_config"},  # executors and their settings
-    {"tltsim.validate", "tltsim.work_domain", "tltsim.calibration", "tltsim.findings", "tltsim.sweep", "tltsim.report", "tltsim.plots", "tltsim.export", "tltsim.table"},  # analysis
-    {"tltsim.cli.parser", "tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines (the parser: both CLIs' one)
+    {"tltsim.analysis"},  # validation, calibration, sweeps, the report and its plots
+    {"tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines
 ]
 SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below
     "tltsim.sim": {"tltsim.policies", "real"},  # the simulator knows its hooks (tltsim.sim.hooks), not the policies
     "tltsim.cost": {"tltsim.sim", "tltsim.policies", "real", "tltsim.config"},
     "real": {"tltsim.sim", "tltsim.policies", "tltsim.config", "tltsim.hardware"},  # real/ stands on the policy layer
     "tltsim.policies": {"real"},
-    "real.cli": {"tltsim.cli"},
+    "real.cli": {"tltsim.cli"},  # both command lines share tltsim.argparser, at the bottom
 }
 
 
@@ -32,7 +34,7 @@ def unit(module: str) -> str | None:
         return "real.cli" if module == "real.cli" else "real"
     if parts[0] != "tltsim":
         return None
-    if module == "tltsim.cli.parser":  # the argument parser both command lines share: a leaf of its own
+    if module == "tltsim.argparser":  # the argument parser both command lines share: a leaf of its own
         return module
     return "tltsim" if len(parts) == 1 else f"tltsim.{parts[1]}"
 
@@ -98,3 +100,22 @@ def test_policy_layer_imports_neither_torch_nor_simpy():
             "print(sorted(m for m in ('torch', 'simpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def doc_layers() -> list[set[str]]:
+    """The layers as docs/architecture.md's table gives them: one row a layer, top first; the `where` column's
+    paths (`tltsim/analysis/`, `real/cli.py`) named as layering units."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## The layers", 1)[1].split("\n\n")[2]
+    rows = [line.split("|")[3] for line in table.splitlines()[2:]]
+    units = []
+    for where in rows:
+        paths = re.findall(r"`([^`]+)`", where)
+        units.append({unit(p.rstrip("/").removesuffix(".py").replace("/", ".").removesuffix(".__init__"))
+                      for p in paths})
+    return units[::-1]
+
+
+def test_the_architecture_doc_lists_these_layers():
+    """The doc cannot drift from what is enforced: its table names each layer's units, bottom row first here."""
+    assert doc_layers() == LAYERS

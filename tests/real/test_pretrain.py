@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from real.evaluate import EvalResult, evaluate
-from real.models import SHIPPED_TARGET, load_target
-from real.pretrain import PRETRAIN_FILE, PretrainConfig, batches, pretrain, train
+from real.models import load_target
+from real.settings import SHIPPED_TARGET
+from real.settings import PretrainConfig
+from real.pretrain import PRETRAIN_FILE, batches, pretrain, train
 from real.task import GcdTask, Problem, TaskConfig
 from tltsim.cli import main as tltsim_main
 from tltsim.errors import TltsimError

@@ -17,9 +17,11 @@ import torch
 
 from real.drafter import Drafter
 from real.evaluate import accepted_length
-from real.grpo import GRPO, GRPOConfig, group_advantages, micro_batches, response_logprobs, token_losses
+from real.settings import GRPOConfig
+from real.grpo import GRPO, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target, load_target
-from real.pretrain import PretrainConfig, save_checkpoint, train
+from real.settings import PretrainConfig
+from real.pretrain import save_checkpoint, train
 from real.grpo import free_port
 from real.run import RunConfig, launch
 from real.spot import all_gather_pairs
@@ -235,7 +237,7 @@ def checkpoint_step(out: Path) -> int:
 
 
 def test_the_default_cap_is_the_tasks_longest_response(tmp_path):
-    from real.models import SHIPPED_TARGET
+    from real.settings import SHIPPED_TARGET
 
     assert RunConfig().validate().max_new_tokens == GcdTask.load(SHIPPED_TARGET).max_response_tokens
     assert RunConfig(model="test-llama").validate().max_new_tokens == GcdTask().max_response_tokens
@@ -247,7 +249,7 @@ def test_the_default_run_has_a_long_tail_that_few_responses_cut():
     """The shipped target sampled as the default run's step is (8 training problems in groups of 4, temperature 1,
     the default cap): few responses reach the cap and the longest are several times the median."""
     from real.generate import generate
-    from real.models import SHIPPED_TARGET
+    from real.settings import SHIPPED_TARGET
     from tltsim.trace.stats import tail_share
 
     cfg = RunConfig().validate()

@@ -16,7 +16,7 @@ from real.generate import Engine
 from real.models import build_target, load_target, load_task
 from real.profile import profile, train_lengths
 from real.run import RunConfig, launch
-from real.sampling import SamplingParams
+from real.settings import SamplingParams
 from real.task import GcdTask
 from real.wordproblems import INSTRUCTION, WordProblemTask
 from real.worker import _seed

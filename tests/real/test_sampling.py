@@ -9,7 +9,8 @@ from tiny_lm import tiny_target
 
 import real
 import real.sampling as sampling
-from real.sampling import SamplingParams, target_probs, verify_tree
+from real.sampling import target_probs, verify_tree
+from real.settings import SamplingParams
 from tltsim.errors import TltsimError
 
 GREEDY = SamplingParams()

@@ -8,7 +8,8 @@ from tiny_lm import MAX_NEW, PROMPTS, VOCAB, hf_greedy, ragged_eos, reference, t
 import real
 from real.generate import Engine
 from real.kvcache import RaggedCache
-from real.sampling import SamplingParams, verify_greedy_chain, verify_tree
+from real.sampling import verify_greedy_chain, verify_tree
+from real.settings import SamplingParams
 from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 

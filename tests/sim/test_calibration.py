@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from tltsim.calibration import calibrate
+from tltsim.analysis.calibration import calibrate
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.errors import TltsimError

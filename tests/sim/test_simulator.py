@@ -8,7 +8,7 @@ import pytest
 from tests.sim.conftest import ConstantCost, make_trace
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
-from tltsim.cost.padding import padded_tokens
+from tltsim.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.records import Result
 from tltsim.sim.simulator import Simulator, simulate

@@ -9,7 +9,7 @@ from tltsim.control import Strategy
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load, save
-from tltsim.validate import invert_quality, step_metrics, validate
+from tltsim.analysis.validate import invert_quality, step_metrics, validate
 
 
 @pytest.mark.parametrize("strategy", ["8_4_48", "4_1_4", "12_8_16"])
@@ -60,7 +60,7 @@ def _fake_run(path, accepted, batches):
 
 
 def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tmp_path):
-    from tltsim.validate import PROBE_STRATEGY, calibrate_staleness
+    from tltsim.analysis.validate import PROBE_STRATEGY, calibrate_staleness
 
     model = AcceptanceModel()
     q0, q_max, drift, tau = 0.80, 0.90, 0.02, 300.0
@@ -79,7 +79,7 @@ def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tm
 
 
 def test_calibration_needs_probed_runs(tmp_path):
-    from tltsim.validate import calibrate_staleness
+    from tltsim.analysis.validate import calibrate_staleness
 
     run = _fake_run(tmp_path / "x", [float("nan")] * 3, [0] * 3)
     with pytest.raises(TltsimError, match="no drafter_accepted per step"):
@@ -111,7 +111,7 @@ def test_speed_factors_are_the_median_probe_of_the_steps_around():
 
     from tltsim.cost.profiled import Profiled
     from tltsim.records import Result
-    from tltsim.validate import speed_factors, speed_reference
+    from tltsim.analysis.validate import speed_factors, speed_reference
 
     cost = Profiled({"c0": 1e-3, "c_q": 1e-4, "c_kv": 1e-7, "c_att": 0.0, "d0": 0.0, "d_q": 0.0,
                      "p0": 0.0, "p_t": 0.0, "p_sq": 0.0})
@@ -137,7 +137,7 @@ def test_replay_takes_the_runs_spot_trainer_settings(tmp_path):
 
     from tests.sim.conftest import ConstantCost, make_trace
     from tltsim.records import TIMELINE_COLUMNS, Result
-    from tltsim.validate import replay
+    from tltsim.analysis.validate import replay
 
     trace = make_trace([[5, 7], [5, 7]])
     trace.df["engine"] = trace.df["prompt_id"]

@@ -7,7 +7,7 @@ import sys
 import warnings
 from importlib.metadata import version
 
-from tltsim.cli.parser import Parser, parse
+from tltsim.argparser import Parser, parse
 from tltsim.errors import TltsimError, TltsimWarning
 
 # Command modules, in the order `tltsim --help` lists them. Each defines

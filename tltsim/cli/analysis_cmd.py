@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tltsim.cli.parser import show_progress
+from tltsim.argparser import show_progress
 from tltsim.errors import TltsimError
-from tltsim.sweep import METRICS
-from tltsim.table import format_table
+from tltsim.analysis.sweep import METRICS
+from tltsim.analysis.table import format_table
 
 
 def register(sub) -> None:
@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    from tltsim.report import load_results, write_report
+    from tltsim.analysis.report import load_results, write_report
 
     path = write_report(load_results(args.results), args.out, args.title, args.figures)
     print(f"wrote {path}" + (f" and its figures in {args.figures}/" if args.figures else ""))
@@ -44,7 +44,7 @@ def cmd_report(args) -> int:
 
 def cmd_sweep(args) -> int:
     from tltsim import plots
-    from tltsim.sweep import load_spec, run_sweep, swept_keys
+    from tltsim.analysis.sweep import load_spec, run_sweep, swept_keys
 
     if args.metric not in METRICS:
         raise TltsimError(f"--metric {args.metric!r} is not a summary metric; choose one of {', '.join(METRICS)}")

@@ -1,14 +1,12 @@
 """`tltsim real ...`: commands that run models on real devices (torch + transformers).
 
 The group's own parser and subcommands live in real/cli.py. This module only
-passes the arguments on, importing `real` when a real command runs, so
-`tltsim --help` and the simulator never load torch.
+passes the arguments on, importing `real.cli` when `tltsim real` is asked for; real.cli loads torch only
+once a command runs, so no `--help` and no simulator command loads torch.
 """
 from __future__ import annotations
 
 import argparse
-
-from tltsim.errors import TltsimError
 
 
 def register(subparsers) -> None:
@@ -20,11 +18,6 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError:
-        raise TltsimError("`tltsim real` needs torch and transformers: pip install tltsim[real]") from None
-    from real.cli import main
+    from real.cli import main  # torch-free until a command runs: real.cli imports torch after parsing
 
     return main((["--help"] if args.help else []) + args.argv)

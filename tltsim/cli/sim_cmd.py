@@ -9,16 +9,16 @@ from pathlib import Path
 
 from tltsim import config as configmod
 from tltsim import glossary
-from tltsim.calibration import cluster_notes, load_calibration
-from tltsim.cli.parser import PreformattedHelpFormatter, show_progress
+from tltsim.analysis.calibration import cluster_notes, load_calibration
+from tltsim.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
-from tltsim.export import write_chrome_trace
+from tltsim.analysis.export import write_chrome_trace
 from tltsim.io import atomic_dir
 from tltsim.policies import make_policy, policy_names
 from tltsim.control.decisions import knobs_from_text
 from tltsim.records import holds_only_results
 from tltsim.sim.simulator import Simulator
-from tltsim.table import format_table
+from tltsim.analysis.table import format_table
 from tltsim.trace import load as load_trace
 from tltsim.verl_config import read_verl_config
 
@@ -197,7 +197,7 @@ def cmd_compare(args) -> int:
     with atomic_dir(args.out, replaceable) as tmp:  # the whole comparison, its report included, or nothing
         rows = compare(trace, cfg, names, tmp, show_progress(args))
         if not args.no_report:
-            from tltsim.report import load_results, write_report  # matplotlib: imported only when a report is made
+            from tltsim.analysis.report import load_results, write_report  # matplotlib: imported only when a report is made
 
             write_report(load_results(policy_dir(tmp, n) for n in names), tmp / "report.html")
     if args.json:

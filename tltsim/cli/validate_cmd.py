@@ -6,7 +6,7 @@ import sys
 
 from tltsim.cli.sim_cmd import cluster_flags, sim_config, sim_trace
 from tltsim.errors import TltsimError
-from tltsim.table import format_table
+from tltsim.analysis.table import format_table
 
 
 def register(sub) -> None:
@@ -31,8 +31,8 @@ def register(sub) -> None:
 
 
 def cmd_validate(args) -> int:
-    from tltsim.validate import validate, write
-    from tltsim.work_domain import run_totals
+    from tltsim.analysis.validate import validate, write
+    from tltsim.analysis.work_domain import run_totals
 
     if args.verl_metrics:
         return cmd_validate_verl(args)
@@ -68,7 +68,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_validate_verl(args) -> int:
-    from tltsim.calibration import calibrate, save
+    from tltsim.analysis.calibration import calibrate, save
     from tltsim.verl_metrics import read_metrics
 
     if args.runs or args.profile or args.speed:
@@ -78,7 +78,7 @@ def cmd_validate_verl(args) -> int:
     if args.out:  # built whole beside it and swapped in, as a validation's directory
         from tltsim.io import atomic_dir, write_json
         from tltsim.records import holds_only_results
-        from tltsim.validate import VALIDATION_FILES
+        from tltsim.analysis.validate import VALIDATION_FILES
 
         with atomic_dir(args.out, lambda d: holds_only_results(d, VALIDATION_FILES)) as tmp:
             cal.per_step.to_csv(tmp / "per_step.csv", index=False)
@@ -123,7 +123,7 @@ def register_calibrate(sub) -> None:
 
 
 def cmd_calibrate(args) -> int:
-    from tltsim.validate import calibrate_staleness
+    from tltsim.analysis.validate import calibrate_staleness
 
     fit = calibrate_staleness(args.adaptive, args.static)
     if args.json:

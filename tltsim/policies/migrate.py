@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.cost.padding import padded_tokens
+from tltsim.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.knobs import KnobbedPolicy, knob

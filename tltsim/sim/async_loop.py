@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tltsim.cost.padding import padded_tokens
+from tltsim.padding import padded_tokens
 from tltsim.records import TimelineRow
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import check_footprints

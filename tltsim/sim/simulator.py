@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, parse_steps
 from tltsim.cost import Roofline, StepScaled
-from tltsim.cost.padding import padded_tokens
+from tltsim.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
 from tltsim.records import STEP_COLUMNS, Result, TimelineRow
@@ -38,7 +38,7 @@ class Simulator:
         self.model = load_model(c.model)
         self.gpu = load_gpu(c.gpu)
         self.cost = cost or Roofline(self.model, self.gpu, c.tp, cfg.cost)
-        if cfg.speed_factor != 1.0:  # a calibrated cluster (tltsim.calibration)
+        if cfg.speed_factor != 1.0:  # a calibrated cluster (tltsim.analysis.calibration)
             self.cost = StepScaled(self.cost, {}, default=cfg.speed_factor)
         self.policy = policy or Policy()
         self.reserved_workers = self.policy.reserved_gpus(c) // c.tp

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
-from tltsim.plots.style import (PAGE_WIDTH_IN, PHASES, gpus_per_worker, labelled, legend_right, new_figure, note,
+from tltsim.analysis.plots.style import (PAGE_WIDTH_IN, PHASES, gpus_per_worker, labelled, legend_right, new_figure, note,
                                  run_color, step_axis, styled)
 from tltsim.summary import OVERLAPS, rollout_overlap
 

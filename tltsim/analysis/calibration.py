@@ -31,7 +31,7 @@ from tltsim.sim.simulator import Simulator
 from tltsim.trace import Trace
 
 LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 tokens + 5%
-FORMAT = "tltsim.calibration/1"
+FORMAT = "tltsim.analysis.calibration/1"
 
 
 @dataclass

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from tltsim.glossary import BOUNDS
-from tltsim.plots.style import labelled
+from tltsim.analysis.plots.style import labelled
 from tltsim.summary import OVERLAPS, rollout_overlap
 
 SAME = 0.02  # speedups within 2% of 1 are "no faster" / "no slower"

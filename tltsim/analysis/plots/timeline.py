@@ -9,7 +9,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from tltsim.errors import TltsimError
-from tltsim.plots.style import STATE_COLORS, gpus_per_worker, labelled, legend_right, new_figure, styled
+from tltsim.analysis.plots.style import STATE_COLORS, gpus_per_worker, labelled, legend_right, new_figure, styled
 from tltsim.records import STATES
 
 

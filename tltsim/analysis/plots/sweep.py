@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from tltsim.errors import TltsimError
-from tltsim.plots.style import legend_right, new_figure, run_color, styled
+from tltsim.analysis.plots.style import legend_right, new_figure, run_color, styled
 
 # Axis labels (with units) of the summary metrics people sweep for; others show their column name.
 METRIC_LABELS = {

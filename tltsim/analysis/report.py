@@ -5,7 +5,7 @@
 The page needs nothing but itself (no scripts, no links outside it): images are base64 data URIs
 (palette PNGs, shown at the size they were drawn), each run's section and config sit in collapsible
 blocks, and a table of contents links the sections. With several results the first is the baseline
-and the page opens with the summary (tltsim.findings: the ranking by speedup, each policy's
+and the page opens with the summary (tltsim.analysis.findings: the ranking by speedup, each policy's
 off-policy cost and reason, the bounds, results that look wrong explained), then the comparison
 tables with a glossary of their columns (tltsim.glossary), the comparison charts, and the runs.
 Figures that need data a run lacks (speculation, per-iteration records) are left out for that run.
@@ -25,7 +25,7 @@ import pandas as pd
 from tltsim import findings, plots
 from tltsim.glossary import BOUNDS, COLUMNS, DEFINITIONS, RANKING
 from tltsim.io import atomic_path, write_text
-from tltsim.plots.style import labelled, run_color
+from tltsim.analysis.plots.style import labelled, run_color
 from tltsim.records import Result
 from tltsim.summary import OVERLAPS, rollout_overlap
 

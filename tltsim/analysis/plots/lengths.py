@@ -8,7 +8,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from tltsim.errors import TltsimError
-from tltsim.plots.style import new_figure, styled
+from tltsim.analysis.plots.style import new_figure, styled
 
 
 def _lengths(source) -> pd.DataFrame:

@@ -16,11 +16,11 @@ when present. Save with `save_png(fig, path)` (atomic) or embed with `png_bytes(
     sweep_lines / sweep_heatmap     a metric against one or two swept keys
     sweep_bars                      a metric per run (swept keys not numeric); sweep_figure picks
 """
-from tltsim.plots.lengths import length_distribution
-from tltsim.plots.steps import drafter, idle_per_step, speedup, step_breakdown, tuner_choices
-from tltsim.plots.style import STATE_COLORS, png_bytes, save_png
-from tltsim.plots.sweep import metric_label, sweep_bars, sweep_figure, sweep_heatmap, sweep_lines
-from tltsim.plots.timeline import batch_size, gantt, slowest_step, utilisation
+from tltsim.analysis.plots.lengths import length_distribution
+from tltsim.analysis.plots.steps import drafter, idle_per_step, speedup, step_breakdown, tuner_choices
+from tltsim.analysis.plots.style import STATE_COLORS, png_bytes, save_png
+from tltsim.analysis.plots.sweep import metric_label, sweep_bars, sweep_figure, sweep_heatmap, sweep_lines
+from tltsim.analysis.plots.timeline import batch_size, gantt, slowest_step, utilisation
 
 __all__ = [
     "gantt", "batch_size", "utilisation", "length_distribution", "step_breakdown", "speedup",

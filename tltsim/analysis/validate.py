@@ -10,7 +10,7 @@ drafter's quality is replayed from the run: at each step, the quality whose mode
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
 drafter-staleness model; `calibrate_staleness` fits that one). Both sides then go through one function,
 `step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
-through `tltsim.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
+through `tltsim.analysis.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
 drafter-training samples per step and engine, which the machine's speed does not move.
 
 With `speed=True` (`--speed`), the profile's times are scaled step by step by how fast the machine
@@ -40,7 +40,7 @@ from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
-from tltsim.work_domain import compare_work, relative_error
+from tltsim.analysis.work_domain import compare_work, relative_error
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
@@ -71,7 +71,7 @@ class Validation:
     overall: pd.DataFrame  # run, metric, measured, predicted, error
     speedup: dict | None  # measured / predicted speedup of the second run over the first (e.g. tlt over verl)
     predicted: dict  # run name -> simulated Result
-    work: pd.DataFrame  # run, step, engine, metric, measured, predicted, error (tltsim.work_domain.compare_work)
+    work: pd.DataFrame  # run, step, engine, metric, measured, predicted, error (tltsim.analysis.work_domain.compare_work)
 
     def to_json(self) -> dict:
         """Plain JSON types; undefined cells (NaN, NA) become null, so strict JSON readers accept it."""

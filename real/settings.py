@@ -1,0 +1,104 @@
+"""The settings of real/'s commands, with no torch in them: `tltsim real ... --help` and a run's config
+check read them without loading torch or transformers.
+
+Each is a frozen dataclass whose fields say why their values, checked where it is built (TltsimError):
+the target presets, how the target samples, the GRPO update, supervised pretraining.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from real.task import TaskConfig
+from tltsim.errors import TltsimError
+
+
+@dataclass(frozen=True)
+class Preset:
+    arch: str  # "llama" or "qwen2"
+    hidden: int  # model width
+    layers: int  # decoder layers
+    heads: int  # query heads; head dim = hidden / heads
+    kv_heads: int  # key/value heads (< heads: grouped-query attention)
+    ffn: int  # MLP inner width
+    max_len: int = 1024  # longest prompt + response the positions are meant for (task cap: ~530)
+    note: str = ""  # what the preset is for
+
+
+PRESETS = {
+    # the default target: trains from scratch on 2 CPU cores in about 3 minutes
+    "tiny-llama": Preset("llama", 128, 4, 4, 2, 384, note="default target (CPU pretrain)"),
+    "tiny-qwen2": Preset("qwen2", 128, 4, 4, 2, 384, note="the default's Qwen2 twin"),
+    # for tests: builds and runs in milliseconds
+    "test-llama": Preset("llama", 32, 2, 4, 2, 64, note="unit tests"),
+    "test-qwen2": Preset("qwen2", 32, 2, 4, 2, 64, note="unit tests"),
+    # for a GPU: big enough that a forward is compute-bound at moderate batch sizes
+    "small-llama": Preset("llama", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
+    "small-qwen2": Preset("qwen2", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
+    # Qwen2.5-0.5B's shape (random weights: real ones cannot travel to the GPU machine): benchmarks/gpu_check.py
+    "qwen2.5-0.5b-shape": Preset("qwen2", 896, 24, 14, 2, 4864, max_len=4096, note="GPU check (Qwen2.5-0.5B's shape)"),
+}
+
+
+# `tltsim real pretrain -o real/assets/gcd-tiny-llama`: the default target, pretrained (3.2 MB), so tests,
+# notebooks and benchmarks need not spend 3 minutes making it. benchmarks/bench_pretrain.py measures it.
+SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How the target's next token is chosen, in plain and in speculative decoding alike."""
+
+    greedy: bool = True  # argmax; temperature and top_p are then ignored
+    temperature: float = 1.0  # logits are divided by it before the softmax (> 0)
+    top_p: float = 1.0  # nucleus mass kept, in (0, 1]; 1 keeps every token
+
+    def __post_init__(self):
+        if not self.greedy and not self.temperature > 0:
+            raise TltsimError(f"temperature={self.temperature}: must be > 0 when sampling (or use greedy)")
+        if not 0 < self.top_p <= 1:
+            raise TltsimError(f"top_p={self.top_p}: must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    lr: float = 1e-4  # AdamW learning rate of the target
+    clip: float = 0.2  # PPO ratio clip epsilon
+    kl: float = 0.0  # beta: weight of the KL to the frozen initial target (0 = no reference model)
+    mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
+    max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
+    micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise TltsimError(f"grpo lr={self.lr}: must be > 0")
+        if not 0 < self.clip < 1:
+            raise TltsimError(f"grpo clip={self.clip}: must be in (0, 1)")
+        if self.kl < 0:
+            raise TltsimError(f"grpo kl={self.kl}: must be >= 0")
+        if self.mini_batches < 1:
+            raise TltsimError(f"grpo mini_batches={self.mini_batches}: must be >= 1")
+        if self.micro_batch_tokens < 1:
+            raise TltsimError(f"grpo micro_batch_tokens={self.micro_batch_tokens}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    preset: str = "tiny-llama"  # model architecture and size (real.models.PRESETS)
+    steps: int = 600  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
+    seconds: float | None = None  # stop after this much training time even if steps remain (not deterministic)
+    batch_tokens: int = 4096  # padded tokens per batch; similar lengths are batched together (more, smaller steps learn faster)
+    lr: float = 3e-3  # peak AdamW learning rate, reached after `warmup` steps, cosine-decayed to 10%
+    warmup: int = 30  # linear warm-up steps
+    weight_decay: float = 0.0  # AdamW weight decay
+    seed: int = 0  # model init and problem draws
+    task: TaskConfig = field(default_factory=TaskConfig)  # the problems trained on
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise TltsimError(f"pretrain steps {self.steps}: must be >= 1")
+        if self.seconds is not None and self.seconds <= 0:
+            raise TltsimError(f"pretrain seconds {self.seconds}: must be > 0")
+        if self.batch_tokens < 8 * self.task.max_steps + 32:
+            raise TltsimError(f"batch_tokens {self.batch_tokens}: must hold the longest problem, "
+                              f">= {8 * self.task.max_steps + 32}")

@@ -1,0 +1,43 @@
+"""No `--help` and no simulator command imports torch or transformers (4-12 s on a CPU): torch is loaded only
+where a real command runs."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Walks every (sub)command of both command lines, asks each for --help, then runs a simulator command, all in
+# one fresh interpreter, and prints which heavy modules were imported along the way.
+CODE = r"""
+import contextlib, io, json, sys
+from tltsim.cli import build_parser, main
+from real.cli import build_parser as real_parser
+
+def paths(parser, prefix):
+    yield prefix
+    sub = getattr(parser, "commands", None)
+    for name, child in (sub.choices.items() if sub else ()):
+        yield from paths(child, prefix + [name])
+
+commands = [p for p in paths(build_parser(), []) if p[:1] != ["real"]]
+commands += [["real"] + p for p in paths(real_parser(), [])]
+for argv in commands:
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(argv + ["--help"])
+        except SystemExit as e:
+            assert e.code in (0, None), (argv, e.code)
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["trace", "stats", "traces/dapo_like.parquet"])
+    main(["simulate", "--trace", "traces/dapo_like.parquet", "--steps", "0:1", "--gpus", "8", "-o", sys.argv[1]])
+print(json.dumps({"commands": len(commands), "loaded": sorted(m for m in ("torch", "transformers") if m in sys.modules)}))
+"""
+
+
+def test_help_and_the_simulator_load_no_torch(tmp_path):
+    out = subprocess.run([sys.executable, "-c", CODE, str(tmp_path / "sim")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["commands"] >= 20  # every command group and command was asked
+    assert seen["loaded"] == []
