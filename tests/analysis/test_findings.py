@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tltsim import findings
+from tltsim.analysis import findings
 from tltsim.summary import rollout_overlap
 from tests.analysis.conftest import overlapping
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tltsim import plots
+from tltsim.analysis import plots
 from tltsim.errors import TltsimError
 from tltsim.analysis.plots.steps import parse_strategies, tuner_table
 from tltsim.analysis.plots.timeline import _occupancy, running_batch, switch_points

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tltsim import sweep
+from tltsim.analysis import sweep
 from tltsim.cli import main
 from tltsim.errors import TltsimError
 from tltsim.records import Result

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tltsim import findings, plots
+from tltsim.analysis import findings, plots
 from tltsim.glossary import BOUNDS, COLUMNS, DEFINITIONS, RANKING
 from tltsim.io import atomic_path, write_text
 from tltsim.analysis.plots.style import labelled, run_color

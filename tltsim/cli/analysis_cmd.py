@@ -43,7 +43,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from tltsim import plots
+    from tltsim.analysis import plots
     from tltsim.analysis.sweep import load_spec, run_sweep, swept_keys
 
     if args.metric not in METRICS:
