@@ -89,9 +89,13 @@ class SimConfig:
 
 
 def parse_steps(text: str) -> tuple[int | None, int | None]:
-    """'A:B' -> (A, B); either side may be empty."""
+    """'A:B' -> (A, B), either side may be empty; 'N' -> (None, N): the steps numbered below N, which are the
+    first N of a trace numbered from 0 (as every trace tltsim writes is), so `--steps 10` means 10 steps in
+    `simulate` as in `real run`."""
     if not text:
         return None, None
+    if ":" not in text and text.strip().isdigit() and int(text) > 0:
+        return None, int(text)
     a, sep, b = text.partition(":")
     try:
         lo = int(a) if a.strip() else None
@@ -99,7 +103,8 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
     except ValueError:
         lo = hi = -1
     if not sep or (lo is not None and lo < 0) or (hi is not None and hi < 0) or (lo is not None and hi is not None and hi <= lo):
-        raise TltsimError(f"steps = {text!r}: expected A:B with 0 <= A < B (either side may be empty), e.g. 0:10")
+        raise TltsimError(f"steps = {text!r}: expected a count N >= 1 (steps 0..N-1) or A:B with 0 <= A < B "
+                          "(either side may be empty), e.g. 10 or 5:15")
     return lo, hi
 
 

@@ -185,9 +185,9 @@ def test_sweep_process_killed_and_restarted_runs_only_what_did_not_finish(tmp_pa
     assert sorted(resumed.executed) == sorted(r.key for r in runs if r.key not in done)
 
 
-def test_bad_executor_or_workers(grid_runs, tmp_path):
-    with pytest.raises(TltsimError, match="executor 'dask': choose one of local, ray"):
-        run_sweep(grid_runs, tmp_path / "out", executor="dask", progress=False)
+def test_bad_backend_or_workers(grid_runs, tmp_path):
+    with pytest.raises(TltsimError, match="backend 'dask': choose one of local, ray"):
+        run_sweep(grid_runs, tmp_path / "out", backend="dask", progress=False)
     with pytest.raises(TltsimError, match="workers = 0: must be >= 1"):
         run_sweep(grid_runs, tmp_path / "out", workers=0, progress=False)
 
@@ -195,17 +195,17 @@ def test_bad_executor_or_workers(grid_runs, tmp_path):
 def test_ray_missing_is_a_one_line_message(grid_runs, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(TltsimError, match=r"needs Ray: pip install tltsim\[sweep\]"):
-        run_sweep(grid_runs[:2], tmp_path / "out", executor="ray", progress=False)
+        run_sweep(grid_runs[:2], tmp_path / "out", backend="ray", progress=False)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install tltsim[sweep])")
-def test_ray_executor_on_a_local_instance_matches_local(grid_runs, tmp_path):
+def test_ray_backend_on_a_local_instance_matches_local(grid_runs, tmp_path):
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        on_ray = run_sweep(grid_runs, tmp_path / "ray", executor="ray", progress=False)
+        on_ray = run_sweep(grid_runs, tmp_path / "ray", backend="ray", progress=False)
     finally:
         ray.shutdown()
     local = run_sweep(grid_runs, tmp_path / "local", workers=1, progress=False)

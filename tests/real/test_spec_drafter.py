@@ -9,7 +9,7 @@ import torch
 from tiny_lm import PROMPTS, tiny_target, trained_drafter
 from transformers import DynamicCache
 
-import real
+from real.generate import generate
 from real.drafter import Drafter, DrafterLoss, _pad
 from real.spec import DraftState
 from tltsim.errors import TltsimError
@@ -33,7 +33,7 @@ def test_initialisation_is_seeded():
 
 
 def _pairs(arch="llama", n=8):
-    run = real.generate(tiny_target(arch), PROMPTS["random"][:n], max_new_tokens=16, eos_token_id=[], collect_features=True)
+    run = generate(tiny_target(arch), PROMPTS["random"][:n], max_new_tokens=16, eos_token_id=[], collect_features=True)
     return [(f.prompt + f.tokens, f.features) for f in run.finished]
 
 

@@ -142,7 +142,8 @@ def test_result_round_trip_and_perfetto_export(tmp_path, shipped):
     (["--gpus", "6", "--tp", "4"], "gpus = 6 is not a multiple of tp = 4"),
     (["--gpu", "v100"], "unknown gpu preset 'v100'"),
     (["--model", "llama-3.3-70b", "--gpu", "a100", "--tp", "1", "--gpus", "2"], "does not fit on A100 at TP 1"),
-    (["--steps", "5:2"], "expected A:B"),
+    (["--steps", "5:2"], "expected a count N >= 1 (steps 0..N-1) or A:B"),
+    (["--steps", "0"], "expected a count N >= 1"),
     (["--policy", "nope"], "unknown policy 'nope'"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
@@ -150,6 +151,13 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert rc == 2
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_steps_is_a_count_as_in_real_run_or_a_range():
+    from tltsim.config import parse_steps
+
+    assert parse_steps("3") == (None, 3) and parse_steps("2:5") == (2, 5) and parse_steps(":4") == (None, 4)
+    assert parse_steps("") == (None, None)
 
 
 def test_config_file_with_flag_override(tmp_path, capsys):

@@ -163,7 +163,7 @@ def _summary(runs) -> list[str]:
                     f'<td><span class="swatch" style="background:{colour[f.label]}"></span>{_e(f.label)}</td>'
                     f"<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{_e(f.cost)}</td><td>{_e(why)}</td></tr>")
     head = "".join(f"<th{_title(DEFINITIONS.get(h))}>{_e(h)}</th>" for h in
-                   ["#", "policy", "speedup", "rollout speedup", "off-policy cost", "why, from the results"])
+                   ["#", "run", "speedup", "rollout speedup", "off-policy cost", "why, from the results"])
     return [f'<p class="headline">{_e(findings.headline(ranked, runs[0][0]))}</p>',
             f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>']
 

@@ -48,7 +48,7 @@ from tltsim.sim.simulator import simulate
 from tltsim.trace import load as load_trace
 from tltsim.trace.formats import sidecar
 
-EXECUTORS = ("local", "ray")
+BACKENDS = ("local", "ray")
 # The numeric summary metrics of a simulated run, what `tltsim sweep --metric` plots (tests/analysis/test_sweep.py
 # checks them against every policy's summary); `steps`, also a config key, is left out.
 METRICS = ("makespan_s", "mean_step_s", "rollout_s", "reward_s", "train_s", "sync_s", "rollout_share", "gpu_seconds",
@@ -160,11 +160,11 @@ def trace_hash(trace: str | Path) -> str:
 
 
 # --- running ----------------------------------------------------------------------------------------
-def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers: int | None = None,
+def run_sweep(runs: list[Run], out: str | Path, backend: str = "local", workers: int | None = None,
               progress: bool = True) -> SweepOutcome:
     """Simulate the runs whose result is not yet in `out`/runs/, then write and return the results table."""
-    if executor not in EXECUTORS:
-        raise TltsimError(f"executor {executor!r}: choose one of {', '.join(EXECUTORS)}")
+    if backend not in BACKENDS:
+        raise TltsimError(f"backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise TltsimError(f"workers = {workers}: must be >= 1")
@@ -174,7 +174,7 @@ def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers
     for stale in runs_dir.glob(".*.tmp"):
         shutil.rmtree(stale)
     try:
-        executed = _execute(runs, runs_dir, executor, workers, progress)
+        executed = _execute(runs, runs_dir, backend, workers, progress)
     except BaseException:
         for d in reversed(created):  # a sweep that failed before any result leaves no empty directories
             if d.is_dir() and not any(d.iterdir()):
@@ -188,14 +188,14 @@ def run_sweep(runs: list[Run], out: str | Path, executor: str = "local", workers
     return SweepOutcome(table, executed, reused)
 
 
-def _execute(runs: list[Run], runs_dir: Path, executor: str, workers: int, progress: bool) -> list[str]:
+def _execute(runs: list[Run], runs_dir: Path, backend: str, workers: int, progress: bool) -> list[str]:
     """Simulate the runs without a result in `runs_dir`; returns their keys."""
     unique = list({r.key: r for r in runs}.values())
     reused = [r.key for r in unique if _cached(runs_dir / r.key)]
     todo = [r for r in unique if r.key not in reused]
     tasks = [(r.config.to_dict(), str(Path(r.config.trace).resolve()), r.trace_sha256, str(runs_dir / r.key))
              for r in todo]
-    run = {"local": _local, "ray": _ray}[executor]
+    run = {"local": _local, "ray": _ray}[backend]
     executed = []
     with tqdm(total=len(todo), desc=f"sweep ({len(reused)} cached)", unit="run", disable=not progress) as bar:
         for key in run(tasks, workers):
@@ -272,7 +272,7 @@ def _ray(tasks, workers: int):
     try:
         import ray
     except ImportError:
-        raise TltsimError("--executor ray needs Ray: pip install tltsim[sweep]") from None
+        raise TltsimError("--backend ray needs Ray: pip install tltsim[sweep]") from None
     started = not ray.is_initialized()
     if started:
         ray.init(**({} if os.environ.get("RAY_ADDRESS") else {"num_cpus": workers}), include_dashboard=False,

@@ -1,6 +1,6 @@
 """`tltsim report` and `tltsim sweep`.
 
-matplotlib and the sweep executors are imported when a command runs, so `tltsim --help` stays quick.
+matplotlib and the sweep backends are imported when a command runs, so `tltsim --help` stays quick.
 """
 from __future__ import annotations
 
@@ -24,11 +24,10 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help="run a grid or list of configs in parallel, cached; one results table")
     p.add_argument("spec", metavar="SWEEP.toml", help="sweep file: base config and [grid] or [[runs]]")
     p.add_argument("-o", "--out", required=True, help="output directory (runs/, results.parquet, results.csv, sweep.png)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="local processes (default) or Ray (RAY_ADDRESS, else a local Ray instance)")
+    p.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="where the runs execute: local processes or Ray (RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--workers", type=int, help="parallel runs (default: CPU count)")
-    p.add_argument("--metric", default="mean_step_s", help="summary metric to plot and print (default mean_step_s): "
-                   "one of " + ", ".join(METRICS))
+    p.add_argument("--metric", default="mean_step_s", help="summary metric to plot and print: one of " + ", ".join(METRICS))
     p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is "
                    "not a terminal)")
     p.set_defaults(func=cmd_sweep)
@@ -50,7 +49,7 @@ def cmd_sweep(args) -> int:
         raise TltsimError(f"--metric {args.metric!r} is not a summary metric; choose one of {', '.join(METRICS)}")
     runs = load_spec(args.spec)
     out = Path(args.out)
-    outcome = run_sweep(runs, out, args.executor, args.workers, progress=show_progress(args))
+    outcome = run_sweep(runs, out, args.backend, args.workers, progress=show_progress(args))
     table = outcome.table
     keys = swept_keys(runs)
     shown = table[["run", *keys, args.metric]].astype(object)

@@ -38,10 +38,11 @@ def cluster_flags(p) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, metavar="F",
                    help="share of GPU memory the rollout engine fills with weights and KV cache (verl's rollout key)"
                    f"{_default('cost.mem_fraction')}")
-    p.add_argument("--steps", help="A:B selects trace steps A..B-1 (default: all; a range past the trace's end "
-                   "is clipped, with a warning)")
+    p.add_argument("--steps", help="N: the first N steps (0..N-1), as `real run --steps` counts them; A:B: "
+                   "steps A..B-1, either side may be empty (default: all; a range past the trace's end is clipped, "
+                   "with a warning)")
     p.add_argument("--exact", action="store_true", default=None, help="run every decode iteration (reference path)")
-    p.add_argument("--seed", type=int, help="seed of the random draws (default 0): --exact's accepted lengths, the "
+    p.add_argument("--seed", type=int, help="seed of the random draws (default: 0): --exact's accepted lengths, the "
                    "tuner's exploration, longest-first's oracle noise. The default fast path uses expected accepted "
                    "lengths and the default arms leave the tuner one strategy per batch size, so there the seed "
                    "changes nothing")
