@@ -186,8 +186,11 @@ pd.DataFrame({r.name: {k: r.summary[k] for k in WASTE} for r in (verl, ideal)})
 print(f"verl: {verl.summary['idle_fraction']:.0%} of all GPU time is idle; "
       f"{verl.summary['rollout_share']:.0%} of the run is rollout, and {verl.summary['tail_share']:.0%} of "
       f"the rollout time comes after 90% of the responses are done.")
-print(f"A perfectly balanced rollout of the same tokens ('ideal', a lower bound for plain decoding) would "
-      f"make the run {verl.summary['makespan_s'] / ideal.summary['makespan_s']:.2f}x faster.")
+print(f"No schedule of plain decoding rolls a step out faster than 'ideal' (per step, the longest response "
+      f"decoded alone, or the step's tokens at the cluster's best throughput if that is longer): at best it "
+      f"makes verl's rollout {verl.summary['rollout_s'] / ideal.summary['rollout_s']:.2f}x faster and the run "
+      f"{verl.summary['makespan_s'] / ideal.summary['makespan_s']:.2f}x faster; only changing the work per "
+      f"token (speculation) or the step's shape (partial, async) goes further.")
 
 # %% [markdown]
 # Per step: rollout time, the time after 90% of the responses have finished (`tail_s`) and the

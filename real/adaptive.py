@@ -45,15 +45,13 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
             max_running: int | None = None, poll=None, start: float | None = None) -> Rollout:
     """Generate every prompt to the end on `engine` (fresh: no running rows, nothing finished).
 
-    `clock()` is the run's clock (seconds). `control` (its rollout begun here) decides every iteration; without
+    `clock()` is the run's clock (seconds). `control` (its rollout begun by the caller, who owns the step) decides every iteration; without
     it, or without a drafter on the engine, every iteration decodes plainly. At most `max_running` rows run at
     once (all when None); finished rows make room for the next prompts. `poll()`, if given, is called after
     every engine call (the spot-training coordinator's hook). `start` (default: now) is where the first call's
     interval begins on the clock.
     """
     control = control if engine.drafter is not None else None
-    if control is not None:
-        control.begin_rollout()
     cap = max_running or len(prompts)
     out = Rollout([], [], {}, {})
     ids, calls = out.ids, out.calls

@@ -153,6 +153,8 @@ class Worker:
         prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
         engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
                         seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains)
+        if self.control is not None:
+            self.control.begin_rollout()  # the step's owner begins the rollout, as the simulator's policy does
         ro = rollout(engine, prompts, self.clock, self.control, max_running=cfg.max_running, start=t0,
                      poll=(lambda: self.dispatcher.poll(throttled=True)) if self.dispatcher and self.trains else None)
         done = ro.calls[-1].t_end if ro.calls else t0

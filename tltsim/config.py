@@ -34,6 +34,8 @@ class ClusterConfig:
     model: str = "qwen2.5-7b"  # model preset name or path to a .toml
     max_running: int = 256  # max concurrent requests per engine (SGLang max_running_requests)
     split: str = "auto"  # responses to engines: contiguous chunks as verl does, the trace's engine column, or auto
+    gpu_assumed: bool = False  # set by the CLI: nothing given named the GPU type (a verl config leaves it open), so
+    # `gpu` is the default
 
     @property
     def engines(self) -> int:

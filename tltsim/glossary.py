@@ -82,10 +82,14 @@ DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}
 
 # Runs that are not realisable policies but bounds, and what they bound.
 BOUNDS: dict[str, str] = {
-    "ideal": "every step's tokens spread evenly over the engines, so none waits in a tail: a lower bound on "
-             "the makespan of plain synchronous decoding of this trace on this cluster (every response "
-             "finished, no speculation, no overlap). It bounds only that: a policy that speculates, "
-             "overlaps rollout with training or ends a step before all its responses finish can beat it.",
+    "ideal": "each step's rollout as long as the longest of its responses decoded alone on one engine "
+             "(its prefill, then a token an iteration) or, if longer, its tokens decoded at the cluster's best "
+             "throughput (full batches spread evenly over the engines): a lower bound on every step's rollout_s "
+             "under plain synchronous decoding of this trace on this cluster (no speculation, every response "
+             "of the step decoded in it; computed on the responses a step finished, it bounds partial rollout "
+             "and tail batching too). It does not bound a policy that speculates, nor async RL (rollout beside "
+             "training), and its makespan does not bound a run that starts the reward stage before the "
+             "rollout ends (migrate's release = next-stage).",
 }
 
 _WIDTH = 100

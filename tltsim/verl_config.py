@@ -14,7 +14,8 @@ Hydra keeps the run's composed config in `<output folder>/.hydra/config.yaml`. T
 Hydra saves the config unresolved, so values may be interpolations (`${data.max_response_length}`,
 `${oc.select:data.max_response_length,512}`, relative `${.key}`): OmegaConf, the library Hydra is built on,
 resolves them; one that cannot be resolved is reported. A key that is absent is left to the
-defaults and flags. The GPU type is not in a verl config: pass --gpu.
+defaults and flags. The GPU type is not in a verl config: pass --gpu (without it the CLI assumes the
+default and says so in a note, recorded as cluster.gpu_assumed).
 """
 from __future__ import annotations
 

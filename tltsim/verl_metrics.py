@@ -1,14 +1,16 @@
 """A verl run's per-step metrics: the file logger's JSONL, or a wandb CSV export of the same keys.
 
-With `trainer.logger=[console,file]`, verl's FileLogger (verl/utils/tracking.py) writes one line per
-`Tracking.log(data, step)` to the path in VERL_FILE_LOGGER_PATH:
+With `trainer.logger=[console,file]`, verl's FileLogger (verl/utils/tracking.py) truncates the path in
+VERL_FILE_LOGGER_PATH when the trainer starts and writes one line per `Tracking.log(data, step)`:
 
-    {"step": 3, "elapsed_seconds": 812.4, "data": {"timing_s/gen": 61.2, "timing_s/step": 98.7, ...}}
+    {"step": 3, "data": {"timing_s/gen": 61.2, "timing_s/step": 98.7, ...}}
 
-(older versions have no elapsed_seconds; which keys appear varies with version and config). A line
-without `timing_s/gen` (the step-0 validation before training, a validation-only line) is not a
-training step and is skipped. A wandb CSV has one row per step: a step column (`step`, `_step` or
-`Step`) and the same keys as columns, or `<run> - <key>` columns as a panel's export names them.
+(verl 0.9.1; later versions may add elapsed_seconds, which is ignored; which keys appear varies with version
+and config). A line without `timing_s/gen` (the validation before training, a validation-only line) is not
+a training step and is skipped. `timing_s/step` is the step without validation: on a step that validates,
+`timing_s/testing` is logged beside it and is not part of it (docs/verl.md). A wandb CSV has one row per
+step: a step column (`step`, `_step` or `Step`) and the same keys as columns, or `<run> - <key>` columns as
+a panel's export names them.
 """
 from __future__ import annotations
 

@@ -62,8 +62,8 @@ class BonusOnly:
 class Recording(EngineControl):
     """An EngineControl that logs, per iteration, the batch and what ran (a strategy, or "" for plain)."""
 
-    def __init__(self):
-        base = KNOBS.control(0, seed=7)
+    def __init__(self, knobs=KNOBS):
+        base = knobs.control(0, seed=7)
         super().__init__(base.switch, base.tuner, base.guard)
         self.log = []
 
@@ -80,11 +80,9 @@ class ScriptedEngine:
     """Stands in for real.generate.Engine: rows of LENGTHS tokens, each iteration one token a row, timed by Cost
     as the simulator times it (the drafter's build or catch-up reported as the iteration's catchup_s)."""
 
-    drafter = "scripted"
-
-    def __init__(self):
+    def __init__(self, drafter="scripted"):
         self.cost, self.left, self.finished, self.iterations = Cost(), {}, {}, []
-        self.lengths, self.drafted, self.behind = list(LENGTHS), False, 0
+        self.lengths, self.drafted, self.behind, self.drafter = list(LENGTHS), False, 0, drafter
 
     @property
     def running(self):
@@ -114,38 +112,51 @@ class ScriptedEngine:
         return SimpleNamespace(accepted=[0] * b, wall_s=wall, catchup_s=catchup, reprefill=catchup > 0, tokens=b)
 
 
-def speculation(control):
+def speculation(control, drafter=True):
+    """The simulator's Speculation for `control`, or None for an engine without a drafter (plain decoding)."""
     return Speculation(control=control, acceptance=BonusOnly(), quality=0.9, chunk_iters=1,
-                       rng=np.random.default_rng(0))
+                       rng=np.random.default_rng(0)) if drafter else None
 
 
-def drive_fast(control):
-    control.begin_rollout()  # as the simulator's policy does at the step's start
-    fast_rollout([PROMPT] * len(LENGTHS), LENGTHS, Cost(), MAX_RUNNING, speculation(control))
+# Each driver begins the control's rollout first, as the owner of the step does (the simulator's policy at the
+# step's start, real/'s worker); the executors never do.
+def drive_fast(control, drafter=True):
+    control.begin_rollout()
+    return fast_rollout([PROMPT] * len(LENGTHS), LENGTHS, Cost(), MAX_RUNNING, speculation(control, drafter))
 
 
-def drive_exact(control):
+def drive_exact(control, drafter=True):
     control.begin_rollout()
     env, out = simpy.Environment(), {}
-    env.process(exact_rollout(env, [PROMPT] * len(LENGTHS), LENGTHS, Cost(), MAX_RUNNING, speculation(control), out))
+    env.process(exact_rollout(env, [PROMPT] * len(LENGTHS), LENGTHS, Cost(), MAX_RUNNING,
+                              speculation(control, drafter), out))
     env.run()
+    return out["rollout"]
 
 
-def drive_real(control):
-    rollout(ScriptedEngine(), [[1] * PROMPT] * len(LENGTHS), lambda: 0.0, control, max_running=MAX_RUNNING)
+def drive_real(control, drafter=True):
+    control.begin_rollout()
+    return rollout(ScriptedEngine("scripted" if drafter else None), [[1] * PROMPT] * len(LENGTHS), lambda: 0.0,
+                   control, max_running=MAX_RUNNING)
 
 
-def test_fast_exact_and_real_drivers_decide_alike():
+def drive_all(knobs=KNOBS, drafter=True):
+    """Each executor drives a fresh control through ROLLOUTS rollouts: (logs per executor, per rollout), controls."""
     logs, controls = [], []
     for drive in (drive_fast, drive_exact, drive_real):
-        control = Recording()
+        control = Recording(knobs)
         per_rollout = []
         for _ in range(ROLLOUTS):
             start = len(control.log)
-            drive(control)
+            drive(control, drafter)
             per_rollout.append(control.log[start:])
         logs.append(per_rollout)
         controls.append(control)
+    return logs, controls
+
+
+def test_fast_exact_and_real_drivers_decide_alike():
+    logs, controls = drive_all()
     fast, exact, real = logs
     assert fast == exact == real
     # they learned the very same: the tuner's windows and generator, the guard's measures (the fast path stores a
@@ -160,3 +171,32 @@ def test_fast_exact_and_real_drivers_decide_alike():
     assert len(tried(first, 3)) == len(tried(first, 2)) == 1  # speculation lost there: tried once, then plain
     assert all(s for b, s in first if b == 1) and set(tried(first, 1)) == {"2_1_2", "3_1_3"}
     assert all(not tried(log, 3) and not tried(log, 2) for log in fast[1:])  # the guard remembers
+
+
+def test_a_switch_that_never_fires_tells_the_guard_alike():
+    # threshold 1, patience 50: the batch reaches 1 for fewer iterations than that, so every rollout is plain
+    never = DecisionKnobs(threshold=1, patience=50, tuner="egreedy", arms=KNOBS.arms, eps=0.3)
+    logs, controls = drive_all(never)
+    fast, exact, real = logs
+    assert fast == exact == real
+    assert fast[0] and all(s == "" for log in fast for _, s in log)
+    assert not any(c.on for c in controls)
+    # the guard measured plain decoding at every batch the rollouts ran, alike (the fast path told it too)
+    rates = [tuple(c.guard.plain_rate(b) for b in (1, 2, 3)) for c in controls]
+    assert len(set(rates)) == 1 and all(r > 0 for r in rates[0])
+    assert len({c.state_dict()["guard"]["rollout"] for c in controls}) == 1
+
+
+def test_without_a_drafter_every_executor_decodes_plainly_and_leaves_the_control_alone():
+    logs, controls = drive_all(drafter=False)
+    assert logs == [[[]] * ROLLOUTS] * 3  # no executor asked or told the control anything
+    fresh = Recording()
+    for _ in range(ROLLOUTS):
+        fresh.begin_rollout()
+    assert all(c.state_dict() == fresh.state_dict() for c in controls)
+    fast, exact, real = Recording(), Recording(), Recording()
+    a, b = drive_fast(fast, drafter=False), drive_exact(exact, drafter=False)
+    assert a.duration == b.duration and a.finished_at.tolist() == b.finished_at.tolist()
+    calls = drive_real(real, drafter=False).calls
+    assert {c.mode for c in calls} == {"prefill", "decode"}
+    assert sum(c.mode == "decode" for c in calls) == sum(r["mode"] == "decode" for r in b.iterations)

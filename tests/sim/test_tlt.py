@@ -177,10 +177,6 @@ def test_dedicated_gpus_train_all_rollout_and_do_not_roll_out(shipped):
         run(shipped, "tlt-dedicated", steps="0:1", dedicated_gpus=6)
 
 
-def test_ideal_is_a_lower_bound_on_plain_rollout(shipped):
-    assert run(shipped, "ideal").summary["rollout_s"] < run(shipped, "verl").summary["rollout_s"]
-
-
 def test_fast_path_tracks_exact_with_speculation(shipped):
     fast = run(shipped, "tlt", steps="0:2", gpus=16)
     exact = run(shipped, "tlt", steps="0:2", gpus=16, exact=True)

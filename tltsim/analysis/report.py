@@ -131,7 +131,8 @@ def _setup(runs) -> str:
     c = runs[0][1].config
     cl = c.get("cluster", {})
     bits = [f"trace {c['trace']}" if c.get("trace") else "",
-            f"{cl['gpus']} × {cl.get('gpu', 'GPU')}, TP {cl.get('tp')}" if "gpus" in cl else "",
+            f"{cl['gpus']} × {cl.get('gpu', 'GPU')}{' (assumed: no GPU type was given)' if cl.get('gpu_assumed') else ''}, "
+            f"TP {cl.get('tp')}" if "gpus" in cl else "",
             f"model {cl['model']}" if "model" in cl else "",
             f"{runs[0][1].summary.get('steps', len(runs[0][1].steps))} steps",
             f"made by tltsim {version('tltsim')}"]

@@ -13,7 +13,7 @@ from tltsim.analysis.calibration import cluster_notes, load_calibration
 from tltsim.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.analysis.export import write_chrome_trace
-from tltsim.io import atomic_dir
+from tltsim.io import atomic_dir, read_toml
 from tltsim.policies import make_policy, policy_names
 from tltsim.control.decisions import knobs_from_text
 from tltsim.records import holds_only_results
@@ -111,9 +111,17 @@ def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
     )
     if not cfg.trace:
         raise TltsimError("no trace given; pass --trace FILE or set trace = ... in the config file")
+    if args.verl_config and not args.gpu and not _names_gpu(args.config):
+        _note([f"the verl config does not name the GPU type; assuming {cfg.cluster.gpu} (pass --gpu to name yours)"])
+        cfg = configmod.override(cfg, **{"cluster.gpu_assumed": True})
     if saved:
         _note(cluster_notes(saved, cfg, args.calibration))
     return cfg
+
+
+def _names_gpu(config_file: str | None) -> bool:
+    """Whether the --config file sets cluster.gpu."""
+    return bool(config_file) and "gpu" in read_toml(config_file, "config file").get("cluster", {})
 
 
 def sim_trace(args, cfg: configmod.SimConfig):

@@ -4,7 +4,8 @@ An `EngineControl` owns an engine's `SDSwitch`, strategy tuner and (optional) `S
 the only caller of them. The simulator's fast path (a segment of constant batch at a time), its exact
 path and `real/` (an iteration at a time) all drive it the same way:
 
-    begin_rollout()                      at the start of each RL step's rollout on the engine
+    begin_rollout()                      at the start of each RL step's rollout on the engine, by the step's
+                                         owner (the simulator's policy, real/'s worker), never an executor
     advance(batch, n) -> k               fast path, while the switch is off: k of n plain iterations run
                                          before it turns on
     decide(batch) -> Strategy | None     before each iteration (or chunk of iterations): the strategy to

@@ -12,8 +12,10 @@ Two executors of the same model of an engine:
   iteration (as a real run's iterations frame: batch, mode, strategy, accepted length, seconds, end, tokens
   gained). The reference the fast path is tested against, and what `tltsim validate` replays with.
 
-Both drive the engine's `tltsim.control.EngineControl` (the policy begins its
-rollout at the step's start) and never its switch, tuner or guard directly.
+Both drive the engine's `tltsim.control.EngineControl` and never its switch, tuner
+or guard directly; neither begins its rollout (the owner of the step does, once per step:
+the policy's `begin_step`), so an engine run twice in a step (a migrated tail) goes on
+with the same rollout.
 
 Both return an `EngineRollout` with times relative to the rollout's start.
 Prefill of requests admitted mid-rollout is folded into the decode interval
@@ -114,6 +116,8 @@ def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation 
     split = None if spec is None or sd_on_from_start else _find_switch(seg, spec.control)
     if spec is None or (split is None and not sd_on_from_start):
         dec = cost.segment_time(seg.batch, 1, seg.ctx, seg.batch, seg.length)
+        if spec is not None:  # the switch never fired: the guard is told of every plain iteration all the same
+            _observe_plain(spec.control, seg.batch, dec, seg.length)
         seg_times = pre + dec
         t_event = np.concatenate([[0.0], np.cumsum(seg_times)])
         end = t_event[-1]
@@ -158,9 +162,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     plain_times = cost.segment_time(batch[plain], 1, ctx[plain], batch[plain], length[plain])
     seg_times[plain] += plain_times
     control = spec.control
-    for b, dt, k in zip(batch[plain], np.atleast_1d(plain_times), length[plain]):
-        if b > 0 and k > 0:
-            control.observe_plain(int(b), float(dt) / k, int(round(k)))
+    _observe_plain(control, batch[plain], plain_times, length[plain])
     t = float(np.sum(seg_times[plain]))
     log = [Entry("prefill", 0.0, float(pre[0]), batch[0])]
     if sd_from > 0:
@@ -214,6 +216,13 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     bounds = np.concatenate([start, [start[-1] + length[-1]]])
     return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, _merge(log), sd_iterations=sd_iters,
                   sd_accepted=sd_acc, strategies=strategies, switch_at=switch_at)
+
+
+def _observe_plain(control, batch, times, length) -> None:
+    """Tell `control` of plain segments: `length[j]` iterations at `batch[j]` took `times[j]` seconds in all."""
+    for b, dt, k in zip(np.atleast_1d(batch), np.atleast_1d(times), np.atleast_1d(length)):
+        if b > 0 and k > 0:
+            control.observe_plain(int(b), float(dt) / k, int(round(k)))
 
 
 def _split(seg, pre, split):
