@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tltsim import config as configmod
 from tltsim import glossary
-from tltsim.analysis.calibration import cluster_notes, load_calibration
+from tltsim.analysis.calibration import apply as apply_calibration, cluster_notes, load_calibration
 from tltsim.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.analysis.export import write_chrome_trace
@@ -49,8 +49,9 @@ def cluster_flags(p) -> None:
 
 def _cluster_flags(p) -> None:
     cluster_flags(p)
-    p.add_argument("--calibration", metavar="CAL.json", help="a speed factor fitted to your cluster "
-                   "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): every time is scaled by it")
+    p.add_argument("--calibration", metavar="CAL.json", help="a calibration fitted to your cluster "
+                   "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): each phase's times scaled by "
+                   "its factor, the step's fixed costs and reward time added")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE", help="policy knob, repeatable (e.g. threshold=16)")
     p.add_argument("-o", "--out", required=True, help="output directory, written whole: an earlier result there "
                    "is replaced, a directory holding other files is refused")
@@ -90,7 +91,7 @@ def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
         _note(verl.notes())
     saved = load_calibration(args.calibration) if getattr(args, "calibration", None) else None
     if saved:
-        cfg = configmod.override(cfg, speed_factor=float(saved["speed_factor"]))
+        cfg = apply_calibration(saved, cfg, args.calibration)
     cfg = configmod.override(
         cfg,
         **{
@@ -204,9 +205,10 @@ def cmd_compare(args) -> int:
         print(json.dumps({"policies": rows}, indent=2, default=float))
     elif args.calibration:
         columns = COMPARE_COLUMNS[:2] + ["saved_per_step_s"] + COMPARE_COLUMNS[2:]
-        print(f"calibrated with {args.calibration} (speed factor {cfg.speed_factor:.3f}): predicted on your cluster; "
-              f"saved_per_step_s is the mean step time saved over {rows[0]['policy']}")
-        print(format_table(columns, [[r[c] for c in columns] for r in rows]))
+        print(f"calibrated with {cfg.calibration.source}")
+        print(f"predicted on your cluster, by seconds saved a step over {rows[0]['policy']} (saved_per_step_s):")
+        ranked = rows[:1] + sorted(rows[1:], key=lambda r: -r["saved_per_step_s"])
+        print(format_table(columns, [[r[c] for c in columns] for r in ranked]))
     else:
         print(format_table(COMPARE_COLUMNS, [[r[c] for c in COMPARE_COLUMNS] for r in rows]))
         if not args.no_report:
