@@ -67,6 +67,7 @@ th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
 th[title] { cursor: help; text-decoration: underline dotted #999; } th.text, td.text { text-align: left; }
 table.ranking td:nth-child(2), table.ranking th:nth-child(2) { text-align: left; white-space: nowrap; }
+table.ranking td:nth-last-child(-n+2), table.ranking th:nth-last-child(-n+2) { text-align: left; }
 table.ranking tr.bound td { background: #f4f1fa; font-style: italic; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
 dl.glossary { display: grid; grid-template-columns: max-content auto; gap: 0.25em 1em; font-size: 0.92em; }
@@ -179,12 +180,11 @@ def _summary(runs) -> list[str]:
         saved = f"<td>{f.saved_per_step_s:.2f} s</td>" if calibrated else ""
         rows.append(f'<tr{" class=bound" if f.bound else ""}><td>{place if f.bound is None else "bound"}</td>'
                     f'<td><span class="swatch" style="background:{colour[f.label]}"></span>{_e(f.label)}</td>'
-                    f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td class=text>{_e(f.cost)}</td>"
-                    f"<td class=text>{_e(why)}</td></tr>")
+                    f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{_e(f.cost)}</td><td>{_e(why)}</td></tr>")
     names = ["#", "policy", *(["saved per step"] if calibrated else []), "speedup", "rollout speedup",
              "off-policy cost", "why, from the results"]
-    head = "".join(f"<th{_title(DEFINITIONS.get('saved_per_step_s' if h == 'saved per step' else h))}"
-                   f"{' class=text' if i >= len(names) - 2 else ''}>{_e(h)}</th>" for i, h in enumerate(names))
+    head = "".join(f"<th{_title(DEFINITIONS.get('saved_per_step_s' if h == 'saved per step' else h))}>{_e(h)}</th>"
+                   for h in names)
     return [f'<p class="headline">{_e(findings.headline(ranked, runs[0][0]))}</p>',
             f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>']
 
