@@ -76,3 +76,18 @@ def test_a_verl_config_naming_qwen3_30b_a3b_picks_its_preset_and_simulates(tmp_p
     trace = synth("dapo", 2, 16, 4, 2048, seed=0)
     result = Simulator(trace, SimConfig(cluster=ClusterConfig(gpus=8, tp=2, gpu="h100", model=v.model))).run()
     assert result.summary["rollout_s"] > 0 and result.config["cluster"]["model"] == "qwen3-30b-a3b"
+
+
+def test_the_design_docs_table_is_the_presets():
+    """docs/design.md#model-presets lists each Qwen3 preset's fields: they must be the shipped files'."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    rows = [r.split("|")[1:-1] for r in text.splitlines() if r.startswith("| qwen3-")]
+    assert sorted(r[0].strip() for r in rows) == sorted(PUBLISHED)
+    for name, source, layers, hidden, heads, head_dim, inter, experts, tied in ([c.strip() for c in r] for r in rows):
+        m = load_model(name)
+        assert source == f"huggingface.co/Qwen/{m.name}"
+        assert (int(layers), int(hidden), heads, int(head_dim), int(inter), tied) == \
+            (m.layers, m.hidden, f"{m.heads} / {m.kv_heads}", m.head_dim, m.intermediate, "yes" if m.tied_embeddings else "no")
+        assert experts == (f"{m.experts} ({m.experts_per_token}, {m.moe_intermediate})" if m.experts else "")
