@@ -1,4 +1,4 @@
-"""Calibrating to a verl run: its metrics and config read as verl writes them, the speed factor fitted and applied."""
+"""Calibrating to a verl run: its metrics and config read as verl writes them, each phase fitted and applied."""
 import json
 from pathlib import Path
 
@@ -252,3 +252,17 @@ def test_the_shipped_example_calibrates_to_its_stated_factor(tmp_path, capsys):
     p = out["phases"]  # make_examples.py: FACTOR = 1.3 on every phase, the simulator's 1 s reward x 1.3
     assert all(abs(p[k] / 1.3 - 1) < 0.05 for k in ("rollout", "train", "sync")) and not out["notes"]
     assert out["reward_s"] == pytest.approx(1.3, rel=0.1) and p["rollout_fixed_s"] == 0 and p["other_s"] < 0.01
+
+
+def test_a_calibration_of_another_format_is_refused_with_what_to_do(tmp_path, capsys):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format": "tltsim.analysis.calibration/1", "speed_factor": 1.3}))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "tltsim.analysis.calibration/2", "phases": {"rollout": "fast"}, "reward_s": 1}))
+    trace = save(synth("dapo", 1, 4, 2, 512, seed=0), tmp_path / "t.parquet")
+    for path, says in ((old, "a calibration of another tltsim"), (bad, "are not all numbers")):
+        assert main(["simulate", "--trace", str(trace), "--gpus", "4", "--tp", "2", "--calibration", str(path),
+                     "-o", str(tmp_path / "out"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "--save-calibration" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -155,6 +155,8 @@ def cmd_simulate(args) -> int:
         print(json.dumps(result.summary, indent=2, default=float))
     else:
         s = result.summary
+        if args.calibration:
+            print(f"calibrated with {cfg.calibration.source}")
         rows = [[k, s[k]] for k in ("policy", "steps", "makespan_s", "mean_step_s", "rollout_s", "rollout_share",
                                     "idle_fraction", "idle_gpu_seconds", "tail_share", "tokens_per_s", "sd_share")]
         print(format_table(["metric", "value"], rows))
