@@ -246,9 +246,14 @@ def test_the_shipped_example_calibrates_to_its_stated_factor(tmp_path, capsys):
     ex = ROOT / "examples" / "verl"
     trace = tmp_path / "run.parquet"
     assert main(["trace", "convert", str(ex / "rollout"), str(trace), "--tokenizer", str(ex / "tokenizer")]) == 0
+    cal = tmp_path / "cal.json"
     assert main(["validate", "--verl-metrics", str(ex / "metrics.jsonl"), "--trace", str(trace),
-                 "--verl-config", str(ex / "run"), "--gpu", "h100", "--json"]) == 0
+                 "--verl-config", str(ex / "run"), "--gpu", "h100", "--json", "--save-calibration", str(cal)]) == 0
     out = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after convert's line
+    assert main(["compare", "--trace", str(trace), "--verl-config", str(ex / "run"), "--gpu", "h100", "--calibration",
+                 str(cal), "--policies", "verl", "-o", str(tmp_path / "cmp"), "--no-report", "--no-progress"]) == 0
+    validated = np.mean([r["calibrated_step_s"] for r in out["per_step"]])  # issue 23: 7.138 against compare's 6.848
+    assert Result.load(tmp_path / "cmp" / "verl").summary["mean_step_s"] == pytest.approx(validated, rel=0.005)
     p = out["phases"]  # make_examples.py: FACTOR = 1.3 on every phase, the simulator's 1 s reward x 1.3
     assert all(abs(p[k] / 1.3 - 1) < 0.05 for k in ("rollout", "train", "sync")) and not out["notes"]
     assert out["reward_s"] == pytest.approx(1.3, rel=0.1) and p["rollout_fixed_s"] == 0 and p["other_s"] < 0.01

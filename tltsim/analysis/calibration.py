@@ -91,7 +91,8 @@ class Calibration:
             col = "gen" if phase == "rollout" else phase
             measured = fit[f"measured_{col}_s"].median() if self.timed.get(phase) else np.nan
             factor = getattr(p, phase) if p is not None and phase in ("rollout", *FACTORED) else np.nan
-            fixed = {"rollout": p.rollout_fixed_s, "reward": self.reward_s, "other": p.other_s}.get(phase, 0.0) if p else np.nan
+            fixed = ({"rollout": p.rollout_fixed_s, "reward": self.reward_s, "other": p.other_s}.get(phase, 0.0)
+                     if p is not None else np.nan)
             rows.append({"phase": phase, "timers": ", ".join(timers), "measured_s": measured,
                          "predicted_s": fit[f"predicted_{col}_s"].median() if phase != "other" else np.nan,
                          "factor": factor, "fixed_s": fixed})
