@@ -12,6 +12,7 @@ from tltsim import glossary
 from tltsim.analysis.calibration import apply as apply_calibration, cluster_notes, load_calibration
 from tltsim.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
+from tltsim.hardware import preset_names
 from tltsim.analysis.export import write_chrome_trace
 from tltsim.io import atomic_dir
 from tltsim.policies import make_policy, policy_names
@@ -29,7 +30,8 @@ def cluster_flags(p) -> None:
     p.add_argument("--config", help="TOML config file; flags override it, and it overrides the defaults shown")
     p.add_argument("--verl-config", metavar="CONFIG", help="a verl run's .hydra/config.yaml (or its output folder): "
                    "GPUs, TP, memory utilisation, max_num_seqs; overrides --config, flags override it")
-    p.add_argument("--model", help=f"model preset or .toml path{_default('cluster.model')}")
+    p.add_argument("--model", help=f"model preset ({', '.join(preset_names('models'))}) or .toml path"
+                   f"{_default('cluster.model')}")
     p.add_argument("--gpu", help=f"GPU preset (h100, h200, a100, b200, h20) or .toml path{_default('cluster.gpu')}")
     p.add_argument("--gpus", type=int, help=f"GPUs in the cluster{_default('cluster.gpus')}")
     p.add_argument("--tp", type=int, help=f"tensor-parallel size per rollout engine{_default('cluster.tp')}")
