@@ -106,7 +106,7 @@ def test_a_reward_scored_in_the_agent_loop_and_an_untimed_sync(long_run, tmp_pat
     m = read_metrics(_phased(tmp_path / "m.jsonl", trace, steps, gen=(1.3, 1.5), reward=0.002, drop=("update_weights",)))
     cal = calibrate(trace, CFG, m)
     assert cal.reward_s < 0.01 and cal.phases.sync == 0 and cal.phases.rollout_fixed_s == pytest.approx(1.5, abs=0.2)
-    assert any("scored inside the agent loop" in n for n in cal.notes)
+    assert any("inside the agent loop, its time in timing_s/gen" in n for n in cal.notes)
     assert any("do not time the sync phase (timing_s/update_weights)" in n for n in cal.notes)
     assert cal.step_error_after < 0.01  # the simulation's own reward and sync phases are not added on top
     table = cal.phase_table().set_index("phase")

@@ -14,8 +14,9 @@ verl's own timers for them (tltsim.verl_metrics.TIMERS). Each phase is fitted on
   weight sync (`update_weights`): one factor each, the median of measured / predicted. A phase the metrics do
   not time is inside the timers that hold it (older verl syncs the weights inside `gen`): its factor is 0.
 - the reward (`timing_s/reward`): a time, the median (the simulator's reward is a time, rl.reward_s). Below
-  REWARD_IN_LOOP of the rollout it is read as a reward scored inside the agent loop: its time is in
-  `timing_s/gen`, and the simulation adds no reward time of its own.
+  REWARD_IN_LOOP of the rollout it is read as a reward scored outside the trainer's reward phase: inside
+  the agent loop (its time is in `timing_s/gen`) or asynchronously (`reward_model.launch_reward_fn_async`,
+  waited for in `timing_s/adv`, the rest of the step); the simulation adds no reward time of its own.
 - the rest of `timing_s/step` (adv, balancing, dumps, checkpoint saves): a fixed cost a step, the median.
 
 A step's calibrated time is then exactly what `tltsim simulate|compare --calibration` gives the verl baseline
@@ -49,7 +50,8 @@ LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 token
 FORMAT = "tltsim.analysis.calibration/2"
 MIN_FIXED_STEPS = 6  # fitted steps a rollout fixed cost needs beside the factor
 FACTOR_SPREAD = 0.2  # ... and the widest 95% confidence interval of the factor, as a share of it
-REWARD_IN_LOOP = 0.01  # timing_s/reward below this share of timing_s/gen (medians): scored in the agent loop
+REWARD_IN_LOOP = 0.01  # timing_s/reward below this share of timing_s/gen (medians): scored in the agent loop or
+# asynchronously, not in the trainer's reward phase
 OVERLAP = 0.01  # timed phases longer than timing_s/step by more than this share of it: they overlap (a note)
 # the simulator's phases that verl times, and verl's timers (tltsim.verl_metrics.TIMERS) that time each
 PHASES = {"rollout": ("gen",), "reward": ("reward",), "logprob": ("old_log_prob", "ref", "values"),
@@ -199,8 +201,9 @@ def _fit(fit: pd.DataFrame, timed: dict) -> tuple[PhaseCalibration, float, str, 
     reward = float(fit["measured_reward_s"].median()) if timed["reward"] else 0.0
     if reward < REWARD_IN_LOOP * float(fit["measured_gen_s"].median()):
         notes.append(f"timing_s/reward is {'about 0' if timed['reward'] else 'absent'} (median {reward:.3g} s): the "
-                     f"reward is read as scored inside the agent loop, its time in timing_s/gen; the simulation adds "
-                     f"no reward time")
+                     f"reward is read as scored outside the trainer's reward phase (inside the agent loop, its time in "
+                     f"timing_s/gen; or asynchronously, waited for in timing_s/adv, the rest of the step); the "
+                     f"simulation adds no reward time of its own")
     other = fit["measured_other_s"].dropna()
     other_s = float(other.median()) if len(other) else 0.0
     if other_s < 0 and -other_s > OVERLAP * float(fit["measured_step_s"].median()):
