@@ -21,7 +21,8 @@
 # * the **rollout dump** (`trainer.rollout_data_dir=DIR`): `DIR/{step}.jsonl`, one line per sample
 #   with the prompt and response *texts* and the score,
 # * the **metrics** of the file logger (`trainer.logger=[console,file]`, path in `VERL_FILE_LOGGER_PATH`):
-#   one JSON line per step with `timing_s/gen`, `timing_s/step`, `response_length/mean`, ...,
+#   one JSON line per step with verl's timers (`timing_s/gen`, `timing_s/reward`, `timing_s/old_log_prob`,
+#   `timing_s/update_actor`, `timing_s/update_weights`, `timing_s/step`), `response_length/mean`, ...,
 # * the **config** Hydra kept (`<output folder>/.hydra/config.yaml`): GPUs, TP, memory utilisation,
 #   `max_num_seqs`, `n`, `response_length`.
 #
@@ -29,8 +30,9 @@
 #
 # * turn the dump into a trace (token counts from the run's own tokenizer, groups, rewards),
 # * set the simulated cluster from the config,
-# * **calibrate** the simulator to the cluster the run measured: one speed factor, measured over
-#   predicted rollout time, and the per-step error before and after it,
+# * **calibrate** the simulator to the cluster the run measured, phase by phase from verl's own timers:
+#   a factor per phase, a fixed cost a step beside the rollout's factor where the steps determine it, the
+#   reward's seconds, and the per-step error before and after,
 # * predict every policy on the calibrated cluster (what each would save per step), and on other
 #   cluster sizes.
 #
@@ -61,7 +63,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from tltsim import config as configmod
-from tltsim.analysis.calibration import calibrate
+from tltsim.analysis.calibration import apply, calibrate
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import stats
@@ -109,8 +111,10 @@ st
 #
 # The config gives GPUs, TP, the engine's memory share and `max_num_seqs`; the GPU type comes from
 # the parameter. The simulator replays the trace under the verl baseline on that cluster, and each
-# step's predicted rollout time goes beside the measured `timing_s/gen`. The speed factor is the median
-# of measured over predicted, so a step slowed by a checkpoint save does not move it.
+# step's predicted phases go beside verl's timers for them. Each phase's factor is the median of measured
+# over predicted, so a step slowed by a checkpoint save does not move it. Beside the rollout's factor a fixed
+# cost a step (replica wake-up and sleep, agent-loop bookkeeping, a reward the agent loop scores) is fitted
+# where the steps determine it: at least 6 steps whose rollouts differ enough (the fit says which it made).
 
 # %%
 cfg = configmod.override(configmod.SimConfig(), **verl.overrides(), **{"cluster.gpu": GPU})
@@ -121,9 +125,12 @@ for note in verl.notes() + notes + cal.notes:
 c = cfg.cluster
 print(f"cluster: {c.gpus} x {c.gpu}, TP {c.tp} ({c.gpus // c.tp} engines), {c.model}, max_running {c.max_running}, "
       f"memory share {cfg.cost.mem_fraction}")
-print(f"speed factor {cal.speed_factor:.3f}: the cluster ran the rollout {cal.speed_factor:.2f}x as long as the model "
-      f"says; median per-step rollout error {cal.error_before:.1%} as modelled, {cal.error_after:.1%} calibrated "
+print(f"rollout: {cal.rollout_fit}; the cluster ran it {cal.phases.rollout:.2f}x as long as the model says")
+print(f"median per-step rollout error {cal.error_before:.1%} as modelled, {cal.error_after:.1%} calibrated "
       f"(whole step: {cal.step_error_before:.1%} -> {cal.step_error_after:.1%})")
+cal.phase_table()
+
+# %%
 cal.per_step[["step", "measured_gen_s", "predicted_gen_s", "calibrated_gen_s", "gen_error_before", "gen_error_after",
               "measured_step_s", "calibrated_step_s", "fitted"]]
 
@@ -144,12 +151,14 @@ plt.show()
 # %% [markdown]
 # ## 4. Every policy on the calibrated cluster
 #
-# The calibrated cluster is the model's cluster with every time multiplied by the speed factor
-# (`SimConfig.speed_factor`, what `tltsim compare --calibration cal.json` sets). Each policy replays
-# the same trace on it; `saved_per_step_s` is the mean step time it saves over the baseline.
+# The calibrated cluster is the model's cluster with each phase's times multiplied by its factor and the
+# fixed costs and the reward's seconds added (`SimConfig.calibration` and `rl.reward_s`, what
+# `tltsim compare --calibration cal.json` sets: `apply` is what the CLI calls). Each policy replays the same
+# trace on it, ranked by `saved_per_step_s`, the mean step time it saves over the baseline. The baseline's
+# calibrated step is the one the calibration reported, step for step.
 
 # %%
-calibrated = replace(cfg, speed_factor=cal.speed_factor)
+calibrated = apply(cal.to_json(), cfg)
 
 
 def compare(cfg_, trace_, policies):
@@ -165,6 +174,9 @@ def compare(cfg_, trace_, policies):
 
 
 table = compare(calibrated, trace, POLICIES)
+print(f"{POLICIES[0]}'s mean step: {table.loc[POLICIES[0], 'mean_step_s']:.3f} s simulated on the calibrated cluster, "
+      f"{cal.per_step.loc[cal.per_step.fitted, 'calibrated_step_s'].mean():.3f} s calibrated by the fit")
+table = pd.concat([table.iloc[:1], table.iloc[1:].sort_values("saved_per_step_s", ascending=False)])
 best = table.drop(POLICIES[0])["saved_per_step_s"].idxmax()
 print(f"on this cluster a {POLICIES[0]} step takes {table.loc[POLICIES[0], 'mean_step_s']:.2f} s; {best} saves the most: "
       f"{table.loc[best, 'saved_per_step_s']:.2f} s a step ({table.loc[best, 'saved_share']:.0%}), "

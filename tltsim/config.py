@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
-from tltsim.cost import CostParams
+from tltsim.cost import CostParams, PhaseCalibration
 from tltsim.errors import TltsimError
 from tltsim.io import read_toml
 
@@ -63,8 +63,8 @@ class SimConfig:
     exact: bool = False  # run every decode iteration (the reference path) instead of jumping between events
     steps: str = ""  # "A:B" selects trace steps A..B-1; empty = all
     seed: int = 0  # seeds every stochastic component
-    speed_factor: float = 1.0  # the cluster's times over the cost model's (`tltsim validate --verl-metrics
-    # ... --save-calibration`): every cost-model time is multiplied by it, drafter-training throughput divided
+    calibration: PhaseCalibration = field(default_factory=PhaseCalibration)  # per-phase factors and fixed costs
+    # fitted to a measured cluster (`tltsim validate --verl-metrics ... --save-calibration`, tltsim.cost.calibrated)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,8 +84,7 @@ class SimConfig:
         if self.rl.micro_batch_tokens < 0:
             raise TltsimError(f"rl: micro_batch_tokens = {self.rl.micro_batch_tokens} must be >= 0 (0: no padding)")
         self.cost.validate()
-        if not self.speed_factor > 0:
-            raise TltsimError(f"speed_factor = {self.speed_factor} must be > 0 (1 = the cost model as it is)")
+        self.calibration.validate()
         parse_steps(self.steps)
         return self
 

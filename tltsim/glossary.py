@@ -27,8 +27,8 @@ COLUMNS: dict[str, str] = {
                "end to end (above 1 is faster).",
     "makespan_s": "wall-clock seconds from the first step's start to the last step's end.",
     "mean_step_s": "makespan_s / steps: wall-clock seconds per RL step.",
-    "saved_per_step_s": "the baseline's mean_step_s - this run's (compare --calibration only): seconds a step "
-                        "would save on the calibrated cluster.",
+    "saved_per_step_s": "the baseline's mean_step_s - this run's (compare --calibration, and the ranking of a "
+                        "calibrated report): seconds a step would save on the calibrated cluster.",
     "rollout_s": "seconds the steps spent waiting for rollout (generating responses); for a policy that "
                  "overlaps rollout with training (async) only the time training waited for responses, "
                  "so it is not comparable with the others.",

@@ -39,24 +39,51 @@ class GPU:
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """A decoder-only transformer with GQA and gated MLPs; with `experts` > 0 every layer's MLP is a mixture of
+    experts (Qwen3-MoE: `experts` routed experts of inner size `moe_intermediate`, `experts_per_token` of them
+    per token, no shared expert; docs/design.md#model-presets)."""
+
     name: str
     layers: int
     hidden: int
     heads: int
     kv_heads: int
-    intermediate: int  # MLP inner size (gated: three matrices)
+    intermediate: int  # MLP inner size (gated: three matrices); of an MoE model, its dense MLP size (the drafter's)
     vocab: int
     tied_embeddings: bool = False
+    head_dim: int = 0  # per attention head; 0: hidden / heads (Qwen3 sets it: heads x head_dim != hidden)
+    experts: int = 0  # routed experts per layer; 0: a dense model
+    experts_per_token: int = 0  # experts each token is routed to (top-k)
+    moe_intermediate: int = 0  # one expert's MLP inner size
+
+    def __post_init__(self):
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+        if self.experts and not (0 < self.experts_per_token <= self.experts and self.moe_intermediate > 0):
+            raise TltsimError(f"model {self.name}: experts = {self.experts} needs 0 < experts_per_token <= experts "
+                              f"(it is {self.experts_per_token}) and moe_intermediate > 0 (it is {self.moe_intermediate})")
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
+    def attention_params(self) -> int:
+        """q and o (hidden x heads x head_dim each), k and v (hidden x kv_heads x head_dim each)."""
+        return 2 * self.hidden * (self.heads + self.kv_heads) * self.head_dim
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert of one layer (a gated MLP); 0 for a dense model."""
+        return 3 * self.hidden * self.moe_intermediate if self.experts else 0
+
+    @property
+    def dense_layer_params(self) -> int:
+        """A dense decoder layer: attention and a gated MLP of `intermediate`."""
+        return self.attention_params + 3 * self.hidden * self.intermediate
 
     @property
     def layer_params(self) -> int:
-        """Weights of one decoder layer: q, o (hidden^2 each), k, v (GQA), gated MLP."""
-        kv = self.kv_heads * self.head_dim
-        return 2 * self.hidden * self.hidden + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate
+        """Weights of one decoder layer: attention, and a gated MLP or (MoE) every expert and the router."""
+        if not self.experts:
+            return self.dense_layer_params
+        return self.attention_params + self.experts * self.expert_params + self.hidden * self.experts
 
     @property
     def embed_params(self) -> int:
@@ -67,8 +94,18 @@ class ModelSpec:
         return self.layers * self.layer_params + self.embed_params
 
     @property
+    def active_params(self) -> int:
+        """Weights one token computes with: all but the experts it is not routed to (= params for a dense model)."""
+        return self.params - self.layers * (self.experts - self.experts_per_token) * self.expert_params
+
+    @property
     def weight_bytes(self) -> int:
         return self.params * BYTES_BF16
+
+    @property
+    def expert_bytes(self) -> int:
+        """One routed expert of one layer, bf16."""
+        return self.expert_params * BYTES_BF16
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -82,12 +119,14 @@ class ModelSpec:
 
     @property
     def drafter_params(self) -> int:
-        """EAGLE-style drafter: fc (2h -> h) + one decoder layer; lm_head is shared (counted at run time)."""
-        return 2 * self.hidden * self.hidden + self.layer_params
+        """EAGLE-style drafter: fc (2h -> h) + one dense decoder layer (of an MoE model too, with its dense MLP size);
+        lm_head is shared (counted at run time)."""
+        return 2 * self.hidden * self.hidden + self.dense_layer_params
 
     @classmethod
     def from_hf_config(cls, cfg: dict, name: str = "custom") -> "ModelSpec":
-        """Build from a transformers config dict (Llama / Qwen2 keys), so the real backend and the cost model agree."""
+        """Build from a transformers config dict (Llama / Qwen2 / Qwen3 / Qwen3-MoE keys), so the real backend and
+        the cost model agree."""
         return cls(
             name=name,
             layers=cfg["num_hidden_layers"],
@@ -97,6 +136,9 @@ class ModelSpec:
             intermediate=cfg["intermediate_size"],
             vocab=cfg["vocab_size"],
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            head_dim=cfg.get("head_dim") or 0,
+            **({"experts": cfg["num_experts"], "experts_per_token": cfg["num_experts_per_tok"],
+                "moe_intermediate": cfg["moe_intermediate_size"]} if cfg.get("num_experts") else {}),
         )
 
 

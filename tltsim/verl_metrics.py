@@ -23,15 +23,26 @@ import pandas as pd
 from tltsim.errors import TltsimError
 from tltsim.jsonl import read_objects
 
-GEN = "timing_s/gen"  # the rollout of the step: verl's marked_timer("gen") around generate_sequences
-STEP = "timing_s/step"  # the whole step
+# verl's step timers (verl/trainer/ppo/ray_trainer.py: marked_timer(name), logged as timing_s/<name> by
+# metric_utils.compute_timing_metrics); each is the column <name>_s, NaN where a line lacks it
+TIMERS = (
+    "gen",  # the rollout: generate_sequences (with an agent loop, also what the loop does: reward scoring there)
+    "reward",  # the reward, where the trainer computes it (about 0 when the agent loop scored the responses)
+    "old_log_prob", "ref", "values",  # the forwards: old policy, reference policy, critic values
+    "adv",  # advantages, on the driver
+    "update_critic", "update_actor",  # the updates
+    "update_weights",  # the weight sync to the rollout replicas (newer verl; older ones sync inside gen)
+    "step",  # the whole step
+)
+GEN = "timing_s/gen"
 LEN_MEAN, LEN_MAX = "response_length/mean", "response_length/max"  # tokens, EOS counted
-KEYS = {GEN: "gen_s", STEP: "step_s", LEN_MEAN: "len_mean", LEN_MAX: "len_max"}
+KEYS = {**{f"timing_s/{t}": f"{t}_s" for t in TIMERS}, LEN_MEAN: "len_mean", LEN_MAX: "len_max"}
 STEP_COLUMNS = ("step", "_step", "Step")
 
 
 def read_metrics(path) -> pd.DataFrame:
-    """Per training step (the index, verl's global step): gen_s, step_s, len_mean, len_max (NaN where absent).
+    """Per training step (the index, verl's global step): <timer>_s for each of TIMERS, len_mean, len_max (NaN
+    where absent; a column is all NaN when the file never has its key).
 
     Raises TltsimError naming the file, line or column when the file is not such a log."""
     path = Path(path)

@@ -126,13 +126,14 @@ def _metrics(trace, rng) -> None:
     for s, r in steps.iterrows():
         noisy = lambda x: round(float(x) * FACTOR * (1 + NOISE * rng.standard_normal()), 4)  # noqa: E731
         gen, reward, old, update = noisy(r.rollout_s), noisy(r.reward_s), 0.0, noisy(r.train_s)
-        step_s = round(gen + reward + update + noisy(r.sync_s), 4)
+        sync = noisy(r.sync_s)
+        step_s = round(gen + reward + update + sync, 4)
         lens = trace.df[trace.df.step == s]["response_len"].to_numpy()
         recorded = np.where(lens >= CAP, lens, lens + 1)  # verl counts the EOS token of a finished response
         elapsed += step_s
         lines.append({"step": int(s), "elapsed_seconds": round(elapsed, 3), "data": {
             "timing_s/gen": gen, "timing_s/reward": reward, "timing_s/old_log_prob": old,
-            "timing_s/update_actor": update, "timing_s/step": step_s,
+            "timing_s/update_actor": update, "timing_s/update_weights": sync, "timing_s/step": step_s,
             "response_length/mean": float(recorded.mean()), "response_length/max": int(recorded.max()),
             "response_length/min": int(recorded.min()), "response_length/clip_ratio": float((lens >= CAP).mean()),
             "critic/score/mean": float(trace.df[trace.df.step == s]["reward"].mean())}})

@@ -1,8 +1,9 @@
-"""Calibrating to a verl run: its metrics and config read as verl writes them, the speed factor fitted and applied."""
+"""Calibrating to a verl run: its metrics and config read as verl writes them, each phase fitted and applied."""
 import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -43,14 +44,97 @@ def _metrics(path, trace, steps, factor, noise, seed=0, bad=()):
     return path
 
 
+def _phased(path, trace, steps, gen=(1.3, 0.0), phases=None, reward=0.5, adv=0.2, noise=0.005, seed=0, drop=()):
+    """verl's file-logger JSONL with every timer of verl's trainer: timing_s/gen = gen[0] x the simulator's rollout
+    + gen[1] s; reward `reward` s; the forwards, update and sync x their factor in `phases` (default 1.2, 1.4,
+    0.8); adv `adv` s; step = their sum; each value with relative noise; the timers in `drop` left out."""
+    f = {"logprob": 1.2, "train": 1.4, "sync": 0.8, **(phases or {})}
+    rng = np.random.default_rng(seed)
+    noisy = lambda x: float(x) * (1 + noise * rng.standard_normal())  # noqa: E731
+    lines = []
+    for s, r in steps.iterrows():
+        logprob = r.reward_s - CFG.rl.reward_s  # the simulator's reward phase: reward_s + the forwards
+        data = {"timing_s/gen": noisy(gen[0] * r.rollout_s + gen[1]), "timing_s/reward": noisy(reward),
+                "timing_s/old_log_prob": noisy(f["logprob"] * logprob / 2), "timing_s/ref": noisy(f["logprob"] * logprob / 2),
+                "timing_s/adv": noisy(adv), "timing_s/update_actor": noisy(f["train"] * r.train_s),
+                "timing_s/update_weights": noisy(f["sync"] * r.sync_s)}
+        data = {k: v for k, v in data.items() if k.removeprefix("timing_s/") not in drop}
+        lens = trace.step(s)["response_len"]
+        data.update({"timing_s/step": sum(data.values()), "response_length/mean": float(lens.mean()) + 1,
+                     "response_length/max": int(lens.max()) + 1})
+        lines.append({"step": int(s), "data": data})
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def long_run():
+    """16 steps whose rollouts differ enough for a fixed cost to be told from the factor."""
+    t = synth("dapo", 16, 16, 4, 4096, seed=5)
+    t = type(t)(t.df.assign(step=t.df.step + 1), t.meta)
+    return t, Simulator(t, CFG).run().steps.set_index("step")
+
+
 def test_the_fitted_factor_comes_back_within_5_percent(run, tmp_path):
     trace, steps = run
     for factor, seed in ((1.7, 0), (0.6, 1)):
         m = read_metrics(_metrics(tmp_path / "m.jsonl", trace, steps, factor, 0.03, seed, bad=(3,)))
         cal = calibrate(trace, CFG, m)
-        assert abs(cal.speed_factor / factor - 1) < 0.05
+        assert abs(cal.phases.rollout / factor - 1) < 0.05 and cal.phases.rollout_fixed_s == 0
         assert cal.error_after < 0.05 < cal.error_before and cal.step_error_after < cal.step_error_before
-        assert cal.per_step.fitted.all() and not cal.notes
+        assert cal.per_step.fitted.all()
+        untimed = [n for n in cal.notes if "do not time" in n]
+        assert len(untimed) == 3 and len(cal.notes) == 4  # gen and step only: three phases untimed, reward absent
+
+
+def test_every_phase_from_verls_timers_and_the_fixed_costs(long_run, tmp_path):
+    trace, steps = long_run
+    m = read_metrics(_phased(tmp_path / "m.jsonl", trace, steps, gen=(1.3, 2.0)))
+    cal = calibrate(trace, CFG, m)
+    p = cal.phases
+    assert (p.rollout, p.logprob, p.train, p.sync) == pytest.approx((1.3, 1.2, 1.4, 0.8), rel=0.03)
+    assert p.rollout_fixed_s == pytest.approx(2.0, abs=0.2) and cal.reward_s == pytest.approx(0.5, rel=0.02)
+    assert p.other_s == pytest.approx(0.2, abs=0.02)  # adv: the rest of the step
+    assert "fixed cost" in cal.rollout_fit and "Theil-Sen over 16 steps" in cal.rollout_fit and not cal.notes
+    assert cal.error_after < 0.01 and cal.step_error_after < 0.01 < cal.step_error_before
+    short = calibrate(trace.select_steps(trace.steps[:4]), CFG, m)  # too few steps: one factor, which folds the fixed cost in
+    assert short.phases.rollout_fixed_s == 0 and short.phases.rollout > 1.5 and "at least 6 steps" in short.rollout_fit
+
+
+def test_a_reward_scored_in_the_agent_loop_and_an_untimed_sync(long_run, tmp_path):
+    trace, steps = long_run
+    m = read_metrics(_phased(tmp_path / "m.jsonl", trace, steps, gen=(1.3, 1.5), reward=0.002, drop=("update_weights",)))
+    cal = calibrate(trace, CFG, m)
+    assert cal.reward_s < 0.01 and cal.phases.sync == 0 and cal.phases.rollout_fixed_s == pytest.approx(1.5, abs=0.2)
+    assert any("inside the agent loop, its time in timing_s/gen" in n for n in cal.notes)
+    assert any("do not time the sync phase (timing_s/update_weights)" in n for n in cal.notes)
+    assert cal.step_error_after < 0.01  # the simulation's own reward and sync phases are not added on top
+    table = cal.phase_table().set_index("phase")
+    assert np.isnan(table.at["sync", "measured_s"]) and table.at["rollout", "fixed_s"] == cal.phases.rollout_fixed_s
+
+
+def test_validate_and_a_calibrated_compare_give_the_same_step_times(long_run, tmp_path, capsys):
+    trace, steps = long_run
+    tpath = save(trace, tmp_path / "t.parquet")
+    mpath = _phased(tmp_path / "m.jsonl", trace, steps, gen=(1.3, 2.0), reward=0.002)
+    cluster = ["--gpus", "16", "--tp", "4", "--gpu", "h100", "--model", "qwen2.5-7b", "--max-num-seqs", "64"]
+    cal = tmp_path / "cal.json"
+    assert main(["validate", "--verl-metrics", str(mpath), "--trace", str(tpath), *cluster, "--json",
+                 "--save-calibration", str(cal)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["phases"]["rollout_fixed_s"] > 1
+    validated = pd.DataFrame(out["per_step"]).set_index("step")["calibrated_step_s"]
+    assert main(["compare", "--trace", str(tpath), *cluster, "--calibration", str(cal), "--policies", "verl,tlt",
+                 "-o", str(tmp_path / "cmp"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    verl = Result.load(tmp_path / "cmp" / "verl")
+    simulated = verl.steps.set_index("step")["total_s"]
+    assert simulated.to_numpy() == pytest.approx(validated.loc[simulated.index].to_numpy(), rel=0.005)
+    assert verl.summary["mean_step_s"] == pytest.approx(validated.mean(), rel=0.005)
+    assert text.startswith(f"calibrated with {cal}: rollout x{out['phases']['rollout']:.3f}")
+    assert "saved_per_step_s" in text and f"trace {tpath}" in text
+    html = (tmp_path / "cmp" / "report.html").read_text()
+    assert f"Calibrated with {cal}" in html and "saved per step" in html
 
 
 def test_metrics_unrelated_to_the_trace_are_reported_not_fitted(run, tmp_path):
@@ -58,15 +142,15 @@ def test_metrics_unrelated_to_the_trace_are_reported_not_fitted(run, tmp_path):
     other = synth("lognormal", 8, 16, 4, 16384, seed=9, median=3000)
     other = type(other)(other.df.assign(step=other.df.step + 1), other.meta)
     cal = calibrate(trace, CFG, read_metrics(_metrics(tmp_path / "m.jsonl", other, steps, 1.5, 0.03)))
-    assert cal.speed_factor is None and not cal.per_step.fitted.any()
+    assert cal.phases is None and not cal.per_step.fitted.any()
     assert any("not of one run" in n for n in cal.notes) and any("response lengths" in n for n in cal.notes)
     shifted = steps.set_axis(steps.index + 20)  # other steps of the run
     with pytest.raises(TltsimError, match="none in common"):
         calibrate(trace, CFG, read_metrics(_metrics(tmp_path / "s.jsonl", trace, shifted, 1.5, 0.03)))
     part = read_metrics(_metrics(tmp_path / "p.jsonl", trace, steps.iloc[2:], 1.5, 0.0))
     cal = calibrate(trace, CFG, part)
-    assert cal.notes == ["trace steps 1-2 have no metrics (timing_s/gen): not fitted"]
-    assert cal.speed_factor == pytest.approx(1.5)
+    assert cal.notes[0] == "trace steps 1-2 have no metrics (timing_s/gen): not fitted"
+    assert cal.phases.rollout == pytest.approx(1.5)
 
 
 def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, capsys):
@@ -80,16 +164,16 @@ def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, 
     out = json.loads(capsys.readouterr().out)
     assert json.loads((tmp_path / "val" / "calibration.json").read_text()) == out
     assert len((tmp_path / "val" / "per_step.csv").read_text().splitlines()) == 1 + 8
-    assert abs(out["speed_factor"] / 1.4 - 1) < 0.05 and out["error_after"] < out["error_before"]
-    assert len(out["per_step"]) == 8 and json.loads(cal.read_text())["speed_factor"] == out["speed_factor"]
+    assert abs(out["phases"]["rollout"] / 1.4 - 1) < 0.05 and out["error_after"] < out["error_before"]
+    assert len(out["per_step"]) == 8 and json.loads(cal.read_text())["phases"] == out["phases"]
     for name, extra in (("plain", []), ("cal", ["--calibration", str(cal)])):
         assert main(["compare", "--trace", str(tpath), *cluster, "--policies", "verl,tlt", "-o", str(tmp_path / name),
                      "--no-progress", "--no-report", *extra]) == 0
     text = capsys.readouterr().out
-    assert "saved_per_step_s" in text and f"speed factor {out['speed_factor']:.3f}" in text
+    assert "saved_per_step_s" in text and f"rollout x{out['phases']['rollout']:.3f}" in text
     plain, calibrated = (Result.load(tmp_path / n / "verl") for n in ("plain", "cal"))
-    assert calibrated.summary["rollout_s"] == pytest.approx(out["speed_factor"] * plain.summary["rollout_s"], rel=1e-9)
-    assert calibrated.config["speed_factor"] == out["speed_factor"]
+    assert calibrated.summary["rollout_s"] == pytest.approx(out["phases"]["rollout"] * plain.summary["rollout_s"], rel=1e-9)
+    assert calibrated.config["calibration"]["rollout"] == out["phases"]["rollout"]
     assert main(["simulate", "--trace", str(tpath), *cluster, "--gpu", "a100", "--calibration", str(cal),
                  "--policy", "verl", "-o", str(tmp_path / "a100"), "--no-progress"]) == 0
     assert "fitted on gpu h100 (now a100)" in capsys.readouterr().err
@@ -104,7 +188,7 @@ def test_unrelated_metrics_cannot_be_saved(run, tmp_path, capsys):
     assert main(["validate", "--verl-metrics", str(mpath), "--trace", str(tpath), "--gpus", "16", "--tp", "4",
                  "--save-calibration", str(tmp_path / "cal.json")]) == 2
     captured = capsys.readouterr()
-    assert "no speed factor" in captured.out and "not of one run" in captured.err
+    assert "no calibration" in captured.out and "not of one run" in captured.err
     assert not (tmp_path / "cal.json").exists()
 
 
@@ -162,7 +246,28 @@ def test_the_shipped_example_calibrates_to_its_stated_factor(tmp_path, capsys):
     ex = ROOT / "examples" / "verl"
     trace = tmp_path / "run.parquet"
     assert main(["trace", "convert", str(ex / "rollout"), str(trace), "--tokenizer", str(ex / "tokenizer")]) == 0
+    cal = tmp_path / "cal.json"
     assert main(["validate", "--verl-metrics", str(ex / "metrics.jsonl"), "--trace", str(trace),
-                 "--verl-config", str(ex / "run"), "--gpu", "h100", "--json"]) == 0
+                 "--verl-config", str(ex / "run"), "--gpu", "h100", "--json", "--save-calibration", str(cal)]) == 0
     out = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after convert's line
-    assert abs(out["speed_factor"] / 1.3 - 1) < 0.05 and not out["notes"]  # make_examples.py: FACTOR = 1.3
+    assert main(["compare", "--trace", str(trace), "--verl-config", str(ex / "run"), "--gpu", "h100", "--calibration",
+                 str(cal), "--policies", "verl", "-o", str(tmp_path / "cmp"), "--no-report", "--no-progress"]) == 0
+    validated = np.mean([r["calibrated_step_s"] for r in out["per_step"]])  # issue 23: 7.138 against compare's 6.848
+    assert Result.load(tmp_path / "cmp" / "verl").summary["mean_step_s"] == pytest.approx(validated, rel=0.005)
+    p = out["phases"]  # make_examples.py: FACTOR = 1.3 on every phase, the simulator's 1 s reward x 1.3
+    assert all(abs(p[k] / 1.3 - 1) < 0.05 for k in ("rollout", "train", "sync")) and not out["notes"]
+    assert out["reward_s"] == pytest.approx(1.3, rel=0.1) and p["rollout_fixed_s"] == 0 and p["other_s"] < 0.01
+
+
+def test_a_calibration_of_another_format_is_refused_with_what_to_do(tmp_path, capsys):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"format": "tltsim.analysis.calibration/1", "speed_factor": 1.3}))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "tltsim.analysis.calibration/2", "phases": {"rollout": "fast"}, "reward_s": 1}))
+    trace = save(synth("dapo", 1, 4, 2, 512, seed=0), tmp_path / "t.parquet")
+    for path, says in ((old, "a calibration of another tltsim"), (bad, "are not all numbers")):
+        assert main(["simulate", "--trace", str(trace), "--gpus", "4", "--tp", "2", "--calibration", str(path),
+                     "-o", str(tmp_path / "out"), "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and "--save-calibration" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -1,66 +1,114 @@
 """Calibrate the simulator to a user's cluster from a verl run: `tltsim validate --verl-metrics M --trace T`.
 
 The run's trace (its rollout dump, `tltsim trace convert`) goes through the simulator under the verl
-baseline on the run's cluster (flags or `--verl-config`); each step's predicted rollout and step time
-sit beside the measured `timing_s/gen` and `timing_s/step`. One speed factor, measured over predicted
-rollout time, is fitted as the median of the per-step ratios, so a few bad steps (a checkpoint save, a
-slow node) do not move it. `error_before` / `error_after` are the median absolute relative error of the
-per-step rollout time without and with the factor.
+baseline on the run's cluster (flags or `--verl-config`), and each step's predicted phases sit beside
+verl's own timers for them (tltsim.verl_metrics.TIMERS). Each phase is fitted on its own
+(docs/design.md#calibrating-to-a-verl-run):
+
+- rollout (`timing_s/gen`): measured = factor x predicted + a fixed cost a step, where the steps determine the
+  fixed cost: at least MIN_FIXED_STEPS fitted steps, a Theil-Sen fit whose factor's 95% confidence interval is
+  no wider than FACTOR_SPREAD of the factor, and a fixed cost >= 0. Otherwise one factor, the median of
+  measured / predicted. Both are medians at heart, so a few bad steps (a checkpoint save, a slow node) do not
+  move them.
+- the log-prob forwards (`old_log_prob` + `ref` + `values`), the update (`update_actor` + `update_critic`), the
+  weight sync (`update_weights`): one factor each, the median of measured / predicted. A phase the metrics do
+  not time is inside the timers that hold it (older verl syncs the weights inside `gen`): its factor is 0.
+- the reward (`timing_s/reward`): a time, the median (the simulator's reward is a time, rl.reward_s). Below
+  REWARD_IN_LOOP of the rollout it is read as a reward scored outside the trainer's reward phase: inside
+  the agent loop (its time is in `timing_s/gen`) or asynchronously (`reward_model.launch_reward_fn_async`,
+  waited for in `timing_s/adv`, the rest of the step); the simulation adds no reward time of its own.
+- the rest of `timing_s/step` (adv, balancing, dumps, checkpoint saves): a fixed cost a step, the median.
+
+A step's calibrated time is then exactly what `tltsim simulate|compare --calibration` gives the verl baseline
+(tltsim.cost.calibrated: the factors scale the cost model's phases, the fixed costs are paid with the weight
+sync). `error_before` / `error_after` are the median absolute relative error of the per-step rollout time
+as modelled and calibrated, `step_error_before` / `step_error_after` the same of the whole step.
 
 Metrics that do not belong to the trace are reported, not fitted: steps the trace lacks (or that lack
 metrics), and steps whose `response_length/mean` or `/max` differ from the trace's by more than
 LENGTH_TOLERANCE (the dump's counts leave out the EOS token verl counts: a token or so).
-
-The saved calibration (`--save-calibration cal.json`) holds the factor and the cluster it was fitted on;
-`tltsim simulate|compare --calibration cal.json` multiplies every cost-model time by it
-(SimConfig.speed_factor), so `compare` predicts every policy on the calibrated cluster.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import theilslopes
 
+from tltsim import config as configmod
 from tltsim.config import SimConfig
+from tltsim.cost import PhaseCalibration
 from tltsim.errors import TltsimError
 from tltsim.io import write_json
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import Trace
 
 LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 tokens + 5%
-FORMAT = "tltsim.analysis.calibration/1"
+FORMAT = "tltsim.analysis.calibration/2"
+MIN_FIXED_STEPS = 6  # fitted steps a rollout fixed cost needs beside the factor
+FACTOR_SPREAD = 0.2  # ... and the widest 95% confidence interval of the factor, as a share of it
+REWARD_IN_LOOP = 0.01  # timing_s/reward below this share of timing_s/gen (medians): scored in the agent loop or
+# asynchronously, not in the trainer's reward phase
+OVERLAP = 0.01  # timed phases longer than timing_s/step by more than this share of it: they overlap (a note)
+# the simulator's phases that verl times, and verl's timers (tltsim.verl_metrics.TIMERS) that time each
+PHASES = {"rollout": ("gen",), "reward": ("reward",), "logprob": ("old_log_prob", "ref", "values"),
+          "train": ("update_actor", "update_critic"), "sync": ("update_weights",)}
+FACTORED = ("logprob", "train", "sync")  # fitted as a factor on the cost model's time
 
 
 @dataclass
 class Calibration:
-    speed_factor: float | None  # measured / predicted rollout time; None when no step could be fitted
+    phases: PhaseCalibration | None  # the factors and fixed costs; None when no step could be fitted
+    reward_s: float | None  # the reward's seconds a step (rl.reward_s)
+    rollout_fit: str  # how the rollout was fitted, in words (one factor, or a factor and a fixed cost, and why)
     error_before: float | None  # median |predicted / measured - 1| of per-step rollout time, as the model is
-    error_after: float | None  # ... with the speed factor
+    error_after: float | None  # ... calibrated
     step_error_before: float | None  # the same for the whole step (timing_s/step), where the metrics have it
     step_error_after: float | None
     per_step: pd.DataFrame  # one row per step of the metrics or the trace (see `calibrate`)
     notes: list[str] = field(default_factory=list)  # what did not match, in words
-    cluster: dict = field(default_factory=dict)  # the cluster the factor was fitted on
+    cluster: dict = field(default_factory=dict)  # the cluster it was fitted on
+    sources: dict = field(default_factory=dict)  # the files it was fitted from: metrics, trace, verl_config
+    timed: dict = field(default_factory=dict)  # phase -> whether the metrics time it
 
     def to_json(self) -> dict:
         rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
                 for r in self.per_step.to_dict(orient="records")]
-        return {"format": FORMAT, "speed_factor": self.speed_factor, "error_before": self.error_before,
+        phases = None if self.phases is None else {k: v for k, v in asdict(self.phases).items() if k != "source"}
+        return {"format": FORMAT, "phases": phases, "reward_s": self.reward_s, "rollout_fit": self.rollout_fit,
+                "fitted_steps": int(self.per_step["fitted"].sum()), "error_before": self.error_before,
                 "error_after": self.error_after, "step_error_before": self.step_error_before,
-                "step_error_after": self.step_error_after, "cluster": self.cluster, "notes": self.notes,
-                "per_step": rows}
+                "step_error_after": self.step_error_after, "cluster": self.cluster, "sources": self.sources,
+                "timed": self.timed, "notes": self.notes, "per_step": rows}
+
+    def phase_table(self) -> pd.DataFrame:
+        """One row per phase: verl's timers, their median seconds and the model's over the fitted steps, and the
+        calibration (a factor on the model, and a fixed cost a step)."""
+        fit, p = self.per_step[self.per_step["fitted"]], self.phases
+        rows = []
+        for phase, timers in [*PHASES.items(), ("other", ("step minus the above",))]:
+            col = "gen" if phase == "rollout" else phase
+            measured = fit[f"measured_{col}_s"].median() if self.timed.get(phase) else np.nan
+            factor = getattr(p, phase) if p is not None and phase in ("rollout", *FACTORED) else np.nan
+            fixed = ({"rollout": p.rollout_fixed_s, "reward": self.reward_s, "other": p.other_s}.get(phase, 0.0)
+                     if p is not None else np.nan)
+            rows.append({"phase": phase, "timers": ", ".join(timers), "measured_s": measured,
+                         "predicted_s": fit[f"predicted_{col}_s"].median() if phase != "other" else np.nan,
+                         "factor": factor, "fixed_s": fixed})
+        return pd.DataFrame(rows)
 
 
-def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame) -> Calibration:
-    """Fit the speed factor of `cfg`'s cluster from `metrics` (tltsim.verl_metrics.read_metrics) of the run `trace` records.
+def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict | None = None) -> Calibration:
+    """Fit `cfg`'s cluster, phase by phase, to `metrics` (tltsim.verl_metrics.read_metrics) of the run `trace` records.
 
-    per_step columns: step, measured_gen_s, predicted_gen_s, calibrated_gen_s, gen_error_before, gen_error_after,
-    measured_step_s, predicted_step_s, calibrated_step_s, step_error_before, step_error_after, trace_len_mean,
-    metrics_len_mean, trace_len_max, metrics_len_max, fitted (bool), reason (why a step is not fitted, or "")."""
-    cfg = replace(cfg, policy="verl", speed_factor=1.0)
+    per_step columns: step; measured_, predicted_ and calibrated_ gen_s and step_s; gen_error_before,
+    gen_error_after, step_error_before, step_error_after; measured_ and predicted_ <phase>_s for the phases
+    (reward, logprob, train, sync) and measured_other_s; trace_len_mean, metrics_len_mean, trace_len_max,
+    metrics_len_max; fitted (bool); reason (why a step is not fitted, or "")."""
+    cfg = replace(cfg, policy="verl", calibration=PhaseCalibration())
     trace_steps, metric_steps = set(trace.steps), {int(s) for s in metrics.index}
     common = sorted(trace_steps & metric_steps)
     notes = []
@@ -74,79 +122,178 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame) -> Calibratio
         raise TltsimError(f"the metrics' steps ({_ranges(metric_steps)}) and the trace's ({_ranges(trace_steps)}) "
                           f"have none in common; give the metrics and the rollout dump of one run")
     pred = Simulator(trace.select_steps(common), cfg).run().steps.set_index("step")
+    pred = pred.assign(gen_s=pred["rollout_s"], step_s=pred["total_s"], reward_s=cfg.rl.reward_s,
+                       logprob_s=pred["reward_s"] - cfg.rl.reward_s, train_s=pred["train_s"], sync_s=pred["sync_s"])
+    timed = {phase: bool(metrics[[f"{t}_s" for t in timers]].notna().any().any()) for phase, timers in PHASES.items()}
     lengths = trace.df.groupby("step")["response_len"].agg(["mean", "max"])
     rows = []
     for s in sorted(trace_steps | metric_steps):
         m = metrics.loc[s] if s in metric_steps else None
-        row = {"step": s,
-               "measured_gen_s": _get(m, "gen_s"), "predicted_gen_s": _at(pred, s, "rollout_s"),
-               "measured_step_s": _get(m, "step_s"), "predicted_step_s": _at(pred, s, "total_s"),
-               "trace_len_mean": _at(lengths, s, "mean"), "metrics_len_mean": _get(m, "len_mean"),
+        row = {"step": s, "trace_len_mean": _at(lengths, s, "mean"), "metrics_len_mean": _get(m, "len_mean"),
                "trace_len_max": _at(lengths, s, "max"), "metrics_len_max": _get(m, "len_max")}
+        for what in ("gen", "step"):
+            row[f"measured_{what}_s"], row[f"predicted_{what}_s"] = _get(m, f"{what}_s"), _at(pred, s, f"{what}_s")
+        for phase, timers in PHASES.items():
+            if phase != "rollout":
+                row[f"measured_{phase}_s"] = _timed(m, timers)
+                row[f"predicted_{phase}_s"] = _at(pred, s, f"{phase}_s")
         row["reason"] = _reason(row, s in trace_steps, m is not None)
         row["fitted"] = not row["reason"]
         rows.append(row)
     df = pd.DataFrame(rows)
+    # the step outside the phases the metrics time (adv, dumps, checkpoint saves ...)
+    inside = df["measured_gen_s"] + sum(df[f"measured_{p}_s"].fillna(0.0) for p in PHASES if p != "rollout")
+    df["measured_other_s"] = df["measured_step_s"] - inside
     mismatched = df[df["reason"].str.startswith("lengths")]
     if len(mismatched):
         notes.append(f"steps {_ranges(mismatched['step'])}: the metrics' response lengths (mean "
                      f"{mismatched['metrics_len_mean'].mean():.0f}) are not the trace's (mean "
                      f"{mismatched['trace_len_mean'].mean():.0f}): not fitted; the metrics may come from another run")
     fit = df[df["fitted"]]
-    factor = float(np.median(fit["measured_gen_s"] / fit["predicted_gen_s"])) if len(fit) else None
-    if factor is None:
+    phases, reward, how = None, None, "no step fitted"
+    if len(fit):
+        phases, reward, how, fit_notes = _fit(fit, timed)
+        notes += fit_notes
+    else:
         notes.append("no step of the metrics matches the trace: the metrics and the trace are not of one run; "
-                     "no speed factor fitted")
-    k = factor if factor is not None else np.nan
+                     "nothing fitted")
+    if phases is not None:
+        p = phases
+        df["calibrated_gen_s"] = p.rollout * df["predicted_gen_s"] + p.rollout_fixed_s
+        df["calibrated_step_s"] = (df["calibrated_gen_s"] + reward + p.other_s
+                                   + sum(getattr(p, ph) * df[f"predicted_{ph}_s"] for ph in FACTORED))
+    else:
+        df["calibrated_gen_s"] = df["calibrated_step_s"] = np.nan
     for what in ("gen", "step"):
-        df[f"calibrated_{what}_s"] = k * df[f"predicted_{what}_s"]
         df[f"{what}_error_before"] = df[f"predicted_{what}_s"] / df[f"measured_{what}_s"] - 1
         df[f"{what}_error_after"] = df[f"calibrated_{what}_s"] / df[f"measured_{what}_s"] - 1
     fit = df[df["fitted"]]
     c = cfg.cluster
     return Calibration(
-        speed_factor=factor,
+        phases=phases, reward_s=reward, rollout_fit=how,
         error_before=_median_abs(fit["gen_error_before"]), error_after=_median_abs(fit["gen_error_after"]),
         step_error_before=_median_abs(fit["step_error_before"]), step_error_after=_median_abs(fit["step_error_after"]),
         per_step=df[_COLUMNS], notes=notes,
         cluster={"gpu": c.gpu, "model": c.model, "gpus": c.gpus, "tp": c.tp, "max_running": c.max_running,
                  "mem_fraction": cfg.cost.mem_fraction},
+        sources={k: str(v) for k, v in (sources or {}).items() if v}, timed={**timed, "other": True},
     )
 
 
 _COLUMNS = ["step", "measured_gen_s", "predicted_gen_s", "calibrated_gen_s", "gen_error_before", "gen_error_after",
             "measured_step_s", "predicted_step_s", "calibrated_step_s", "step_error_before", "step_error_after",
+            *[f"{w}_{p}_s" for p in PHASES if p != "rollout" for w in ("measured", "predicted")], "measured_other_s",
             "trace_len_mean", "metrics_len_mean", "trace_len_max", "metrics_len_max", "fitted", "reason"]
 
 
+def _fit(fit: pd.DataFrame, timed: dict) -> tuple[PhaseCalibration, float, str, list[str]]:
+    """(the phases, the reward's seconds, how the rollout was fitted, notes) from the fitted steps' rows."""
+    notes = []
+    factor, fixed, how = _fit_rollout(fit["predicted_gen_s"].to_numpy(), fit["measured_gen_s"].to_numpy())
+    factors = {}
+    for phase in FACTORED:
+        ok = fit[fit[f"predicted_{phase}_s"] > 0]
+        factors[phase] = (float(np.median(ok[f"measured_{phase}_s"] / ok[f"predicted_{phase}_s"]))
+                          if timed[phase] and ok[f"measured_{phase}_s"].notna().any() else 0.0)
+        if not timed[phase]:
+            notes.append(f"the metrics do not time the {phase} phase ({', '.join('timing_s/' + t for t in PHASES[phase])}): "
+                         f"its time is inside the timers that hold it (timing_s/gen or the rest of the step)")
+    reward = float(fit["measured_reward_s"].median()) if timed["reward"] else 0.0
+    if reward < REWARD_IN_LOOP * float(fit["measured_gen_s"].median()):
+        notes.append(f"timing_s/reward is {'about 0' if timed['reward'] else 'absent'} (median {reward:.3g} s): the "
+                     f"reward is read as scored outside the trainer's reward phase (inside the agent loop, its time in "
+                     f"timing_s/gen; or asynchronously, waited for in timing_s/adv, the rest of the step); the "
+                     f"simulation adds no reward time of its own")
+    other = fit["measured_other_s"].dropna()
+    other_s = float(other.median()) if len(other) else 0.0
+    if other_s < 0 and -other_s > OVERLAP * float(fit["measured_step_s"].median()):
+        notes.append(f"timing_s/step is shorter than its timed phases (by {-other_s:.3g} s, median): they overlap; "
+                     f"no fixed cost for the rest of the step")
+    other_s = max(other_s, 0.0)
+    return PhaseCalibration(rollout=factor, rollout_fixed_s=fixed, other_s=other_s, **factors), reward, how, notes
+
+
+def _fit_rollout(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float, str]:
+    """(factor, fixed seconds, how it was fitted): measured = factor x predicted + fixed where the steps determine
+    the fixed cost, else one factor (the median ratio) and fixed 0."""
+    n = len(predicted)
+    ratio = float(np.median(measured / predicted))
+    one = f"one factor, the median of measured / predicted over {n} steps"
+    if n < MIN_FIXED_STEPS:
+        return ratio, 0.0, f"{one} (a fixed cost beside it takes at least {MIN_FIXED_STEPS} steps)"
+    if np.ptp(predicted) == 0:
+        return ratio, 0.0, f"{one} (every step's predicted rollout is the same: no fixed cost can be separated)"
+    t = theilslopes(measured, predicted)
+    spread = (t.high_slope - t.low_slope) / t.slope if t.slope > 0 else np.inf
+    if spread > FACTOR_SPREAD:
+        return ratio, 0.0, (f"{one} (the steps' rollouts vary too little to separate a fixed cost: the factor's 95% "
+                            f"interval would be {spread:.0%} of it, at most {FACTOR_SPREAD:.0%})")
+    if t.intercept < 0:
+        return ratio, 0.0, f"{one} (a fixed cost fitted beside it would be negative, {t.intercept:.3g} s)"
+    return float(t.slope), float(t.intercept), (f"a factor and a fixed cost a step (Theil-Sen over {n} steps; the "
+                                                 f"factor's 95% interval is {spread:.0%} of it)")
+
+
 def save(cal: Calibration, path) -> Path:
-    """Write the calibration as JSON (atomically); refuses one without a factor."""
-    if cal.speed_factor is None:
-        raise TltsimError(f"no speed factor to save to {path}: " + "; ".join(cal.notes))
+    """Write the calibration as JSON (atomically); refuses one with nothing fitted."""
+    if cal.phases is None:
+        raise TltsimError(f"no calibration to save to {path}: " + "; ".join(cal.notes))
     write_json(path, cal.to_json())
     return Path(path)
 
 
 def load_calibration(path) -> dict:
-    """The saved calibration's JSON (speed_factor and cluster at least); TltsimError when it is not one."""
+    """The saved calibration's JSON (Calibration.to_json); TltsimError when it is not one."""
     path = Path(path)
+    again = f"make one with `tltsim validate --verl-metrics ... --save-calibration {path.name}`"
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise TltsimError(f"{path}: not a readable calibration file ({e}); make one with "
-                          f"`tltsim validate --verl-metrics ... --save-calibration {path.name}`") from None
-    f = d.get("speed_factor") if isinstance(d, dict) else None
-    if not isinstance(d, dict) or d.get("format") != FORMAT or isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0:
-        raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r} with a positive speed_factor); "
-                          f"make one with `tltsim validate --verl-metrics ... --save-calibration {path.name}`")
+        raise TltsimError(f"{path}: not a readable calibration file ({e}); {again}") from None
+    if not isinstance(d, dict) or not str(d.get("format", "")).startswith("tltsim.analysis.calibration/"):
+        raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r}); {again}")
+    if d["format"] != FORMAT:
+        raise TltsimError(f"{path}: a calibration of another tltsim ({d['format']}, this one reads {FORMAT}); "
+                          f"{again.replace('make one', 'make it again')}")
+    phases, reward = d.get("phases"), d.get("reward_s")
+    names = [f.name for f in PhaseCalibration.__dataclass_fields__.values() if f.name != "source"]
+    if (not isinstance(phases, dict) or sorted(phases) != sorted(names) or not all(_number(v) for v in phases.values())
+            or not _number(reward)):
+        raise TltsimError(f"{path}: its phases ({', '.join(names)}) and reward_s are not all numbers; {again}")
+    PhaseCalibration(**phases).validate()
     return d
+
+
+def apply(saved: dict, cfg: SimConfig, path=None) -> SimConfig:
+    """`cfg` on the calibrated cluster of `saved` (Calibration.to_json, or load_calibration's): its factors and
+    fixed costs (tltsim.cost.calibrated), its reward time, and the words that say where they come from."""
+    return configmod.override(cfg, **{f"calibration.{k}": v for k, v in saved["phases"].items()},
+                              **{"calibration.source": describe(saved, path), "rl.reward_s": saved["reward_s"]})
+
+
+def describe(saved: dict, path=None) -> str:
+    """One line: the calibration's factors and fixed costs, the files it was fitted from, the fit's error."""
+    p, src = saved["phases"], saved.get("sources") or {}
+    files = ", ".join(f"{k} {v}" for k, v in src.items())
+    err = saved.get("error_after")
+    step_err = saved.get("step_error_after")
+    error = (f"; median |error| after it: rollout {err:.1%}" if err is not None else "") + (
+        f", step {step_err:.1%}" if step_err is not None else "")
+    return (f"{path or 'calibration'}: rollout x{p['rollout']:.3f} + {p['rollout_fixed_s']:.3g} s, log-prob "
+            f"x{p['logprob']:.3f}, update x{p['train']:.3f}, weight sync x{p['sync']:.3f}, reward "
+            f"{saved['reward_s']:.3g} s, rest of the step {p['other_s']:.3g} s; fitted on "
+            f"{saved.get('fitted_steps', '?')} steps" + (f" of {files}" if files else "") + error)
 
 
 def cluster_notes(saved: dict, cfg: SimConfig, path) -> list[str]:
     """Where the cluster a calibration is applied to differs from the one it was fitted on in GPU or model."""
     c, fitted = cfg.cluster, saved.get("cluster", {})
     diff = [f"{k} {fitted[k]} (now {getattr(c, k)})" for k in ("gpu", "model") if k in fitted and fitted[k] != getattr(c, k)]
-    return [f"{path}: fitted on {', '.join(diff)}; its speed factor is of that GPU and model"] if diff else []
+    return [f"{path}: fitted on {', '.join(diff)}; its factors are of that GPU and model"] if diff else []
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
 
 
 def _reason(row: dict, in_trace: bool, in_metrics: bool) -> str:
@@ -162,6 +309,14 @@ def _reason(row: dict, in_trace: bool, in_metrics: bool) -> str:
     if not row["predicted_gen_s"] > 0:
         return "no rollout predicted"
     return ""
+
+
+def _timed(m, timers) -> float:
+    """The sum of the timers `m` has (a step's metrics row), NaN when it has none of them."""
+    if m is None:
+        return np.nan
+    values = [m[f"{t}_s"] for t in timers if not np.isnan(m[f"{t}_s"])]
+    return float(sum(values)) if values else np.nan
 
 
 def _get(m, key: str) -> float:

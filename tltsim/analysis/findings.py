@@ -1,7 +1,8 @@
 """What a comparison says, read from its results: the ranking, each run's cost and reasons, and the results
 that look wrong explained.
 
-    rank(results)             -> [Finding, ...]: realisable policies by speedup, best first, then the bounds
+    rank(results)             -> [Finding, ...]: realisable policies by speedup (or, by="saved_per_step_s", by
+                                 the seconds they save a step), best first, then the bounds
     headline(findings, base)  -> the fastest policy and its cost, the fastest on-policy one, the bounds
     explanations(results)     -> [str, ...]: what a bound bounds and who beats it, speculation that pays
                                  beyond the adaptive switch, zero idle time that went to drafter training,
@@ -37,6 +38,7 @@ class Finding:
 
     label: str
     speedup: float  # baseline makespan / makespan
+    saved_per_step_s: float  # baseline mean_step_s - mean_step_s
     rollout_speedup: float  # baseline rollout_s / rollout_s; nan where rollout_s is not a rollout (overlap)
     cost: str  # off-policy cost, "none (on-policy)" when there is none
     on_policy: bool  # every trained response generated whole by the weights that train on it
@@ -44,12 +46,13 @@ class Finding:
     bound: str | None = None  # what the run bounds (tltsim.glossary.BOUNDS), None for a policy
 
 
-def rank(results) -> list[Finding]:
-    """Every run as a Finding: the realisable policies by speedup (best first), then the bounds."""
+def rank(results, by: str = "speedup") -> list[Finding]:
+    """Every run as a Finding: the realisable policies by `by` (speedup or saved_per_step_s, best first), then the
+    bounds."""
     runs = labelled(results)
     ctx = _Context(runs)
     findings = [_finding(label, r, ctx) for label, r in runs]
-    order = sorted(range(len(findings)), key=lambda i: (findings[i].bound is not None, -_num(findings[i].speedup)))
+    order = sorted(range(len(findings)), key=lambda i: (findings[i].bound is not None, -_num(getattr(findings[i], by))))
     return [findings[i] for i in order]
 
 
@@ -95,7 +98,8 @@ def _finding(label: str, r, ctx: _Context) -> Finding:
     overlaps = ctx.overlap[label] > OVERLAPS
     roll = math.nan if overlaps or not s["rollout_s"] else b["rollout_s"] / s["rollout_s"]
     on_policy = not s.get("staleness_mean", 0) and not s.get("resumed_fraction", 0)
-    return Finding(label, speedup, roll, _cost(s), on_policy, _why(label, r, speedup, ctx), _bound(r))
+    return Finding(label, speedup, b["mean_step_s"] - s["mean_step_s"], roll, _cost(s), on_policy,
+                   _why(label, r, speedup, ctx), _bound(r))
 
 
 def _bound(r) -> str | None:

@@ -4,8 +4,10 @@
 
 The page needs nothing but itself (no scripts, no links outside it): images are base64 data URIs
 (palette PNGs, shown at the size they were drawn), each run's section and config sit in collapsible
-blocks, and a table of contents links the sections. With several results the first is the baseline
-and the page opens with the summary (tltsim.analysis.findings: the ranking by speedup, each policy's
+blocks, and a table of contents links the sections. Runs simulated on a calibrated cluster (`--calibration`)
+are named as such under the title, with the calibration's factors, fixed costs, files and error. With
+several results the first is the baseline and the page opens with the summary (tltsim.analysis.findings:
+the ranking by speedup, or on a calibrated cluster by saved_per_step_s, each policy's
 off-policy cost and reason, the bounds, results that look wrong explained), then the comparison
 tables with a glossary of their columns (tltsim.glossary), the comparison charts, and the runs.
 Figures that need data a run lacks (speculation, per-iteration records) are left out for that run.
@@ -26,6 +28,7 @@ from tltsim.analysis import findings, plots
 from tltsim.glossary import BOUNDS, COLUMNS, DEFINITIONS, RANKING
 from tltsim.io import atomic_path, write_text
 from tltsim.analysis.plots.style import labelled, run_color
+from tltsim.cost import PhaseCalibration
 from tltsim.records import Result
 from tltsim.summary import OVERLAPS, rollout_overlap
 
@@ -57,13 +60,14 @@ h3 { margin: 1.2em 0 0.3em; }
 nav { background: #f6f8fa; border: 1px solid #e1e4e8; padding: 0.5em 1em; font-size: 0.92em; }
 nav a { margin-right: 0.9em; white-space: nowrap; }
 .headline { font-size: 1.08em; background: #eef5ec; border-left: 4px solid #2ca02c; padding: 0.6em 0.9em; }
+.calibration { background: #eef2f8; border-left: 4px solid #1f77b4; padding: 0.5em 0.9em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
 th[title] { cursor: help; text-decoration: underline dotted #999; } th.text, td.text { text-align: left; }
 table.ranking td:nth-child(2), table.ranking th:nth-child(2) { text-align: left; white-space: nowrap; }
-table.ranking td:nth-child(n+5), table.ranking th:nth-child(n+5) { text-align: left; }
+table.ranking td:nth-last-child(-n+2), table.ranking th:nth-last-child(-n+2) { text-align: left; }
 table.ranking tr.bound td { background: #f4f1fa; font-style: italic; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
 dl.glossary { display: grid; grid-template-columns: max-content auto; gap: 0.25em 1em; font-size: 0.92em; }
@@ -117,7 +121,11 @@ def build_report(results, title: str | None = None, pngs: dict | None = None) ->
     sections += _lengths(runs, pngs)
     sections.append(("runs", "Runs" if not single else f"Run: {runs[0][0]}", _runs(runs, single, pngs)))
     toc = " ".join(f'<a href="#{a}">{_e(h)}</a>' for a, h, _ in sections)
-    parts = [f"<h1>{_e(title)}</h1>", f'<p class="meta">{_e(_setup(runs))}</p>', f"<nav>Contents: {toc}</nav>"]
+    parts = [f"<h1>{_e(title)}</h1>", f'<p class="meta">{_e(_setup(runs))}</p>']
+    calibrated = calibration(runs[0][1])
+    if calibrated:
+        parts.append(f'<p class="calibration">Calibrated with {_e(calibrated)}</p>')
+    parts.append(f"<nav>Contents: {toc}</nav>")
     for anchor, heading, body in sections:
         parts += [f'<h2 id="{anchor}">{_e(heading)}</h2>', *body]
     body = "\n".join(parts)
@@ -139,6 +147,14 @@ def _setup(runs) -> str:
     return " · ".join(b for b in bits if b)
 
 
+def calibration(r: Result) -> str:
+    """The words of the calibration the run was simulated with (tltsim.cost.calibrated), "" when none."""
+    c = r.config.get("calibration")
+    if not c:
+        return ""
+    return c.get("source") or ("factors and fixed costs of its config" if PhaseCalibration(**c).applied else "")
+
+
 def comparison_table(results) -> pd.DataFrame:
     """One row per run: the comparison metrics some run has, and the speedup (makespan) over the first."""
     runs = labelled(results)
@@ -150,8 +166,10 @@ def comparison_table(results) -> pd.DataFrame:
 
 
 def _summary(runs) -> list[str]:
-    """The headline and the ranking: policies by speedup, then the bounds, each with its cost and reason."""
-    ranked = findings.rank([r for _, r in runs])
+    """The headline and the ranking: policies by speedup (calibrated: by the seconds they save a step), then the
+    bounds, each with its cost and reason."""
+    calibrated = bool(calibration(runs[0][1]))
+    ranked = findings.rank([r for _, r in runs], by="saved_per_step_s" if calibrated else "speedup")
     colour = {label: run_color(i) for i, (label, _) in enumerate(runs)}
     rows = []
     place = 0
@@ -160,11 +178,14 @@ def _summary(runs) -> list[str]:
             place += 1
         roll = f"{f.rollout_speedup:.2f}×" if f.rollout_speedup == f.rollout_speedup else "not comparable"
         why = f.why if f.bound is None else f"A bound, not a policy (see below). {f.why}"
+        saved = f"<td>{f.saved_per_step_s:.2f} s</td>" if calibrated else ""
         rows.append(f'<tr{" class=bound" if f.bound else ""}><td>{place if f.bound is None else "bound"}</td>'
                     f'<td><span class="swatch" style="background:{colour[f.label]}"></span>{_e(f.label)}</td>'
-                    f"<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{_e(f.cost)}</td><td>{_e(why)}</td></tr>")
-    head = "".join(f"<th{_title(DEFINITIONS.get(h))}>{_e(h)}</th>" for h in
-                   ["#", "run", "speedup", "rollout speedup", "off-policy cost", "why, from the results"])
+                    f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{_e(f.cost)}</td><td>{_e(why)}</td></tr>")
+    names = ["#", "run", *(["saved per step"] if calibrated else []), "speedup", "rollout speedup",
+             "off-policy cost", "why, from the results"]
+    head = "".join(f"<th{_title(DEFINITIONS.get('saved_per_step_s' if h == 'saved per step' else h))}>{_e(h)}</th>"
+                   for h in names)
     return [f'<p class="headline">{_e(findings.headline(ranked, runs[0][0]))}</p>',
             f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>']
 

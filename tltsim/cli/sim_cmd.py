@@ -9,9 +9,10 @@ from pathlib import Path
 
 from tltsim import config as configmod
 from tltsim import glossary
-from tltsim.analysis.calibration import cluster_notes, load_calibration
+from tltsim.analysis.calibration import apply as apply_calibration, cluster_notes, load_calibration
 from tltsim.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
+from tltsim.hardware import preset_names
 from tltsim.analysis.export import write_chrome_trace
 from tltsim.io import atomic_dir, read_toml
 from tltsim.policies import make_policy, policy_names
@@ -29,7 +30,8 @@ def cluster_flags(p) -> None:
     p.add_argument("--config", help="TOML config file; flags override it, and it overrides the defaults shown")
     p.add_argument("--verl-config", metavar="CONFIG", help="a verl run's .hydra/config.yaml (or its output folder): "
                    "GPUs, TP, memory utilisation, max_num_seqs; overrides --config, flags override it")
-    p.add_argument("--model", help=f"model preset or .toml path{_default('cluster.model')}")
+    p.add_argument("--model", help=f"model preset ({', '.join(preset_names('models'))}) or .toml path"
+                   f"{_default('cluster.model')}")
     p.add_argument("--gpu", help=f"GPU preset (h100, h200, a100, b200, h20) or .toml path{_default('cluster.gpu')}")
     p.add_argument("--gpus", type=int, help=f"GPUs in the cluster{_default('cluster.gpus')}")
     p.add_argument("--tp", type=int, help=f"tensor-parallel size per rollout engine{_default('cluster.tp')}")
@@ -50,8 +52,9 @@ def cluster_flags(p) -> None:
 
 def _cluster_flags(p) -> None:
     cluster_flags(p)
-    p.add_argument("--calibration", metavar="CAL.json", help="a speed factor fitted to your cluster "
-                   "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): every time is scaled by it")
+    p.add_argument("--calibration", metavar="CAL.json", help="a calibration fitted to your cluster "
+                   "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): each phase's times scaled by "
+                   "its factor, the step's fixed costs and reward time added")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE", help="policy knob, repeatable (e.g. threshold=16)")
     p.add_argument("-o", "--out", required=True, help="output directory, written whole: an earlier result there "
                    "is replaced, a directory holding other files is refused")
@@ -91,7 +94,7 @@ def sim_config(args, policy: str | None = None) -> configmod.SimConfig:
         _note(verl.notes())
     saved = load_calibration(args.calibration) if getattr(args, "calibration", None) else None
     if saved:
-        cfg = configmod.override(cfg, speed_factor=float(saved["speed_factor"]))
+        cfg = apply_calibration(saved, cfg, args.calibration)
     cfg = configmod.override(
         cfg,
         **{
@@ -163,6 +166,8 @@ def cmd_simulate(args) -> int:
         print(json.dumps(result.summary, indent=2, default=float))
     else:
         s = result.summary
+        if args.calibration:
+            print(f"calibrated with {cfg.calibration.source}")
         rows = [[k, s[k]] for k in ("policy", "steps", "makespan_s", "mean_step_s", "rollout_s", "rollout_share",
                                     "idle_fraction", "idle_gpu_seconds", "tail_share", "tokens_per_s", "sd_share")]
         print(format_table(["metric", "value"], rows))
@@ -213,9 +218,10 @@ def cmd_compare(args) -> int:
         print(json.dumps({"policies": rows}, indent=2, default=float))
     elif args.calibration:
         columns = COMPARE_COLUMNS[:2] + ["saved_per_step_s"] + COMPARE_COLUMNS[2:]
-        print(f"calibrated with {args.calibration} (speed factor {cfg.speed_factor:.3f}): predicted on your cluster; "
-              f"saved_per_step_s is the mean step time saved over {rows[0]['policy']}")
-        print(format_table(columns, [[r[c] for c in columns] for r in rows]))
+        print(f"calibrated with {cfg.calibration.source}")
+        print(f"predicted on your cluster, by seconds saved a step over {rows[0]['policy']} (saved_per_step_s):")
+        ranked = rows[:1] + sorted(rows[1:], key=lambda r: -r["saved_per_step_s"])
+        print(format_table(columns, [[r[c] for c in columns] for r in ranked]))
     else:
         print(format_table(COMPARE_COLUMNS, [[r[c] for c in COMPARE_COLUMNS] for r in rows]))
         if not args.no_report:

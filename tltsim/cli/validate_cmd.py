@@ -15,10 +15,10 @@ def register(sub) -> None:
     p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="directories written by `tltsim real run` "
                    "(give the baseline first, e.g. a verl run, then a tlt run, for the speedup check)")
     p.add_argument("--verl-metrics", metavar="METRICS", help="a verl run's metrics (the file logger's JSONL, "
-                   "VERL_FILE_LOGGER_PATH, or a wandb CSV): fit the speed factor of its cluster from its --trace "
+                   "VERL_FILE_LOGGER_PATH, or a wandb CSV): calibrate its cluster, phase by phase, from its --trace "
                    "(with the cluster flags or --verl-config)")
-    p.add_argument("--save-calibration", metavar="CAL.json", help="with --verl-metrics: save the speed factor for "
-                   "`tltsim simulate|compare --calibration CAL.json`")
+    p.add_argument("--save-calibration", metavar="CAL.json", help="with --verl-metrics: save the calibration (per-phase "
+                   "factors, fixed costs, reward time) for `tltsim simulate|compare --calibration CAL.json`")
     cluster_flags(p)
     p.add_argument("--profile", help="profile CSV from `tltsim real profile` (default: RUN_DIR/profile.csv)")
     p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, work.csv, validation.json and the predicted "
@@ -74,7 +74,8 @@ def cmd_validate_verl(args) -> int:
     if args.runs or args.profile or args.speed:
         raise TltsimError("--verl-metrics calibrates from a verl run's files; drop the run directories, --profile and --speed")
     cfg = sim_config(args)
-    cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics))
+    cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics),
+                    sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
     if args.out:  # built whole beside it and swapped in, as a validation's directory
         from tltsim.io import atomic_dir, write_json
         from tltsim.records import holds_only_results
@@ -98,20 +99,23 @@ def cmd_validate_verl(args) -> int:
 
 def _print_calibration(cal) -> None:
     d = cal.per_step
-    print(format_table(["step", "gen_s", "pred", "x speed", "step_s", "pred", "x speed", "len_mean", "trace", "fitted"],
+    print(format_table(["step", "gen_s", "pred", "calib", "step_s", "pred", "calib", "len_mean", "trace", "fitted"],
                        [[int(r.step), r.measured_gen_s, r.predicted_gen_s, r.calibrated_gen_s, r.measured_step_s,
                          r.predicted_step_s, r.calibrated_step_s, r.metrics_len_mean, r.trace_len_mean,
                          "yes" if r.fitted else r.reason] for r in d.itertuples()]))
-    if cal.speed_factor is None:
-        print("\nno speed factor: no step of the metrics matches the trace")
+    if cal.phases is None:
+        print("\nno calibration: no step of the metrics matches the trace")
         return
     c = cal.cluster
-    print(f"\nspeed factor {cal.speed_factor:.3f} (measured / predicted rollout time, median of {int(d.fitted.sum())} "
-          f"steps) for {c['gpus']} x {c['gpu']}, TP {c['tp']}, {c['model']}")
+    print(f"\nper phase, medians over {int(d.fitted.sum())} steps, for {c['gpus']} x {c['gpu']}, TP {c['tp']}, {c['model']}: "
+          f"calibrated = factor x predicted + fixed_s a step")
+    print(format_table(["phase", "verl timers (timing_s/)", "measured_s", "predicted_s", "factor", "fixed_s"],
+                       [list(r) for r in cal.phase_table().itertuples(index=False)]))
+    print(f"rollout: {cal.rollout_fit}")
     step = (f"; per-step step time {cal.step_error_before:.1%} -> {cal.step_error_after:.1%}"
             if cal.step_error_before is not None else "")
     print(f"median |error| of per-step rollout time: {cal.error_before:.1%} as modelled, {cal.error_after:.1%} "
-          f"with the factor{step}")
+          f"calibrated{step}")
 
 
 def register_calibrate(sub) -> None:

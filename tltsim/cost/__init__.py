@@ -3,10 +3,12 @@
 `CostModel` is the interface the simulator calls; `Roofline` is the analytic
 implementation. A profiled model fitted from `tltsim real profile` measurements
 answers the same calls. A cost model may also have `begin_step(step)`, which the simulator calls at
-the start of every synchronous step (`StepScaled`: a machine whose speed drifts).
+the start of every synchronous step (`StepScaled`: a machine whose speed drifts). `Calibrated` is a model
+scaled phase by phase to a measured cluster (`--calibration`).
 """
 from typing import Protocol
 
+from tltsim.cost.calibrated import Calibrated, PhaseCalibration
 from tltsim.cost.roofline import CostParams, Roofline
 from tltsim.cost.scaled import StepScaled
 
@@ -27,4 +29,4 @@ class CostModel(Protocol):
     def drafter_train_tokens_per_s(self, gpus): ...
 
 
-__all__ = ["CostModel", "CostParams", "Roofline", "StepScaled"]
+__all__ = ["Calibrated", "CostModel", "CostParams", "PhaseCalibration", "Roofline", "StepScaled"]

@@ -5,7 +5,9 @@ Every engine iteration costs
     t = overhead + allreduce(q) + max(bytes / (BW * eta_bw), flops / (FLOPS * eta_fl))
 
 with q the query tokens of the iteration, bytes = weights / TP + KV bytes of the
-context / TP, flops = (2 * params * q + attention) / TP. Decode is q = batch;
+context / TP, flops = (2 * params * q + attention) / TP. Of a mixture-of-experts model the
+weights are those the iteration reads (attention, embeddings, and the experts its q tokens are
+routed to: tltsim.cost.moe) and the params those one token computes with. Decode is q = batch;
 verification of a speculative step is q = batch * verify_tokens; prefill is
 q = the prompt tokens. Speculative decoding therefore wins while the verify
 forward is still memory-bound and loses once batch * verify tokens passes the
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltsim.errors import TltsimError
+from tltsim.cost.moe import expected_experts
 from tltsim.hardware import BYTES_BF16, GPU, ModelSpec
 
 
@@ -73,10 +76,12 @@ class Roofline:
         m, g, p = model, gpu, self.p
         bw, fl = g.bandwidth * p.eta_bw, g.flops * p.eta_flops
         kv_shards = min(tp, m.kv_heads)  # KV heads are split over TP ranks, replicated past kv_heads
-        # iteration time = overhead + allreduce(q) + max(mem0 + mem1*C, fl_q*q + fl_c*k*C)
-        self._mem0 = m.weight_bytes / tp / bw  # s: read all weights once
+        # iteration time = overhead + allreduce(q) + max(weights(q) + mem1*C, fl_q*q + fl_c*k*C)
+        experts = m.layers * m.experts * m.expert_bytes
+        self._mem0 = (m.weight_bytes - experts) / tp / bw  # s: read the weights every iteration reads once
+        self._mem_expert = m.layers * m.expert_bytes / tp / bw  # s: read one expert of every layer (MoE)
         self._mem1 = m.kv_bytes_per_token / kv_shards / bw  # s per context token read
-        self._fl_q = 2 * m.params / tp / fl  # s per query token (dense matmuls)
+        self._fl_q = 2 * m.active_params / tp / fl  # s per query token (dense matmuls, the routed experts)
         self._fl_c = m.attn_flops_per_ctx_token / tp / fl  # s per (query token x context token)
         # drafter (EAGLE one layer + shared lm_head), sharded like the target
         d_params = m.drafter_params + m.vocab * m.hidden
@@ -99,9 +104,17 @@ class Roofline:
         per = self.p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * bytes_ / link
         return 2 * self.model.layers * per
 
+    def weights_time(self, q):
+        """Seconds to read the weights an iteration of `q` query tokens needs: all of a dense model's; of an MoE
+        model the attention and embeddings and, per layer, the experts its tokens are expected to hit (a dense
+        model's is one number, which broadcasts)."""
+        if not self.model.experts:
+            return self._mem0
+        return self._mem0 + self._mem_expert * expected_experts(q, self.model.experts, self.model.experts_per_token)
+
     def _step(self, q, k, ctx):
         q, k, ctx = (np.asarray(x, dtype=float) for x in (q, k, ctx))
-        mem = self._mem0 + self._mem1 * ctx
+        mem = self.weights_time(q) + self._mem1 * ctx
         comp = self._fl_q * q + self._fl_c * k * ctx
         return self.p.iteration_overhead_s + self.p.per_token_s * q + self._allreduce(q) + self._combine(mem, comp)
 
@@ -139,7 +152,7 @@ class Roofline:
         sq = tokens**2 if sq_tokens is None else np.asarray(sq_tokens, dtype=float)
         comp = self._fl_q * tokens + self._fl_c * sq / 2
         t = (self.p.iteration_overhead_s + self.p.per_token_s * tokens + self._allreduce(tokens)
-             + self._combine(self._mem0 + self._mem1 * tokens, comp))
+             + self._combine(self.weights_time(tokens) + self._mem1 * tokens, comp))
         return np.where(tokens > 0, t, 0.0)
 
     # --- many iterations in closed form -------------------------------------------------------
@@ -148,7 +161,7 @@ class Roofline:
         `growth` tokens per iteration. Exact for integer n; n may be fractional (mean-acceptance fast path)."""
         q, k, ctx0, growth, n = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (q, k, ctx0, growth, n)))
         # mem_i = a0 + a1 * i, comp_i = b0 + b1 * i, i = 0..n-1
-        a0 = self._mem0 + self._mem1 * ctx0
+        a0 = self.weights_time(q) + self._mem1 * ctx0
         a1 = self._mem1 * growth
         b0 = self._fl_q * q + self._fl_c * k * ctx0
         b1 = self._fl_c * k * growth
@@ -168,12 +181,13 @@ class Roofline:
     # --- RL stage costs (whole cluster) ---------------------------------------------------------
     def train_time(self, tokens, gpus, sq_tokens=0.0):
         """Actor update: 6 x params x tokens over the cluster at train_mfu (attention's FLOPs, which grow with
-        `sq_tokens`, the sum of squared sequence lengths, are left out as they are at decode)."""
-        return 6 * self.model.params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
+        `sq_tokens`, the sum of squared sequence lengths, are left out as they are at decode; of an MoE model the
+        params one token computes with)."""
+        return 6 * self.model.active_params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
 
     def logprob_time(self, tokens, gpus, sq_tokens=0.0):
         """Old-policy and reference log-prob forwards: 2 x (2 x params x tokens)."""
-        return 4 * self.model.params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
+        return 4 * self.model.active_params * tokens / (gpus * self.gpu.flops * self.p.train_mfu)
 
     def sync_time(self):
         """Weight sync from the trainer to the rollout engines."""

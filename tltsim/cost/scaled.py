@@ -7,7 +7,7 @@ at one minute does not say what the next one costs. The simulator calls `begin_s
 start of every synchronous step (tltsim.sim.simulator); every time is the base model's times the
 step's factor (`default` for a step without one), and drafter-training throughput is divided by it.
 With no per-step factors and a default, it is a cluster uniformly slower or faster than the model
-(the calibrated speed factor, SimConfig.speed_factor).
+(tltsim.cost.calibrated builds the calibrated cluster on it, phase by phase).
 """
 from __future__ import annotations
 

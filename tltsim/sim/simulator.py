@@ -19,7 +19,7 @@ import simpy
 from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, parse_steps
-from tltsim.cost import Roofline, StepScaled
+from tltsim.cost import Calibrated, Roofline
 from tltsim.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
@@ -38,8 +38,8 @@ class Simulator:
         self.model = load_model(c.model)
         self.gpu = load_gpu(c.gpu)
         self.cost = cost or Roofline(self.model, self.gpu, c.tp, cfg.cost)
-        if cfg.speed_factor != 1.0:  # a calibrated cluster (tltsim.analysis.calibration)
-            self.cost = StepScaled(self.cost, {}, default=cfg.speed_factor)
+        if cfg.calibration.applied:  # a calibrated cluster (tltsim.analysis.calibration)
+            self.cost = Calibrated(self.cost, cfg.calibration)
         self.policy = policy or Policy()
         self.reserved_workers = self.policy.reserved_gpus(c) // c.tp
         self.workers = c.gpus // c.tp  # one worker per TP group; the first `engines` roll out
