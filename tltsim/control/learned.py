@@ -183,11 +183,5 @@ class LearnedSwitch(SDSwitch):
         super().load_state_dict(state)
         self.threshold, self._rollout, self._largest = int(state["threshold"]), int(state["rollout"]), \
             int(state["largest"])
-        self._plain, self._spec = {}, {}
-        for k, w in state["plain"]:
-            self._plain[int(k)] = RewardWindow(self.window)
-            self._plain[int(k)].load_state_dict(w)
-        for k, w, r in state["spec"]:
-            window = RewardWindow(self.window)
-            window.load_state_dict(w)
-            self._spec[int(k)] = (window, int(r))
+        self._plain = {int(k): RewardWindow.restored(self.window, w) for k, w in state["plain"]}
+        self._spec = {int(k): (RewardWindow.restored(self.window, w), int(r)) for k, w, r in state["spec"]}
