@@ -42,8 +42,10 @@ class Tuning:
     @property
     def recommended(self) -> str:
         """The setting to pass, as flags."""
-        return _flags(self.policy, self.recommended_knobs) if self.recommended_knobs else \
-            f"--policy {self.policy} as run (no setting searched is {BETTER:.0%} faster)"
+        if not self.recommended_knobs:
+            return f"--policy {self.policy} as run (no setting searched is {BETTER:.0%} faster)"
+        flags = _flags(self.policy, self.recommended_knobs)
+        return f"--policy tlt-auto (that is, {flags})" if self.recommended_knobs == {"sd": "learned"} else flags
 
     def as_json(self) -> dict:
         return {"threshold": self.threshold, "buckets": self.buckets, "recommended_knobs": self.recommended_knobs,
