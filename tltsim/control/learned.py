@@ -112,7 +112,7 @@ class LearnedSwitch(SDSwitch):
     def pays(self, batch: int) -> bool:
         """Whether to speculate at `batch` (once on): untried buckets are tried, measured ones compared."""
         k = bucket_of(batch)
-        return not self._fresh(k) or self._spec[k][0].median() > self.plain_rate(k)
+        return not self._fresh(k) or self.estimated_to_pay(k)
 
     # --- the switch ------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -120,17 +120,15 @@ class LearnedSwitch(SDSwitch):
         when it covers the largest batch known."""
         self.threshold = self.learned_threshold(explore=True)
         super().reset()
-        largest = self._largest or (self.prior or {}).get("max_batch", 0)
-        self._on = 0 < largest <= self.threshold
+        self._on = 0 < self._largest_known() <= self.threshold
 
     def learned_threshold(self, explore: bool = False) -> int:
         """The largest batch at which speculation is estimated to pay (see the module docstring); with
         `explore`, raised to cover the bucket above when it is worth a try."""
-        known = [k for k in self.buckets() if self.spec_rate(k) is not None]
-        if not known:
+        if all(self.spec_rate(k) is None for k in self.buckets()):
             return self.start_threshold
-        paying = [k for k in known if self.spec_rate(k) > self.plain_rate(k)]
-        base = bucket_range(max(paying))[1] if paying else 0
+        paying = self.speculating_buckets()
+        base = bucket_range(paying[-1])[1] if paying else 0
         above = bucket_of(base + 1)
         if explore and above <= self._top_bucket() and not self._fresh(above):
             return bucket_range(above)[1]
@@ -142,7 +140,13 @@ class LearnedSwitch(SDSwitch):
 
     def speculating_buckets(self) -> list[int]:
         """The buckets where speculation is estimated to pay, smallest first."""
-        return [k for k in self.buckets() if self.spec_rate(k) is not None and self.spec_rate(k) > self.plain_rate(k)]
+        return [k for k in self.buckets() if self.estimated_to_pay(k)]
+
+    def estimated_to_pay(self, k: int) -> bool:
+        """Whether bucket k's speculative rate (measured, else the prior's) beats its plain one; False without
+        one."""
+        spec = self.spec_rate(k)
+        return spec is not None and spec > self.plain_rate(k)
 
     # --- estimates ---------------------------------------------------------------------------------------
     def spec_rate(self, k: int) -> float | None:
@@ -164,9 +168,13 @@ class LearnedSwitch(SDSwitch):
     def _fresh(self, k: int) -> bool:
         return k in self._spec and self._rollout - self._spec[k][1] < self.retry_after
 
+    def _largest_known(self) -> int:
+        """The largest batch seen, else the prior's largest (0: none)."""
+        return self._largest or (self.prior or {}).get("max_batch", 0)
+
     def _top_bucket(self) -> int:
-        """The largest bucket known to exist: the largest batch seen, else the prior's (-1: none)."""
-        largest = self._largest or (self.prior or {}).get("max_batch", 0)
+        """The largest bucket known to exist (-1: none)."""
+        largest = self._largest_known()
         return bucket_of(largest) if largest else -1
 
     def _seen(self, batch: int) -> None:
