@@ -27,7 +27,7 @@ notebooks: setup
 # Reruns every benchmark on this machine and rewrites benchmarks/results/bench_*.txt, each headed by when, at
 # which commit and under what load it ran (tens of minutes on 2 CPU cores; run it on an idle machine: the
 # timings are the data). What was learnt from a recording goes in benchmarks/results/NOTES.md, not in the .txt.
-BENCHES := sim calibration calibration_fit moe spec pretrain validate kvcache share
+BENCHES := sim calibration calibration_fit moe spec pretrain validate kvcache share switch
 bench: setup
 	for b in $(BENCHES); do \
 	  { echo "# make bench: $$(date -u '+%F %H:%M') UTC, commit $$(git rev-parse --short HEAD 2>/dev/null), load average $$(cut -d' ' -f1-3 /proc/loadavg)"; \

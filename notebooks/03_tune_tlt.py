@@ -20,7 +20,7 @@
 # the ones a user sets, each around the defaults, on one trace and cluster:
 #
 # * the **SD threshold**: speculative decoding switches on once an engine's running batch is at
-#   or below it (default 32), at three cluster sizes,
+#   or below it (default 32), at three cluster sizes, beside `tlt-auto`, whose switch learns it,
 # * the **arm set**: the `depth_topk_verify` draft-tree strategies the tuner picks from,
 # * the **tuner**: BEG-MAB (TLT's), epsilon-greedy, UCB1, fixed (the first arm), and an oracle
 #   that knows the modelled reward,
@@ -135,6 +135,48 @@ display(Markdown(
     f"Requests per engine set the scale: a step's {responses} responses over `GPUS / TP` engines is "
     + ", ".join(f"{n:.0f} per engine at {g} GPUs" for g, n in per_engine.items())
     + ". A threshold at or above that number speculates from the first decode iteration (`sd_share` near 1)."))
+
+# %% [markdown]
+# ### The learned switch beside the fixed one
+#
+# `tlt-auto` is TLT whose threshold is learned (`tltsim/control/learned.py`, docs/design.md#the-learned-switch-tlt-auto):
+# per batch bucket (1, 2-3, 4-7, ...) it compares measured speculative and plain tokens per second, starts from
+# the cost model's estimate, explores one bucket above its threshold when that bucket is unmeasured, and
+# speculates where it pays. One run per cluster size, beside the fixed thresholds swept above:
+
+# %%
+auto_rows = []
+for g in THRESHOLD_GPUS:
+    s = Simulator(trace, replace(cfg, cluster=replace(cfg.cluster, gpus=g)), make_policy("tlt-auto")).run().summary
+    auto_rows.append({"cluster.gpus": g, "speedup": verl_makespan[g] / s["makespan_s"], "sd_share": s["sd_share"],
+                      "sd_threshold": s["sd_threshold"], "sd_buckets": ", ".join(s["sd_buckets"])})
+auto = pd.DataFrame(auto_rows).set_index("cluster.gpus")
+by_gpus = th.pivot(index="policy_knobs.threshold", columns="cluster.gpus", values="speedup")
+side = pd.DataFrame({"tlt (threshold 32)": by_gpus.loc[32], "best fixed threshold": by_gpus.idxmax(),
+                     "its speedup": by_gpus.max(), "tlt-auto": auto["speedup"],
+                     "learned threshold": auto["sd_threshold"], "buckets it speculates in": auto["sd_buckets"]})
+side
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for g in THRESHOLD_GPUS:
+    line, = ax.plot(THRESHOLDS, by_gpus[g], marker="o", label=f"fixed threshold, {g} GPUs")
+    ax.axhline(auto.loc[g, "speedup"], color=line.get_color(), linestyle="--", label=f"tlt-auto, {g} GPUs")
+ax.set_xscale("log", base=2)
+ax.set_xticks(THRESHOLDS, [str(t) for t in THRESHOLDS])
+ax.set_xlabel("SD threshold")
+ax.set_ylabel("speedup over verl")
+ax.legend(fontsize=7, ncol=2)
+fig.tight_layout()
+
+# %%
+gap = (side["its speedup"] - side["tlt-auto"]) / side["its speedup"]
+display(Markdown(
+    "Against the best fixed threshold of the sweep at each cluster size, tlt-auto is "
+    + ", ".join(f"{abs(x):.1%} {'behind' if x > 0 else 'ahead'} at {g} GPUs" for g, x in gap.items())
+    + "; against TLT's default of 32 it gains "
+    + ", ".join(f"{side.loc[g, 'tlt-auto'] - side.loc[g, 'tlt (threshold 32)']:+.2f}x at {g} GPUs" for g in gap.index)
+    + ". It needs no sweep: the threshold it learned is in its summary (`sd_threshold`, `sd_buckets`)."))
 
 # %% [markdown]
 # ## 2. The arm set

@@ -24,7 +24,7 @@ their own generators' state in the checkpoint.
 Modules: real/run_config.py (RunConfig), real/worker.py (a worker's state and step loop),
 real/spot.py (spot training across processes), real/checkpoint.py.
 
-Policies: verl (no speculation), tlt, static-sd, sd-always, with the policy layer's decision knobs
+Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), with the policy layer's decision knobs
 (tltsim/control/decisions.py). tlt-base is not offered: the engine has no model-free drafter.
 """
 from __future__ import annotations

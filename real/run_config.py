@@ -8,7 +8,7 @@ from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
-POLICIES = ("verl", "tlt", "static-sd", "sd-always")
+POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto")
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 
 

@@ -67,6 +67,11 @@ SUMMARY_ONLY: dict[str, str] = {
     "mean_reward": "real runs: mean reward of the trained responses.",
     "drafter_accepted": "real runs: the drafter's mean accepted length on held-out probe prompts, per step.",
     "drafter_warmup_s": "real runs: seconds spent fitting the drafter before the first step.",
+    "sd_threshold": "tlt-auto: the switch threshold its engines learned by the run's end (the one most engines "
+                    "hold): the largest running batch at which speculating measured (or, before it was measured, "
+                    "the cost model estimated) faster than plain decoding; tlt's is fixed (32 by default).",
+    "sd_buckets": "tlt-auto: the batch-size buckets (1, 2-3, 4-7, ...) where most of its engines speculate by the "
+                  "run's end, because there speculation's accepted tokens per second beat plain decoding's.",
 }
 
 # Columns of the report's ranking that are not summary keys.

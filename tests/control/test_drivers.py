@@ -5,9 +5,11 @@ The world is scripted so that every executor sees the same thing: each speculati
 draft (one bonus token a row, as plain decoding gains), so the batch shrinks alike whatever is decided; every
 time is a dyadic fraction, so sums and differences are exact; the fast path re-decides every iteration
 (chunk_iters 1). The real loop runs on a scripted engine with the same times in place of a model."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import simpy
 
 from real.adaptive import rollout
@@ -17,6 +19,7 @@ from tltsim.sim.engine import Speculation, exact_rollout, fast_rollout
 
 PROMPT, LENGTHS, MAX_RUNNING = 4, [3, 6, 12, 20, 4], 3
 KNOBS = DecisionKnobs(threshold=3, patience=2, tuner="egreedy", arms=("2_1_2", "3_1_3"), eps=0.3)
+LEARNED = replace(KNOBS, sd="learned")  # tlt-auto's switch (no prior: a real run has none)
 ROLLOUTS = 3
 
 
@@ -200,3 +203,41 @@ def test_without_a_drafter_every_executor_decodes_plainly_and_leaves_the_control
     calls = drive_real(real, drafter=False).calls
     assert {c.mode for c in calls} == {"prefill", "decode"}
     assert sum(c.mode == "decode" for c in calls) == sum(r["mode"] == "decode" for r in b.iterations)
+
+
+def test_drivers_decide_alike_with_the_learned_switch():
+    """tlt-auto's switch: the three drivers decide alike and learn the same, and what it learns is this world's
+    answer (speculating pays at batch 1 only)."""
+    logs, controls = drive_all(LEARNED)
+    fast, exact, real = logs
+    assert fast == exact == real
+    # the same learned: all but the plain windows (the fast path stores a segment's plain iterations as one run),
+    # and those give the same rates
+    states = [{k: v for k, v in c.state_dict()["switch"].items() if k != "plain"} for c in controls]
+    assert states[0] == states[1] == states[2]
+    assert len({tuple(c.switch.plain_rate(k) for k in range(3)) for c in controls}) == 1
+    tried = lambda log, batch: [s for b, s in log if b == batch and s]  # noqa: E731
+    first, later = fast[0], fast[1:]
+    assert first[:3] == [(3, ""), (3, ""), (3, "3_1_3")]  # no prior: it starts from threshold 3, patience 2
+    assert len(tried(first, 3) + tried(first, 2)) == 1  # bucket 2-3 tried once, lost, then plain
+    assert tried(first, 1) and all(s for b, s in first if b == 1)
+    switch = controls[0].switch
+    assert switch.learned_threshold() == 1 and switch.speculating_buckets() == [0]
+    for log in later:  # it learned: nothing above batch 1 speculates (bucket 2-3's measure is fresh); at batch 1,
+        # after the switch's patience of 2 plain iterations, every iteration does
+        at_one = [s for b, s in log if b == 1]
+        assert not tried(log, 3) and not tried(log, 2) and at_one[:2] == ["", ""] and all(at_one[2:])
+
+
+@pytest.mark.parametrize("knobs", [KNOBS, LEARNED], ids=["tlt", "tlt-auto"])
+def test_a_checkpointed_control_decides_as_the_one_it_was_saved_from(knobs):
+    """state_dict between rollouts, loaded into a fresh control: the next rollouts decide the same."""
+    saved = Recording(knobs)
+    drive_fast(saved)
+    restored = Recording(knobs)
+    restored.load_state_dict(saved.state_dict())
+    for control in (saved, restored):
+        control.log.clear()
+        drive_fast(control)
+        drive_fast(control)
+    assert saved.log == restored.log and saved.state_dict() == restored.state_dict()

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from tltsim.analysis import findings, plots
+from tltsim.analysis.tuning import tune
 from tltsim.glossary import BOUNDS, COLUMNS, DEFINITIONS, RANKING
 from tltsim.io import atomic_path, write_text
 from tltsim.analysis.plots.style import labelled, run_color
@@ -87,14 +88,16 @@ def load_results(dirs) -> list[Result]:
     return [Result.load(d) for d in dirs]
 
 
-def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None) -> Path:
+def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None,
+                 tunings: list | None = None) -> Path:
     """Render the report of `results` (the first is the baseline) and write it to `path` atomically.
 
-    With `figures_dir`, every figure of the page is also written there as a PNG (atomically each).
+    With `figures_dir`, every figure of the page is also written there as a PNG (atomically each). `tunings`:
+    each result's tltsim.analysis.tuning.tune answer where the caller has it (else the report runs the search).
     """
     path = Path(path)
     pngs: dict[str, bytes] = {}
-    write_text(path, build_report(results, title, pngs))
+    write_text(path, build_report(results, title, pngs, tunings))
     if figures_dir is not None:
         for name, data in pngs.items():
             with atomic_path(Path(figures_dir) / name) as tmp:
@@ -102,9 +105,13 @@ def write_report(results, path: str | Path, title: str | None = None, figures_di
     return path
 
 
-def build_report(results, title: str | None = None, pngs: dict | None = None) -> str:
-    """The report as one HTML string; `pngs`, when given, receives each figure as file name -> PNG bytes."""
+def build_report(results, title: str | None = None, pngs: dict | None = None, tunings: list | None = None) -> str:
+    """The report as one HTML string; `pngs`, when given, receives each figure as file name -> PNG bytes;
+    `tunings` as write_report's."""
     runs = labelled(results)
+    if tunings is None:
+        tunings = [tune(r, label=label) for label, r in runs]
+    tuned = [t for t in tunings if t is not None]
     pngs = {} if pngs is None else pngs
     single = len(runs) == 1
     if title is None:
@@ -118,6 +125,8 @@ def build_report(results, title: str | None = None, pngs: dict | None = None) ->
                      ("table", "Comparison tables", _comparison_tables(runs)),
                      ("glossary", "Glossary", _glossary(runs)),
                      ("charts", "Comparison charts", _comparison_charts(runs, pngs))]
+    if tuned:
+        sections.append(("tuning", "Tuning the switch: which threshold to pass", _tuning(tuned)))
     sections += _lengths(runs, pngs)
     sections.append(("runs", "Runs" if not single else f"Run: {runs[0][0]}", _runs(runs, single, pngs)))
     toc = " ".join(f'<a href="#{a}">{_e(h)}</a>' for a, h, _ in sections)
@@ -232,6 +241,24 @@ def _comparison_charts(runs, pngs: dict) -> list[str]:
     if any(_speculates(r) for r in results):
         out.append(_figure(plots.drafter(results), "Speculative decoding over steps (runs that speculate).",
                            "drafter", pngs))
+    return out
+
+
+def _tuning(tunings) -> list[str]:
+    """Per tlt / tlt-auto run: its threshold (tlt-auto's learned buckets), the search around it, what to pass."""
+    out = []
+    for t in tunings:
+        what = (f"learned a switch threshold of {t.threshold} (it speculates at batches "
+                f"{', '.join(t.buckets) or 'none'})" if t.buckets is not None else
+                f"switches speculation on at a fixed threshold of {t.threshold} running requests")
+        rows = "".join(f"<tr><td class=text>{_e(s)}{' (the run’s own)' if s == t.own else ''}</td>"
+                       f"<td>{m:,.1f}</td><td>{m / t.search[0][2]:.3f}</td></tr>" for s, _, m in t.search)
+        out += [f"<h3>{_e(t.label)}</h3>",
+                f"<p>{_e(t.label)} {_e(what)}. A threshold search around it ({_e(t.cost)}: the run's first steps, "
+                f"its cluster and knobs, the switch fixed at each threshold, and once learned), fastest first:</p>",
+                f'<div class="scroll"><table><tr><th class=text>setting (--knob)</th><th>makespan_s</th>'
+                f"<th>× the fastest</th></tr>{rows}</table></div>",
+                f"<p><b>Pass:</b> <code>{_e(t.recommended)}</code>.</p>"]
     return out
 
 

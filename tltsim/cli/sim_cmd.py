@@ -17,7 +17,8 @@ from tltsim.analysis.export import write_chrome_trace
 from tltsim.io import atomic_dir, read_toml
 from tltsim.policies import make_policy, policy_names
 from tltsim.control.decisions import knobs_from_text
-from tltsim.records import holds_only_results
+from tltsim.analysis.tuning import tune
+from tltsim.records import Result, holds_only_results
 from tltsim.sim.simulator import Simulator
 from tltsim.analysis.table import format_table
 from tltsim.trace import load as load_trace
@@ -210,10 +211,15 @@ def cmd_compare(args) -> int:
     warn_clipped_steps(cfg.steps, trace)
     with atomic_dir(args.out, replaceable) as tmp:  # the whole comparison, its report included, or nothing
         rows = compare(trace, cfg, names, tmp, show_progress(args))
+        if args.json or not args.no_report:  # the tuning answer of each tlt / tlt-auto run: a small search
+            results = [Result.load(policy_dir(tmp, n)) for n in names]
+            tunings = [tune(r, trace, n) for n, r in zip(names, results)]
+            for row, t in zip(rows, tunings):
+                row.update(t.as_json() if t is not None else {})
         if not args.no_report:
-            from tltsim.analysis.report import load_results, write_report  # matplotlib: imported only when a report is made
+            from tltsim.analysis.report import write_report  # matplotlib: imported only when a report is made
 
-            write_report(load_results(policy_dir(tmp, n) for n in names), tmp / "report.html")
+            write_report(results, tmp / "report.html", tunings=tunings)
     if args.json:
         print(json.dumps({"policies": rows}, indent=2, default=float))
     elif args.calibration:

@@ -22,6 +22,9 @@ catch-up, `catchup_s`: the drafter building or catching up its state on tokens t
 iterations emitted (the switch's cost, not the strategy's). An executor reports the iteration's
 whole time and the catch-up share of it, and the rule lives here alone.
 
+A switch may be its own guard (`tltsim.control.learned.LearnedSwitch`, tlt-auto's: it learns per batch
+bucket where speculation pays and sets its threshold from that): pass it as both.
+
 Plain Python: no simpy, no torch. `state_dict()` / `load_state_dict()` hold the tuner's and the
 guard's state as plain data (a checkpoint between rollouts).
 """
@@ -41,10 +44,10 @@ class EngineControl:
         self.guard = guard
 
     def begin_rollout(self) -> None:
-        """A rollout starts: the switch starts over (off, or on in mode "always"); the guard counts a rollout."""
-        self.switch.reset()
+        """A rollout starts: the guard counts a rollout; the switch starts over (off, or on in mode "always")."""
         if self.guard is not None:
             self.guard.begin_rollout()
+        self.switch.reset()
 
     @property
     def on(self) -> bool:
@@ -86,13 +89,18 @@ class EngineControl:
             self.guard.observe_spec(batch, reward, n)
 
     def state_dict(self) -> dict:
-        """The switch's, tuner's and guard's state as plain data."""
+        """The switch's, tuner's and guard's state as plain data (a switch that is its own guard, as
+        tltsim.control.learned.LearnedSwitch is, once)."""
         return {"switch": self.switch.state_dict(), "tuner": self.tuner.state_dict(),
-                "guard": None if self.guard is None else self.guard.state_dict()}
+                "guard": None if self._no_own_guard() else self.guard.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict` returned (on a control built with the same knobs)."""
         self.switch.load_state_dict(state["switch"])
         self.tuner.load_state_dict(state["tuner"])
-        if self.guard is not None:
+        if not self._no_own_guard():
             self.guard.load_state_dict(state["guard"])
+
+    def _no_own_guard(self) -> bool:
+        """No guard of its own: none, or the switch is its own."""
+        return self.guard is None or self.guard is self.switch

@@ -21,11 +21,12 @@ from tltsim.errors import TltsimError
 from tltsim.control.control import EngineControl
 from tltsim.control.coordinator import DataBuffer, SpotTrainer
 from tltsim.control.guard import SpeculationGuard
+from tltsim.control.learned import LearnedSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, parse_arms
 from tltsim.control.switch import SDSwitch
 from tltsim.control.tuner import make_tuner
 
-SD_MODES = ("adaptive", "always", "never")
+SD_MODES = ("adaptive", "always", "never", "learned")
 DRAFTERS = ("adaptive", "static", "ngram")
 
 # name -> knob defaults that differ from DecisionKnobs()
@@ -34,12 +35,14 @@ VARIANTS = {
     "tlt-base": {"drafter": "ngram", "spot": False},
     "static-sd": {"drafter": "static", "spot": False},
     "sd-always": {"sd": "always"},
+    "tlt-auto": {"sd": "learned"},
 }
 
 
 @dataclass(frozen=True)
 class DecisionKnobs:
-    sd: str = "adaptive"  # adaptive (TLT switch), always (from the first token), never
+    sd: str = "adaptive"  # adaptive (TLT switch), always (from the first token), never, learned (the switch point
+    # learned per batch bucket, starting from `threshold` or the cost model's estimate: tltsim.control.learned)
     threshold: int = 32  # SD may switch on once the running batch is at or below this (TLT default)
     patience: int = 10  # ... for this many consecutive decode iterations (TLT default)
     tuner: str = "beg"  # beg, egreedy, ucb, fixed, oracle
@@ -81,18 +84,24 @@ class DecisionKnobs:
             raise bad("keep_long_prev", "must be in [0, 1]")
         if self.spot and self.drafter != "adaptive":
             raise bad("spot", f"needs drafter = 'adaptive' (a {self.drafter} drafter does not train)")
+        if self.sd == "learned" and not self.guard:
+            raise bad("guard", "must be true with sd = 'learned' (the learned switch is its own guard)")
         parse_arms(self.arms)
         return self
 
-    def control(self, engine: int, seed: int, expected_reward=None) -> EngineControl:
+    def control(self, engine: int, seed: int, expected_reward=None, prior: dict | None = None) -> EngineControl:
         """Engine `engine`'s control: its switch, its tuner (seeded seed * 1000 + engine) and its guard.
-        `expected_reward(strategy, batch)` is what tuner "oracle" needs (a model of the world)."""
+        `expected_reward(strategy, batch)` is what tuner "oracle" needs (a model of the world); `prior` is what
+        sd "learned" starts from where a model predicts the rates (tltsim.control.learned.prior_from)."""
         knobs = {}
         if self.tuner in ("beg", "egreedy"):
             knobs["eps"] = self.eps
         if self.tuner == "oracle":
             knobs["expected_reward"] = expected_reward
         tuner = make_tuner(self.tuner, parse_arms(self.arms), seed=seed * 1000 + engine, **knobs)
+        if self.sd == "learned":
+            switch = LearnedSwitch(self.threshold, self.patience, prior)
+            return EngineControl(switch, tuner, switch)
         return EngineControl(SDSwitch(self.sd, self.threshold, self.patience), tuner,
                              SpeculationGuard() if self.guard else None)
 

@@ -62,14 +62,8 @@ class SpeculationGuard:
 
     def load_state_dict(self, state: dict) -> None:
         self._rollout = int(state["rollout"])
-        self._plain, self._spec = {}, {}
-        for b, w in state["plain"]:
-            self._plain[int(b)] = RewardWindow(self.window)
-            self._plain[int(b)].load_state_dict(w)
-        for b, w, r in state["spec"]:
-            window = RewardWindow(self.window)
-            window.load_state_dict(w)
-            self._spec[int(b)] = (window, int(r))
+        self._plain = {int(b): RewardWindow.restored(self.window, w) for b, w in state["plain"]}
+        self._spec = {int(b): (RewardWindow.restored(self.window, w), int(r)) for b, w, r in state["spec"]}
         self._sizes = sorted(self._plain)
 
     def plain_rate(self, batch: int) -> float:

@@ -92,6 +92,13 @@ class RewardWindow:
         self.count = int(state["count"])
         self._median = None
 
+    @classmethod
+    def restored(cls, size: int, state: dict) -> "RewardWindow":
+        """A window of `size` holding what `state_dict` returned."""
+        window = cls(size)
+        window.load_state_dict(state)
+        return window
+
     def median(self) -> float:
         """Median of the samples in the window (as np.median would give); +inf when empty."""
         if self.count == 0:

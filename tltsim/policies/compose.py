@@ -85,3 +85,6 @@ class Composite(Policy):
             columns={**b.columns, **a.columns},
             release_s=max(a.release_s, b.release_s),
         )
+
+    def summary(self) -> dict:
+        return {**self.parts[1].summary(), **self.parts[0].summary()}

@@ -6,6 +6,8 @@ One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
     tlt-base       adaptive SD with a model-free n-gram drafter, no training
     static-sd      adaptive SD with a drafter trained once (it goes stale as the policy moves)
     sd-always      SD from the first token, adaptive drafter with spot training
+    tlt-auto       tlt whose switch point is learned per batch bucket (tltsim.control.learned), starting from the
+                   cost model's estimate of where speculation pays
     tlt-dedicated  adaptive SD; `dedicated_gpus` GPUs reserved to train the drafter instead of idle ones
 
 Per step: each engine's EngineControl begins a rollout (its switch starts over;
@@ -17,6 +19,7 @@ drafter trains on them, then drifts with the policy update.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -24,6 +27,7 @@ import numpy as np
 from tltsim.control import CHECKPOINT_S, parse_arms
 from tltsim.control.decisions import VARIANTS as DECISION_VARIANTS
 from tltsim.control.decisions import DecisionKnobs
+from tltsim.control.learned import bucket_label, prior_from
 from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
@@ -109,10 +113,40 @@ class TLTPolicy(Policy):
         cost = sim.cost
         expected = lambda s, b: self._expected_reward(cost, s, b, b * per_request_ctx)  # noqa: E731 (tuner oracle)
         self.controls = [k.control(e, seed, expected) for e in range(sim.engines)]
+        if k.sd == "learned":  # start from the cost model's estimate, so no rollout pays to explore it all
+            prior = self._prior(cost, per_request_ctx, self.controls[0].tuner, df)
+            self.controls = [k.control(e, seed, expected, prior) for e in range(sim.engines)]
         self.rngs = [np.random.default_rng([seed, e]) for e in range(sim.engines)]
         self.workers = sim.engines + sim.reserved_workers
         self.trainer = k.trainer(self.workers)
         self.buffer = k.buffer()
+
+    def _prior(self, cost, per_request_ctx: float, tuner, df) -> dict:
+        """The learned switch's prior: per bucket, the cost model's plain and speculative tokens per second (the
+        best arm the tuner may pick there, at this drafter's quality), up to the largest batch an engine runs."""
+        per_engine = -(-int(df.groupby("step").size().max()) // self.sim.engines)
+        candidates = getattr(tuner, "candidates", lambda b: tuner.arms)
+
+        def plain(b):
+            return b / float(cost.decode_time(b, b * per_request_ctx))
+
+        def spec(b):
+            return max(self._expected_reward(cost, s, b, b * per_request_ctx) for s in candidates(b))
+
+        return prior_from(plain, spec, min(self.sim.cfg.cluster.max_running, per_engine))
+
+    def summary(self) -> dict:
+        """For sd "learned" (tlt-auto): what the switches learned by the run's end: the threshold most engines
+        learned, the smallest of a tie (`sd_threshold`), and the batch buckets where most engines speculate
+        (`sd_buckets`)."""
+        if self.k.sd != "learned":
+            return {}
+        switches = [c.switch for c in self.controls]
+        paying = [set(s.speculating_buckets()) for s in switches]
+        top = max(len(s.buckets()) for s in switches)
+        thresholds = Counter(s.learned_threshold() for s in switches)
+        return {"sd_threshold": min(thresholds, key=lambda t: (-thresholds[t], t)),
+                "sd_buckets": [bucket_label(k) for k in range(top) if 2 * sum(k in p for p in paying) > len(paying)]}
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)

@@ -88,3 +88,7 @@ class Policy:
     def end_rollout(self, step: int, t: float, df: dict, sr: StepRollout) -> StepOutcome:
         """All engines finished (the barrier) at absolute time t; `df` is the step's rows, `sr` the rollout."""
         return StepOutcome()
+
+    def summary(self) -> dict:
+        """Keys the policy adds to the run's summary when the run ends (what it learned); none by default."""
+        return {}

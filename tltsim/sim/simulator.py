@@ -261,6 +261,7 @@ class Simulator:
             "trace": self.trace.meta.source,
             **summarize(tl, steps, makespan, self.cfg.cluster.gpus, self.cfg.cluster.tp),
             **self._off_policy_summary(steps),
+            **self.policy.summary(),
         }
         requests = self.recorder.requests_frame()
         iterations = self.recorder.iterations_frame()
