@@ -136,8 +136,9 @@ def load_calibration(path) -> dict:
         raise TltsimError(f"{path}: not a readable calibration file ({e}); make one with "
                           f"`tltsim validate --verl-metrics ... --save-calibration {path.name}`") from None
     f = d.get("speed_factor") if isinstance(d, dict) else None
-    if not isinstance(d, dict) or d.get("format") != FORMAT or isinstance(f, bool) or not isinstance(f, (int, float)) or f <= 0:
-        raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r} with a positive speed_factor); "
+    if (not isinstance(d, dict) or d.get("format") != FORMAT or isinstance(f, bool) or not isinstance(f, (int, float))
+            or not 0 < f < float("inf")):
+        raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r} with a finite speed_factor > 0); "
                           f"make one with `tltsim validate --verl-metrics ... --save-calibration {path.name}`")
     return d
 
