@@ -89,19 +89,21 @@ def atomic_dir(path: str | os.PathLike, replaceable: Callable[[Path], bool]) -> 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_output(path: str | os.PathLike, replaceable: Callable[[Path], bool] | None = None) -> Path:
+def check_output(path: str | os.PathLike, replaceable: Callable[[Path], bool] | None = None,
+                 what: str = "a tltsim result (a directory tltsim sealed with its manifest.json, holding only the files "
+                             "it lists)") -> Path:
     """Check, writing nothing, that `path` can be written: a file (`replaceable` None) or a directory replaced
     whole. A directory where a file is wanted (or a file where a directory is), a file above it, an existing
-    directory `replaceable` refuses, or a place without write permission is a TltsimError naming the path."""
+    directory `replaceable` refuses (it is not `what`), or a place without write permission is a TltsimError
+    naming the path."""
     path = Path(path)
     if replaceable is None and path.is_dir():
         raise TltsimError(f"{path}: is a directory; name a file to write")
     if replaceable is not None and path.exists() and not path.is_dir():
         raise TltsimError(f"{path}: is a file, not a directory; name a directory for the result")
     if replaceable is not None and path.is_dir() and not replaceable(path):
-        raise TltsimError(f"{path}: exists and is not a tltsim result (a directory tltsim sealed with its "
-                          f"{MANIFEST}, holding only the files it lists); it is left as is: remove it or choose "
-                          f"another directory")
+        raise TltsimError(f"{path}: exists and is not {what}; it is left as is: remove it or choose another "
+                          f"directory")
     for up in path.parents:
         if up.exists() or up.is_symlink():
             if not up.is_dir():
