@@ -14,7 +14,7 @@ from dataclasses import fields
 
 from real import hub
 from real.settings import PRESETS, PretrainConfig
-from tltsim.argparser import Parser, parse, show_progress
+from tltsim.argparser import Parser, number, parse, show_progress, whole
 from tltsim.errors import TltsimError
 
 
@@ -25,12 +25,12 @@ def add_pretrain(sub) -> None:
                                    "with the task file beside it. Deterministic by --seed unless --seconds cuts it short.")
     p.add_argument("-o", "--out", required=True, help="checkpoint directory to write (replaced atomically)")
     p.add_argument("--preset", default=defaults["preset"], choices=sorted(PRESETS), help="model architecture and size")
-    p.add_argument("--steps", type=int, default=defaults["steps"], help="optimizer steps (default %(default)s)")
-    p.add_argument("--seconds", type=float, default=None, help="also stop after this many seconds of training")
-    p.add_argument("--batch-tokens", type=int, default=defaults["batch_tokens"], help="padded tokens per batch")
-    p.add_argument("--lr", type=float, default=defaults["lr"], help="peak learning rate")
-    p.add_argument("--seed", type=int, default=defaults["seed"], help="model init and problem draws")
-    p.add_argument("--eval", type=int, default=0, metavar="N",
+    p.add_argument("--steps", type=whole(1), default=defaults["steps"], help="optimizer steps (default %(default)s)")
+    p.add_argument("--seconds", type=number(above=0), default=None, help="also stop after this many seconds of training")
+    p.add_argument("--batch-tokens", type=whole(1), default=defaults["batch_tokens"], help="padded tokens per batch")
+    p.add_argument("--lr", type=number(above=0), default=defaults["lr"], help="peak learning rate")
+    p.add_argument("--seed", type=whole(0), default=defaults["seed"], help="model init and problem draws")
+    p.add_argument("--eval", type=whole(0), default=0, metavar="N",
                    help="then evaluate on N held-out problems, greedy and in sampled groups of 8")
     p.set_defaults(func=_pretrain)
 
@@ -38,11 +38,11 @@ def add_pretrain(sub) -> None:
 def add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="accuracy and response lengths of a target on held-out problems")
     p.add_argument("target", help="a checkpoint directory written by `tltsim real pretrain`")
-    p.add_argument("--problems", type=int, default=200, help="held-out problems (default %(default)s)")
-    p.add_argument("--samples", type=int, default=8, help="sampled responses per problem at --temperature")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap (default: the task's longest)")
-    p.add_argument("--seed", type=int, default=0, help="problem draws and sampling")
+    p.add_argument("--problems", type=whole(1), default=200, help="held-out problems (default %(default)s)")
+    p.add_argument("--samples", type=whole(1), default=8, help="sampled responses per problem at --temperature")
+    p.add_argument("--temperature", type=number(above=0), default=1.0, help="sampling temperature")
+    p.add_argument("--max-new-tokens", type=whole(1), default=None, help="response cap (default: the task's longest)")
+    p.add_argument("--seed", type=whole(0), default=0, help="problem draws and sampling")
     p.add_argument("--device", default="cpu", help="torch device")
     p.set_defaults(func=_evaluate)
 
@@ -56,21 +56,21 @@ def add_profile(sub) -> None:
                    "smollm2-135m) or a preset (default %(default)s)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
                    "--model, as `tltsim real run` starts from, else a fresh one)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap of the target's own answers "
+    p.add_argument("--max-new-tokens", type=whole(1), default=None, help="response cap of the target's own answers "
                    "that training rows are as long as, for a chat model's word problems (default: the task's cap, "
                    "as `tltsim real run`'s)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--batches", default="1,2,4,8,16", help="comma-separated batch sizes")
     p.add_argument("--contexts", default="32,128,256", help="comma-separated prompt lengths (tokens per request)")
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
-    p.add_argument("--repeats", type=int, default=3, help="timed iterations per cell")
+    p.add_argument("--repeats", type=whole(1), default=3, help="timed iterations per cell")
     p.add_argument("--train-rows", default="4,16,64", help="comma-separated sequences per timed training batch "
                    "(default %(default)s; a large model on a CPU: rows about a run's per-worker batch, e.g. 2,4,8)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=whole(0), default=0)
     p.add_argument("--greedy", action="store_true", help="decode greedily (default: sample at --temperature, as "
                    "`tltsim real run` does by default; profile with the sampling of the runs you will validate)")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default %(default)s)")
-    p.add_argument("--processes", type=int, default=1,
+    p.add_argument("--temperature", type=number(above=0), default=1.0, help="sampling temperature (default %(default)s)")
+    p.add_argument("--processes", type=whole(1), default=1,
                    help="profile in this many processes at once, as a run's --workers share one machine (on a CPU "
                         "they contend for cores and memory); every process's timings go into the CSV")
     p.set_defaults(func=_profile, threads=1)  # as each `tltsim real run` worker computes on the CPU
@@ -81,7 +81,10 @@ def _profile(args) -> int:
     from real.models import load_target, load_task
     from real.profile import profile_processes
     from real.settings import SamplingParams
-    from tltsim.io import atomic_path
+    from tltsim.io import atomic_path, check_apart, check_output
+
+    check_output(args.out)
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
 
     def ints(text, flag):
         try:
@@ -93,12 +96,8 @@ def _profile(args) -> int:
         return out
 
     kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
-    if args.processes < 1:
-        raise TltsimError(f"--processes {args.processes}: must be >= 1")
     if args.max_new_tokens is None:
         args.max_new_tokens = load_task(args.model).max_response_tokens
-    if args.max_new_tokens < 1:
-        raise TltsimError(f"--max-new-tokens {args.max_new_tokens}: must be >= 1")
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
         load_task(args.model)
         if args.drafter:
@@ -126,8 +125,8 @@ def add_run(sub) -> None:
                                    "with a checkpoint to --resume from. Under torchrun each process is one worker.")
     p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
     p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="(default %(default)s)")
-    p.add_argument("--workers", type=int, default=d["workers"], help="worker processes (default %(default)s)")
-    p.add_argument("--steps", type=int, default=d["steps"], help="RL steps (default %(default)s)")
+    p.add_argument("--workers", type=whole(1), default=d["workers"], help="worker processes (default %(default)s)")
+    p.add_argument("--steps", type=whole(1), default=d["steps"], help="RL steps (default %(default)s)")
     p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory (gcd task), a "
                    "known model (e.g. smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word "
                    "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
@@ -135,23 +134,23 @@ def add_run(sub) -> None:
                    "for a known --model, else warm one up on the target's own answers)")
     p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
     p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))
-    p.add_argument("--prompts", type=int, default=d["prompts"], help="prompts per step (default %(default)s)")
-    p.add_argument("--group", type=int, default=d["group"], help="samples per prompt (default %(default)s)")
-    p.add_argument("--seed", type=int, default=d["seed"])
+    p.add_argument("--prompts", type=whole(1), default=d["prompts"], help="prompts per step (default %(default)s)")
+    p.add_argument("--group", type=whole(1), default=d["group"], help="samples per prompt (default %(default)s)")
+    p.add_argument("--seed", type=whole(0), default=d["seed"])
     p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
-    p.add_argument("--temperature", type=float, default=d["temperature"])
-    p.add_argument("--max-new-tokens", type=int, default=None,
+    p.add_argument("--temperature", type=number(above=0), default=d["temperature"])
+    p.add_argument("--max-new-tokens", type=whole(1), default=None,
                    help="response cap (default: the task's longest reference response)")
-    p.add_argument("--max-running", type=int, default=None, help="rows an engine runs at once (default: its share)")
+    p.add_argument("--max-running", type=whole(1), default=None, help="rows an engine runs at once (default: its share)")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                    help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
-    p.add_argument("--lr", type=float, default=g.lr, help="GRPO learning rate (default %(default)s)")
-    p.add_argument("--kl", type=float, default=g.kl, help="KL weight to the initial target (default %(default)s)")
-    p.add_argument("--warmup-steps", type=int, default=d["warmup_steps"],
+    p.add_argument("--lr", type=number(above=0), default=g.lr, help="GRPO learning rate (default %(default)s)")
+    p.add_argument("--kl", type=number(minimum=0), default=g.kl, help="KL weight to the initial target (default %(default)s)")
+    p.add_argument("--warmup-steps", type=whole(0), default=d["warmup_steps"],
                    help="drafter warm-up AdamW steps without --drafter (default %(default)s)")
-    p.add_argument("--probe", type=int, default=d["probe"],
+    p.add_argument("--probe", type=whole(0), default=d["probe"],
                    help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
-    p.add_argument("--speed-probe", type=int, default=d["speed_probe"], help="plain decode iterations that time the "
+    p.add_argument("--speed-probe", type=whole(0), default=d["speed_probe"], help="plain decode iterations that time the "
                    "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
     p.add_argument("--resume", action="store_true",
                    help="continue RUN_DIR from its last checkpoint (from step 0 if it was stopped before the first)")
@@ -186,7 +185,12 @@ def _run(args) -> int:
     from tltsim.control.decisions import knobs_from_text
 
     from real.models import check_target
+    from tltsim.io import check_apart, check_output, manifest_kind
 
+    if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
+        check_output(args.out, lambda d: not any(d.iterdir()) or manifest_kind(d) == "result",
+                     "empty or a run of `tltsim real run`")
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
     check_target(args.model)  # here, with its message, not in every worker after they spawn
     config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
                        drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
@@ -231,20 +235,28 @@ def add_drafter(sub) -> None:
                                    "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
-    p.add_argument("--problems", type=int, default=160, help="training problems answered (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="answer cap (default %(default)s)")
-    p.add_argument("--vocab", type=int, default=2048, help="draft vocabulary size (default %(default)s)")
-    p.add_argument("--steps", type=int, default=400, help="AdamW steps (default %(default)s)")
-    p.add_argument("--unroll", type=int, default=1, help="forward passes per step, each on the drafter's own "
+    p.add_argument("--problems", type=whole(1), default=160, help="training problems answered (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=whole(1), default=128, help="answer cap (default %(default)s)")
+    p.add_argument("--vocab", type=whole(1), default=2048, help="draft vocabulary size (default %(default)s)")
+    p.add_argument("--steps", type=whole(1), default=400, help="AdamW steps (default %(default)s)")
+    p.add_argument("--unroll", type=whole(1), default=1, help="forward passes per step, each on the drafter's own "
                    "features of the pass before (EAGLE-3's training-time test; default %(default)s: off)")
-    p.add_argument("--heldout", type=int, default=16, help="held-out problems to measure on (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--heldout", type=whole(1), default=16, help="held-out problems to measure on (default %(default)s)")
+    p.add_argument("--seed", type=whole(0), default=0)
     p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
     p.set_defaults(func=_drafter)
 
 
 def _drafter(args) -> int:
     from real.warmup import make_drafter
+    from tltsim.io import check_apart, check_output
+
+    check_output(args.out)
+    if args.data:
+        check_output(args.data)
+    check_apart({"-o": args.out, "--data": args.data}, {"--model": args.model})
+    if args.out == args.data:
+        raise TltsimError(f"-o and --data name one file, {args.out}; the answers and the drafter need a file each")
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
         ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
@@ -266,8 +278,8 @@ def add_speed(sub) -> None:
     p.add_argument("--drafter", default=None, help="drafter checkpoint (default: the one shipped for --model)")
     p.add_argument("--batches", default="1,4,16", help="comma-separated batch sizes (default %(default)s)")
     p.add_argument("--strategy", default="4_1_4", help="depth_topk_verify (default %(default)s: a chain of 4)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="answer cap (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="timed runs of each mode per batch size (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=whole(1), default=64, help="answer cap (default %(default)s)")
+    p.add_argument("--rounds", type=whole(1), default=3, help="timed runs of each mode per batch size (default %(default)s)")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.set_defaults(func=_speed)
@@ -284,16 +296,29 @@ def _speed(args) -> int:
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
     if not batches or len(batches) != len(args.batches.split(",")):
         raise TltsimError(f"--batches {args.batches!r}: expected comma-separated positive integers, e.g. 1,4,16")
-    if args.rounds < 1:
-        raise TltsimError(f"--rounds {args.rounds}: must be >= 1")
     draftable(args.strategy)
     target = load_target(args.model, args.device)
     drafter = Drafter.load(args.drafter or shipped_drafter(args.model), target)
     prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), max(batches))
+    _check_memory(target, max(batches), max(map(len, prompts)) + args.max_new_tokens, args.device)
     rows = speed.measure(target, drafter, prompts, batches, args.strategy, args.max_new_tokens, args.rounds,
                          log=None if args.json else lambda row: print(json.dumps(row), flush=True))
     print(json.dumps(rows) if args.json else speed.table(rows))
     return 0
+
+
+def _check_memory(target, batch: int, tokens: int, device: str) -> None:
+    """That `batch` rows of `tokens` tokens of `target`'s KV cache fit in the CPU's free memory; TltsimError else."""
+    if device != "cpu":
+        return
+    c = target.config
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    element = next(target.parameters()).element_size()
+    need = batch * tokens * 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * element
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if need > free:
+        raise TltsimError(f"--batches {batch}: its KV cache ({batch} rows x {tokens} tokens) needs {need / 2**30:.1f} GiB, "
+                          f"the machine has {free / 2**30:.1f} GiB free; give smaller batch sizes")
 
 
 SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run, add_model, add_drafter, add_speed]
@@ -306,7 +331,7 @@ def build_parser() -> Parser:
         add(sub)
     for p in sub.choices.values():  # on every subcommand: `tltsim real` passes only what follows its name
         default = p.get_default("threads") or min(2, os.cpu_count() or 1)
-        p.add_argument("--threads", type=int, default=default, help=f"torch CPU threads (default {default})")
+        p.add_argument("--threads", type=whole(1), default=default, help=f"torch CPU threads (default {default})")
     return parser
 
 
@@ -314,20 +339,49 @@ def main(argv: list[str]) -> int:
     args = parse(build_parser(), argv)  # --help and a bad argument end here, before torch is imported
     if args.real_command is None:  # `tltsim real`: its help
         return args.func(args) or 0
-    if args.threads < 1:
-        raise TltsimError(f"--threads {args.threads}: must be >= 1")
     if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
         raise TltsimError("`tltsim real` needs torch and transformers: pip install tltsim[real]")
     import torch
 
+    quiet()
+    if getattr(args, "device", None) is not None:
+        check_device(torch, args.device)
     torch.set_num_threads(args.threads)
     return args.func(args) or 0
+
+
+def quiet() -> None:
+    """Keep what is not a result or an error off stderr: transformers' loading bars and notices, and the lines
+    torch's process spawner logs while it stops the other workers of a run one of them failed."""
+    import logging
+
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
+
+
+def check_device(torch, device: str) -> None:
+    """That `--device` names a device this torch has; TltsimError else."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, ValueError):
+        raise TltsimError(f"--device {device!r}: not a torch device; use cpu or cuda") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise TltsimError(f"--device {device}: this torch sees no CUDA device (a CPU build, or no GPU visible); "
+                          f"use --device cpu")
+    if kind not in ("cpu", "cuda"):
+        raise TltsimError(f"--device {device}: real/ runs on cpu or cuda; use one of those")
 
 
 def _pretrain(args) -> int:
     import numpy as np
 
-    from real.pretrain import pretrain
+    from real.pretrain import pretrain, replaceable
+    from tltsim.io import check_output
+
+    check_output(args.out, replaceable, "empty or a checkpoint of `tltsim real pretrain`")  # before the training
 
     config = PretrainConfig(preset=args.preset, steps=args.steps, seconds=args.seconds,
                             batch_tokens=args.batch_tokens, lr=args.lr, seed=args.seed)

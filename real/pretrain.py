@@ -89,11 +89,16 @@ def train(config: PretrainConfig, log=None) -> tuple[torch.nn.Module, GcdTask, P
     return model.eval(), task, PretrainResult(losses, len(losses), time.perf_counter() - t0)
 
 
+def replaceable(path: Path) -> bool:
+    """Whether an existing `out` may be replaced by a new checkpoint: it is empty or a checkpoint (the task file)."""
+    return (path / TASK_FILE).is_file() or not any(path.iterdir())
+
+
 def save_checkpoint(model: torch.nn.Module, task: GcdTask, out: str | Path, record: dict) -> Path:
     """Write the model (save_pretrained), the task file and `record` into `out`, atomically as a directory
     (tltsim.io.atomic_dir): `out` holds the previous checkpoint or the new one, never a mix. An existing `out`
     is replaced only if it is empty or a checkpoint (it has the task file); else a TltsimError."""
-    with atomic_dir(out, lambda d: (d / TASK_FILE).is_file() or not any(d.iterdir())) as tmp:
+    with atomic_dir(out, replaceable) as tmp:
         model.save_pretrained(tmp)
         task.save(tmp)
         write_json(tmp / PRETRAIN_FILE, record)

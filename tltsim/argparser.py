@@ -2,10 +2,12 @@
 
     parser = Parser(prog="tltsim", ...)      # its subparsers are Parsers too
     args = parse(parser, argv)               # a bad argument: one line naming the (sub)command, exit 2
+    p.add_argument("--steps", type=whole(1))  # numbers checked where they enter: whole(min), number(min, above, max)
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -59,3 +61,35 @@ def parse(parser: Parser, argv: list[str] | None) -> argparse.Namespace:
 def show_progress(args) -> bool:
     """Progress bars go to a terminal only (a log or a pipe would get every carriage-return update)."""
     return not args.no_progress and sys.stderr.isatty()
+
+
+def whole(minimum: int, maximum: int | None = None):
+    """An argparse type: a whole number in [minimum, maximum]; anything else is the flag's one-line error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            upto = f" and <= {maximum}" if maximum is not None else ""
+            raise argparse.ArgumentTypeError(f"{text} is out of range; give a whole number >= {minimum}{upto}")
+        return value
+    return parse
+
+
+def number(minimum: float | None = None, above: float | None = None, maximum: float | None = None):
+    """An argparse type: a finite number >= minimum (or > above, and <= maximum where given)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        ok = (math.isfinite(value) and (minimum is None or value >= minimum) and (above is None or value > above)
+              and (maximum is None or value <= maximum))
+        if not ok:
+            bounds = [f">= {minimum}" if minimum is not None else "", f"> {above}" if above is not None else "",
+                      f"<= {maximum}" if maximum is not None else ""]
+            raise argparse.ArgumentTypeError(f"{text} is out of range; give a finite number "
+                                             f"{' and '.join(b for b in bounds if b)}".rstrip())
+        return value
+    return parse

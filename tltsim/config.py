@@ -16,6 +16,7 @@ A config file mirrors the sections below:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
@@ -85,6 +86,8 @@ class SimConfig:
             raise TltsimError(f"rl: micro_batch_tokens = {self.rl.micro_batch_tokens} must be >= 0 (0: no padding)")
         self.cost.validate()
         self.calibration.validate()
+        if self.seed < 0:
+            raise TltsimError(f"seed = {self.seed} must be >= 0")
         parse_steps(self.steps)
         return self
 
@@ -158,6 +161,9 @@ def _build(cls, data: dict, origin: str, section: str = ""):
         elif isinstance(default, dict):
             if not isinstance(value, dict):
                 raise TltsimError(f"{origin}: {key} must be a table")
+            for k, v in value.items():
+                if not _finite(v):
+                    raise TltsimError(f"{origin}: {key}.{k} = {v!r} should be a finite number")
             kwargs[name] = dict(value)
         else:
             kwargs[name] = _coerce(value, default, key, origin)
@@ -172,10 +178,17 @@ def _coerce(value, default, key, origin):
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif isinstance(default, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
             return float(value)
     elif isinstance(default, str):
         if isinstance(value, str):
             return value
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}[type(default)]
+    kind = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}[type(default)]
     raise TltsimError(f"{origin}: {key} = {value!r} should be {kind}")
+
+
+def _finite(value) -> bool:
+    """False for a NaN or an infinity, also inside a list (a policy knob's value); True for anything else."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return all(_finite(v) for v in value) if isinstance(value, (list, tuple)) else True

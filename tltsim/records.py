@@ -13,9 +13,10 @@ requests: one row per response
     step, prompt_id, sample, engine, prompt_len, response_len, admitted_at, finished_at
 
 A result directory holds <frame>.parquet for each frame, config.json, summary.json and, written
-last, manifest.json: the names and sizes of those files. `Result.load` reads a directory only when
-its files agree with its manifest, so a truncated file, a missing one or one left by another run is
-an error that says which, never a silent mix.
+last, manifest.json (kind "result"): the names, sizes and sha256 of those files (and of the files
+written beside them, such as timeline.perfetto.json). `Result.load` reads a directory only when its
+files agree with its manifest, so a truncated file, a missing one, a flipped bit or one left by
+another run is an error that says which, never a silent mix or a silently wrong value.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from tltsim.errors import TltsimError
-from tltsim.io import MANIFEST, atomic_path, is_temporary, read_manifest, write_json, write_manifest
+from tltsim.io import MANIFEST, atomic_path, manifest_kind, read_manifest, write_json, write_manifest
 
 # Worker states, in the order plots stack and colour them.
 STATES = ["prefill", "decode", "spec_decode", "drafter_train", "idle", "reward", "train", "weight_sync"]
@@ -71,10 +72,11 @@ class Result:
     config: dict = field(default_factory=dict)
     iterations: pd.DataFrame | None = None
 
-    def save(self, out_dir: str | Path) -> Path:
+    def save(self, out_dir: str | Path, also=()) -> Path:
         """Write Parquet files, summary.json and config.json into `out_dir`, each atomically, then its manifest.
 
-        The manifest (written last, removed first) lists the files of this save with their sizes: a
+        The manifest (written last, removed first) lists the files of this save with their sizes and
+        sha256, and the files `also` names (written into `out_dir` before, such as a timeline export): a
         directory whose manifest is missing or disagrees with its files is not loaded. Write a new result
         into a fresh directory (`tltsim.io.atomic_dir`); saving over an old one in place (a real run after
         every step) leaves the directory unreadable until the save completes.
@@ -93,7 +95,7 @@ class Result:
             written.append(file.name)
         write_json(out / "config.json", self.config)
         write_json(out / "summary.json", self.summary)
-        write_manifest(out, [*written, "config.json", "summary.json"])
+        write_manifest(out, [*written, "config.json", "summary.json", *also], kind="result")
         return out
 
     @classmethod
@@ -105,7 +107,7 @@ class Result:
         """
         out = Path(out_dir)
         inside = sorted(d.name for d in out.iterdir() if (d / MANIFEST).is_file()) if out.is_dir() else []
-        if inside and not (out / MANIFEST).exists():
+        if inside and manifest_kind(out) != "result":
             raise TltsimError(f"{out}: holds results ({', '.join(inside)}), is not one; give those, "
                               f"e.g. {out / inside[0]}")
         if sealed or (out / MANIFEST).exists():
@@ -142,17 +144,3 @@ def _read(out: Path, name: str, read):
     except (OSError, ValueError):  # pyarrow raises OSError or ArrowInvalid (a ValueError), json ValueErrors
         kind = "Parquet" if name.endswith(".parquet") else "JSON"
         raise TltsimError(f"{out}: {name} is not readable {kind} (damaged); write the result again") from None
-
-
-def holds_only_results(path: str | Path, also=frozenset()) -> bool:
-    """Whether directory `path` holds nothing but result files (and the names in `also`), temporaries of
-    tltsim's atomic writes, and directories that hold only these: what may be replaced by a new result."""
-    for entry in Path(path).iterdir():
-        if entry.is_symlink():
-            return False
-        if entry.is_dir():
-            if not (is_temporary(entry.name) or holds_only_results(entry, also)):
-                return False
-        elif entry.name not in RESULT_FILES and entry.name not in also and not is_temporary(entry.name):
-            return False
-    return True

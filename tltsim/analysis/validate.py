@@ -237,25 +237,25 @@ def _error(metric: str, measured: float, predicted: float) -> float:
     return predicted - measured if metric in FRACTIONS else relative_error(measured, predicted)
 
 
-# what `validate -o` writes (a calibration to a verl run: per_step.csv and calibration.json), so may replace
-VALIDATION_FILES = frozenset({"per_step.csv", "overall.csv", "work.csv", "validation.json", "calibration.json"})
+# the manifest kinds of what `validate -o` writes (a validation; a calibration to a verl run), so may replace
+VALIDATION_KINDS = ("validation", "calibration")
 
 
 def write(validation: Validation, out: str | Path) -> Path:
     """per_step.csv, overall.csv, work.csv, validation.json and predicted/<policy>/ (each simulated Result) in
     `out`, built whole beside it and swapped in: an earlier validation there goes whole, never mixed with this
     one; a directory holding anything else is refused (TltsimError) and left as it is."""
-    from tltsim.io import atomic_dir, write_json
-    from tltsim.records import holds_only_results
+    from tltsim.io import atomic_dir, sealed, write_json, write_manifest
 
     out = Path(out)
-    with atomic_dir(out, lambda d: holds_only_results(d, VALIDATION_FILES)) as tmp:
+    with atomic_dir(out, sealed(*VALIDATION_KINDS)) as tmp:
         validation.per_step.to_csv(tmp / "per_step.csv", index=False)
         validation.overall.to_csv(tmp / "overall.csv", index=False)
         validation.work.to_csv(tmp / "work.csv", index=False)
         write_json(tmp / "validation.json", validation.to_json())
         for name, res in validation.predicted.items():
             res.save(tmp / "predicted" / name.split(" ")[0])
+        write_manifest(tmp, kind="validation")
     return out
 
 

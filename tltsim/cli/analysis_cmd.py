@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tltsim.argparser import show_progress
 from tltsim.errors import TltsimError
+from tltsim.io import check_apart, check_output
 from tltsim.analysis.sweep import METRICS
 from tltsim.analysis.table import format_table
 
@@ -36,6 +37,11 @@ def register(sub) -> None:
 def cmd_report(args) -> int:
     from tltsim.analysis.report import load_results, write_report
 
+    check_output(args.out)
+    if args.figures:
+        check_output(Path(args.figures) / "figure.png")
+    check_apart({"-o": args.out, "--figures": args.figures},
+                {f"RESULT_DIR {i + 1}": r for i, r in enumerate(args.results)})
     path = write_report(load_results(args.results), args.out, args.title, args.figures)
     print(f"wrote {path}" + (f" and its figures in {args.figures}/" if args.figures else ""))
     return 0

@@ -14,11 +14,11 @@ from tltsim.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.errors import TltsimError, TltsimWarning
 from tltsim.hardware import preset_names
 from tltsim.analysis.export import write_chrome_trace
-from tltsim.io import atomic_dir, read_toml
+from tltsim.io import atomic_dir, check_apart, check_output, read_toml, sealed, write_manifest
 from tltsim.policies import make_policy, policy_names
 from tltsim.control.decisions import knobs_from_text
 from tltsim.analysis.tuning import tune
-from tltsim.records import Result, holds_only_results
+from tltsim.records import Result
 from tltsim.sim.simulator import Simulator
 from tltsim.analysis.table import format_table
 from tltsim.trace import load as load_trace
@@ -142,9 +142,18 @@ def _note(lines) -> None:
         print(f"tltsim: note: {line}", file=sys.stderr)
 
 
-def replaceable(path: Path) -> bool:
-    """Whether `-o` directory `path` holds only what simulate / compare write, so a new result may replace it."""
-    return holds_only_results(path, also={"timeline.perfetto.json", "report.html"})
+def cluster_inputs(args) -> dict:
+    """The files the cluster flags read (flag -> path; None where not given or not a path): what no output of
+    the command may be, lie in or hold."""
+    paths = {"--trace": args.trace, "--config": args.config, "--verl-config": args.verl_config,
+             "--calibration": getattr(args, "calibration", None), "--gpu": args.gpu, "--model": args.model}
+    return {flag: p for flag, p in paths.items() if p and Path(p).exists()}
+
+
+def check_out_dir(args, kind: str) -> None:
+    """Before any work: `-o` can take a new result of `kind` (it is new, empty or an earlier one) and is no input."""
+    check_output(args.out, sealed(kind))
+    check_apart({"-o": args.out}, cluster_inputs(args))
 
 
 def run_policy(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool):
@@ -152,15 +161,16 @@ def run_policy(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool):
     policy = make_policy(cfg.policy, cfg.policy_knobs)
     result = Simulator(trace, cfg, policy).run(progress=progress)
     write_chrome_trace(result, out_dir / "timeline.perfetto.json")
-    result.save(out_dir)  # its manifest last
+    result.save(out_dir, also=["timeline.perfetto.json"])  # its manifest last
     return result
 
 
 def cmd_simulate(args) -> int:
+    check_out_dir(args, "result")
     cfg = sim_config(args, args.policy)
     trace = sim_trace(args, cfg)
     warn_clipped_steps(cfg.steps, trace)
-    with atomic_dir(args.out, replaceable) as tmp:
+    with atomic_dir(args.out, sealed("result")) as tmp:
         result = run_policy(trace, cfg, tmp, show_progress(args))
     _note([result.config["split_note"]])
     if args.json:
@@ -201,15 +211,18 @@ def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path
 
 
 def cmd_compare(args) -> int:
-    names = [n.strip() for n in (args.policies or ",".join(policy_names())).split(",") if n.strip()]
-    if not names:
-        raise TltsimError("--policies is empty; name at least one policy, e.g. --policies verl,tlt")
+    text = ",".join(policy_names()) if args.policies is None else args.policies
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise TltsimError(f"--policies {text!r}: an empty name; give comma-separated policy names, e.g. "
+                          f"--policies verl,tlt (or leave --policies out for all)")
+    check_out_dir(args, "comparison")
     cfg = sim_config(args)
     for n in names:  # fail fast on unknown names before any run
         make_policy(n, cfg.policy_knobs)
     trace = sim_trace(args, cfg)
     warn_clipped_steps(cfg.steps, trace)
-    with atomic_dir(args.out, replaceable) as tmp:  # the whole comparison, its report included, or nothing
+    with atomic_dir(args.out, sealed("comparison")) as tmp:  # the whole comparison, its report included, or nothing
         rows = compare(trace, cfg, names, tmp, show_progress(args))
         if args.json or not args.no_report:  # the tuning answer of each tlt / tlt-auto run: a small search
             results = [Result.load(policy_dir(tmp, n)) for n in names]
@@ -220,6 +233,7 @@ def cmd_compare(args) -> int:
             from tltsim.analysis.report import write_report  # matplotlib: imported only when a report is made
 
             write_report(results, tmp / "report.html", tunings=tunings)
+        write_manifest(tmp, kind="comparison")  # every file of every run, and the report
     if args.json:
         print(json.dumps({"policies": rows}, indent=2, default=float))
     elif args.calibration:

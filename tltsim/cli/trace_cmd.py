@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 
 from tltsim.errors import TltsimError
+from tltsim.io import check_apart, check_output
 from tltsim.trace import FAMILIES, load, save, stats, synth
-from tltsim.trace.formats import SUFFIXES
+from tltsim.trace.formats import SUFFIXES, sidecar
 from tltsim.trace.schema import Trace, TraceMeta
 from tltsim.trace.tokens import token_counter
 from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
@@ -76,6 +77,7 @@ def _row(label: str, e: dict) -> list[str]:
 
 
 def _synth(args) -> int:
+    check_output(args.output)
     params = _params(args.param)
     if args.drift is not None:
         params["drift"] = args.drift
@@ -100,6 +102,9 @@ def _params(items: list[str]) -> dict:
 
 
 def _convert(args) -> int:
+    check_output(args.output)
+    check_apart({"OUTPUT": args.output, "OUTPUT's sidecar": sidecar(args.output)},
+                {"INPUT": args.input, "INPUT's sidecar": sidecar(args.input), "--tokenizer": args.tokenizer})
     trace = _read_input(args)
     if args.max_len is not None:
         meta = TraceMeta.from_dict({**trace.meta.to_dict(), "max_response_len": args.max_len}, path="--max-len")

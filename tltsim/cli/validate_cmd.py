@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 import sys
 
-from tltsim.cli.sim_cmd import cluster_flags, sim_config, sim_trace
+from tltsim.cli.sim_cmd import cluster_flags, cluster_inputs, sim_config, sim_trace
 from tltsim.errors import TltsimError
+from tltsim.io import check_apart, check_output, sealed
 from tltsim.analysis.table import format_table
 
 
@@ -34,11 +35,25 @@ def cmd_validate(args) -> int:
     from tltsim.analysis.validate import validate, write
     from tltsim.analysis.work_domain import run_totals
 
+    from tltsim.analysis.validate import VALIDATION_KINDS
+
+    if args.out:
+        check_output(args.out, sealed(*VALIDATION_KINDS))
+    if args.save_calibration:
+        check_output(args.save_calibration)
+    inputs = {**cluster_inputs(args), "--profile": args.profile, "--verl-metrics": args.verl_metrics,
+              **{f"RUN_DIR {i + 1}": r for i, r in enumerate(args.runs)}}
+    check_apart({"-o": args.out, "--save-calibration": args.save_calibration}, inputs)
     if args.verl_metrics:
         return cmd_validate_verl(args)
     if not args.runs:
         raise TltsimError("validate: name at least one run directory (written by `tltsim real run`), "
                           "or give --verl-metrics METRICS --trace TRACE to calibrate to a verl run")
+    given = [flag for flag, v in (("--save-calibration", args.save_calibration), ("--trace", args.trace),
+                                  ("--config", args.config), ("--verl-config", args.verl_config)) if v]
+    if given:
+        raise TltsimError(f"{', '.join(given)}: with --verl-metrics only (a real run's directory holds its own "
+                          f"trace and config); drop it or add --verl-metrics METRICS")
     v = validate(args.runs, args.profile, speed=args.speed)
     if args.out:
         write(v, args.out)
@@ -77,13 +92,13 @@ def cmd_validate_verl(args) -> int:
     cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics),
                     sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
     if args.out:  # built whole beside it and swapped in, as a validation's directory
-        from tltsim.io import atomic_dir, write_json
-        from tltsim.records import holds_only_results
-        from tltsim.analysis.validate import VALIDATION_FILES
+        from tltsim.io import atomic_dir, write_json, write_manifest
+        from tltsim.analysis.validate import VALIDATION_KINDS
 
-        with atomic_dir(args.out, lambda d: holds_only_results(d, VALIDATION_FILES)) as tmp:
+        with atomic_dir(args.out, sealed(*VALIDATION_KINDS)) as tmp:
             cal.per_step.to_csv(tmp / "per_step.csv", index=False)
             write_json(tmp / "calibration.json", cal.to_json())
+            write_manifest(tmp, kind="calibration")
     if args.json:
         print(json.dumps(cal.to_json(), default=float, indent=2, allow_nan=False))
     else:

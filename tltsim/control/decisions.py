@@ -123,7 +123,13 @@ def knobs_from_text(pairs: list[str]) -> dict:
         if not sep or not key:
             raise TltsimError(f"--knob {pair!r}: expected KEY=VALUE, e.g. --knob threshold=16")
         try:
-            out[key.strip()] = json.loads(value)
+            out[key.strip()] = json.loads(value, parse_constant=_not_finite(pair))
         except json.JSONDecodeError:
             out[key.strip()] = value
     return out
+
+
+def _not_finite(pair: str):
+    def refuse(constant: str):  # json's NaN, Infinity, -Infinity
+        raise TltsimError(f"--knob {pair!r}: {constant} is not a finite number; give a number, e.g. 0.5")
+    return refuse

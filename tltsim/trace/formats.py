@@ -8,9 +8,13 @@
     .jsonl    our schema (one response per line), or a verl-style length log when the
               first record has an "output" list (one prompt per line)
 
-CSV and JSONL keep the metadata in a sidecar `<file>.meta.json` (e.g. `t.csv.meta.json`);
-without one the trace gets default metadata. `save` writes atomically: readers see the
-old file or the new one, never half of one.
+CSV and JSONL keep the metadata in a sidecar `<file>.meta.json` (e.g. `t.csv.meta.json`) that
+names the sha256 of the data it describes; without one the trace gets default metadata, and one
+whose sha256 is not the data's (the file was edited since) is an error. `save` writes atomically:
+readers see the old file or the new one, never half of one, and its metadata with it: the sidecar
+first describes both (the old data's sha256 under "previous"), then the data is renamed into place,
+then the sidecar describes the new data only, so a kill at any moment leaves data and metadata that
+belong together.
 
 Every failure a file can cause (missing, unreadable, corrupt, bad values) raises
 TltsimError naming the file, and the line, row or column where it applies.
@@ -27,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, write_json
+from tltsim.io import atomic_path, sha256_file, write_json
 from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
 from tltsim.trace.schema import REQUIRED, Trace, TraceMeta
 
@@ -57,7 +61,7 @@ def save(trace: Trace, path) -> Path:
     """Write `trace` to `path` in the format its suffix names, atomically; return the path.
 
     Parquet carries the metadata inside the file; CSV and JSONL get `<file>.meta.json`
-    beside them (written after the data).
+    beside them, written so that a kill leaves the old pair or the new one (the module docstring).
     """
     path = Path(path)
     suffix = _suffix(path)
@@ -67,12 +71,21 @@ def save(trace: Trace, path) -> Path:
             meta = dict(table.schema.metadata or {})
             meta[META_KEY] = json.dumps(trace.meta.to_dict(), sort_keys=True).encode()
             pq.write_table(table.replace_schema_metadata(meta), tmp, compression="zstd")
-        elif suffix == ".csv":
+            return path
+        if suffix == ".csv":
             trace.df.to_csv(tmp, index=False)
         else:
             tmp.write_text(_jsonl_text(trace.df), encoding="utf-8")
-    if suffix != ".parquet":
-        write_json(sidecar(path), trace.meta.to_dict())
+        new = {**trace.meta.to_dict(), "data_sha256": sha256_file(tmp)}
+        if path.is_file():  # until the rename, the sidecar also describes the data there now
+            try:
+                old = _read_sidecar(path).to_dict()
+            except TltsimError:  # its sidecar did not match it already: it reads as it did, an error
+                old = {}
+            write_json(sidecar(path), {**new, "previous": {**old, "data_sha256": sha256_file(path)}} if old else new)
+        else:
+            write_json(sidecar(path), new)
+    write_json(sidecar(path), new)
     return path
 
 
@@ -197,6 +210,8 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
 
 
 def _read_sidecar(path: Path) -> TraceMeta:
+    """The metadata of the data in `path`: its sidecar's (or the sidecar's "previous", during a save); default
+    metadata without a sidecar; a TltsimError for a sidecar that describes other data."""
     side = sidecar(path)
     if not side.exists():
         return TraceMeta()
@@ -204,6 +219,14 @@ def _read_sidecar(path: Path) -> TraceMeta:
         d = json.loads(side.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise TltsimError(f"{side}: not valid JSON ({_first_line(e)}); fix it or delete it to use default metadata")
+    if isinstance(d, dict) and "data_sha256" in d:
+        digest = sha256_file(path)
+        previous = d.get("previous") if isinstance(d.get("previous"), dict) else {}
+        if d["data_sha256"] != digest and previous.get("data_sha256") != digest:
+            raise TltsimError(f"{side}: describes another version of {path.name} (the data changed since the "
+                              f"sidecar was written); delete the sidecar to use default metadata, or save the "
+                              f"trace again")
+        d = d if d["data_sha256"] == digest else previous
     return TraceMeta.from_dict(d, path=side)
 
 

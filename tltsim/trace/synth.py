@@ -157,6 +157,9 @@ _RANGES = {
 }
 
 
+MAX_RESPONSES = 50_000_000  # responses of one synthetic trace: about 4 GB of intermediate arrays
+
+
 def synth(family: str, steps: int, prompts: int, group: int, max_len: int, seed: int, **params) -> Trace:
     """Generate a trace of `steps` x `prompts` x `group` responses capped at `max_len`.
 
@@ -170,6 +173,9 @@ def synth(family: str, steps: int, prompts: int, group: int, max_len: int, seed:
             raise TltsimError(f"synth: {name} is {v!r}; it must be a whole number >= 1")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise TltsimError(f"synth: seed is {seed!r}; it must be a whole number >= 0")
+    if steps * prompts * group > MAX_RESPONSES:
+        raise TltsimError(f"synth: steps x prompts x group = {steps * prompts * group:,} responses, more than the "
+                          f"{MAX_RESPONSES:,} a trace may hold; make it smaller")
 
     rng = np.random.default_rng(seed)
     slices = rng.permuted(np.tile(np.arange(prompts), (steps, 1)), axis=1)  # (steps, prompts)
