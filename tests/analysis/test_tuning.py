@@ -48,6 +48,9 @@ def test_a_tlt_auto_run_reports_its_learned_buckets_and_keeps_its_setting_when_n
 
 def test_only_simulated_tlt_runs_are_tuned_and_a_missing_trace_skips_it():
     assert tune(result("verl"), TRACE) is None and tune(result("sd-always"), TRACE) is None
+    assert tune(result("tlt", {"sd": "never"}), TRACE) is None  # no switch to tune
+    learned = tune(result("tlt", {"sd": "learned"}), TRACE)  # tlt told to learn is tlt-auto
+    assert learned.own == "sd=learned" and learned.buckets is not None
     assert tune(result("tlt")) is None  # its config names a trace file that is not there
 
 

@@ -248,7 +248,7 @@ def _speculation_beyond_switch(runs, ctx: _Context) -> list[str]:
         return []
     names = ", ".join(lab for lab, _ in slower)
     shares = [r.summary["sd_share"] for _, r in slower]
-    thresholds = sorted({k for _, r in slower if (k := r.config.get("policy_knobs", {}).get("threshold")) is not None})
+    thresholds = sorted({k for _, r in slower if (k := _switch_threshold(r)) is not None})
     switch = (f" (the adaptive switch turns SD on only once an engine's batch falls to "
               f"{' / '.join(map(str, thresholds))} requests)") if thresholds else ""
     accepted = [r.summary["mean_accepted"] for _, r in slower]
@@ -257,6 +257,13 @@ def _speculation_beyond_switch(runs, ctx: _Context) -> list[str]:
             f"against {_span(accepted, '{:.2f}'.format)}), so on this trace and cluster speculation also pays at "
             f"the large batches where the others still decode plainly: rollout {_secs(t['rollout_s'])} s against "
             f"{_secs(min(r.summary['rollout_s'] for _, r in slower))} s or more."]
+
+
+def _switch_threshold(r) -> int | None:
+    """The batch at or below which the run's switch turned SD on: the one tlt-auto learned (sd_threshold), else
+    the threshold knob; None for a run without one."""
+    learned = r.summary.get("sd_threshold")
+    return learned if learned is not None else r.config.get("policy_knobs", {}).get("threshold")
 
 
 def _span(values, fmt) -> str:

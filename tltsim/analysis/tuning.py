@@ -54,7 +54,8 @@ class Tuning:
 
 
 def tune(result, trace=None, label: str | None = None) -> Tuning | None:
-    """The tuning answer for `result` (a simulated tlt or tlt-auto run; None otherwise). `trace`: the run's
+    """The tuning answer for `result` (a simulated tlt or tlt-auto run whose switch is adaptive or learned; None
+    otherwise). `trace`: the run's
     trace when the caller holds it, else loaded from the path its config names (None when it is not there)."""
     c = result.config
     policy = result.summary.get("policy")
@@ -71,7 +72,9 @@ def tune(result, trace=None, label: str | None = None) -> Tuning | None:
     trace = trace.select_steps(ran[:SEARCH_STEPS])  # the run's first steps
     cfg = replace(cfg, steps="", exact=False)
     knobs = {k: v for k, v in c["policy_knobs"].items() if k in make_policy(policy).knobs}
-    auto = policy == "tlt-auto"
+    if knobs.get("sd") not in ("adaptive", "learned"):  # speculation always or never: no switch to tune
+        return None
+    auto = knobs["sd"] == "learned"
     threshold = int(result.summary["sd_threshold"] if auto else knobs["threshold"])
     base = {**knobs, "sd": "adaptive"}
     candidates = {f"threshold={t}": {**base, "threshold": t}
