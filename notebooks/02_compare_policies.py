@@ -222,7 +222,8 @@ other = runnable.index[len(lead)] if len(lead) < len(runnable) else None
 cost = table.loc[CUTTERS]
 tlt_cost = table.loc[TLT_FAMILY]
 small, large = GPU_COUNTS[0], GPU_COUNTS[-1]
-shrinking = [p for p in wide.index if p != POLICIES[0] and wide.loc[p, large] <= wide.loc[p, small]]
+shrinking = [p for p in wide.index if p not in (POLICIES[0], "ideal") and wide.loc[p, large] <= wide.loc[p, small]]
+beat_bound = [p for p in runnable.index if sp[p] > sp["ideal"]]
 display(Markdown(f"""
 * The {len(lead)} fastest policies one can run are answers that cut the step short or their combinations with
   TLT: {', '.join(f'{p} {sp[p]:.1f}x' for p in lead)} at {GPUS} GPUs ({results[POLICIES[0]].summary['steps']}
@@ -240,6 +241,10 @@ display(Markdown(f"""
   {sp['tail-batching+tlt']:.1f}x.
 * Reordering alone (longest-first) and migrating the tail (migrate) gain at most
   {sp[['longest-first', 'migrate']].max():.2f}x here.
+* `ideal` ({sp['ideal']:.2f}x) is the bound on plain synchronous decoding: per step, the longest response decoded
+  alone (or the step's tokens at the cluster's best throughput, if longer). {len(beat_bound)} of the
+  {len(runnable)} policies beat it end to end, by speculating, cutting the step short, overlapping it with
+  training or starting the reward stage before the rollout ends (the report's explanations say which).
 * Cluster size reorders the top: async is {ordinal(ranks.loc['async', small])} at {small} GPUs and
   {ordinal(ranks.loc['async', large])} at {large}. From {small} to {large} GPUs every answer gains more except
   {', '.join(f'{p} ({wide.loc[p, small]:.2f}x -> {wide.loc[p, large]:.2f}x)' for p in shrinking) or 'none'}.

@@ -126,3 +126,20 @@ def test_speculating_more_than_the_adaptive_switch_is_explained_when_it_wins(bas
     assert not any(t.startswith("sd-always beats") for t in findings.explanations([base, adaptive, slower]))
     better = edited(always, mean_accepted=7.5)
     assert not any(t.startswith("sd-always beats") for t in findings.explanations([base, adaptive, better]))
+
+
+def test_a_plain_policy_that_beats_the_bound_end_to_end_says_how():
+    # migrate's released engines start the reward stage's log-prob forwards before the barrier: a shorter makespan
+    # than ideal's, though no step's rollout is shorter (tests/sim/test_ideal.py)
+    from tltsim.config import ClusterConfig, SimConfig
+    from tltsim.policies import make_policy
+    from tltsim.sim.simulator import Simulator
+    from tltsim.trace import load
+
+    trace = load("traces/dapo_like.parquet").select_steps(range(3))
+    cfg = SimConfig(cluster=ClusterConfig(gpus=64, tp=4))
+    runs = [Simulator(trace, cfg, make_policy(p)).run() for p in ("verl", "ideal", "migrate")]
+    assert runs[2].summary["makespan_s"] < runs[1].summary["makespan_s"] < runs[0].summary["makespan_s"]
+    text, = [t for t in findings.explanations(runs) if t.startswith("ideal is a bound")]
+    assert "Beating it here: migrate (it starts the reward stage before its rollout ends (" in text
+    assert "Rollout shorter than its own" not in text

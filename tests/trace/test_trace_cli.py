@@ -54,7 +54,7 @@ def test_stats_table_has_a_row_per_step_and_overall(dapo, capsys):
     assert main(["trace", "stats", str(dapo)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{dapo}: source synth:dapo, model synthetic, cap 8192, group 4, 3 steps, 144 responses"
-    assert lines[1].split() == ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%"]
+    assert lines[1].split() == ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%", "aborted%"]
     assert [line.split()[0] for line in lines[2:]] == ["0", "1", "2", "all"]
     st = stats(load(dapo))
     assert lines[-1].split()[1:3] == ["144", f"{st['mean']:.0f}"]
@@ -91,7 +91,7 @@ def test_bad_inputs_give_one_line_and_exit_2(tmp_path, dapo, capsys):
     assert "--param 'rho': expected NAME=VALUE" in run_error(capsys, ["trace", "synth", "dapo", "--steps", "1", "--prompts", "1", "--group", "1", "--max-len", "9", "--seed", "0", "--param", "rho", "-o", str(tmp_path / "z.csv")])
     pd.DataFrame({"step": [0], "prompt_id": [0], "sample": [0], "prompt_len": [1], "response_len": [-4]}).to_csv(tmp_path / "neg.csv", index=False)
     assert run_error(capsys, ["trace", "stats", str(tmp_path / "neg.csv")]) == (
-        f"tltsim: error: {tmp_path / 'neg.csv'}, row 1, column 'response_len': -4 is not a valid length; lengths are whole token counts, >= 1")
+        f"tltsim: error: {tmp_path / 'neg.csv'}, row 1, column 'response_len': -4 is not a valid length; lengths are whole token counts, >= 1 (0 only on a row marked aborted)")
 
 
 def test_subprocess_exit_code_and_single_line(tmp_path):

@@ -38,7 +38,7 @@ def test_meta_passed_in_is_not_modified():
 def test_missing_column():
     msg = error(frame().drop(columns=["response_len", "sample"]))
     assert msg == ("t.csv: missing column(s) 'sample', 'response_len'; a trace needs step, prompt_id, sample, "
-                   "prompt_len, response_len (optional: reward, finished, engine)")
+                   "prompt_len, response_len (optional: reward, finished, engine, aborted)")
 
 
 def test_no_rows():
@@ -47,7 +47,8 @@ def test_no_rows():
 
 def test_negative_length():
     msg = error(frame(response_len=[5, 7, -3, 9]))
-    assert msg == "t.csv, row 3, column 'response_len': -3 is not a valid length; lengths are whole token counts, >= 1"
+    assert msg == ("t.csv, row 3, column 'response_len': -3 is not a valid length; lengths are whole token counts, "
+                   ">= 1 (0 only on a row marked aborted)")
 
 
 def test_zero_response_but_zero_prompt_is_fine():
@@ -100,6 +101,18 @@ def test_bad_reward_and_finished():
         "t.csv, row 1, column 'reward': 'x' is not a finite number; reward must be a number or empty")
     assert error(frame(finished=["yes", "no", "maybe", "true"])) == (
         "t.csv, row 3, column 'finished': 'maybe' is not a boolean; use true or false")
+
+
+def test_aborted_rows_have_no_tokens_and_only_they():
+    t = Trace.from_frame(frame(response_len=[5, 0, 3, 9], aborted=["false", "true", 0, False]))
+    assert t.df["aborted"].tolist() == [False, True, False, False] and t.df["response_len"].tolist() == [5, 0, 3, 9]
+    assert error(frame(response_len=[5, 4, 3, 9], aborted=[False, True, False, False])) == (
+        "t.csv, row 2, column 'response_len': 4 tokens on a row marked aborted; an aborted request leaves no tokens "
+        "(response_len 0), or set aborted false")
+    assert "row 3, column 'response_len': 0 is not a valid length" in error(
+        frame(response_len=[5, 0, 0, 9], aborted=[False, True, False, False]))
+    assert error(frame(aborted=["no", "no", "perhaps", "no"])) == (
+        "t.csv, row 3, column 'aborted': 'perhaps' is not a boolean; use true or false")
 
 
 def test_optional_columns_are_converted():

@@ -33,7 +33,7 @@ def test_stats_hand_computed():
     assert s0 == {"step": 0, "responses": 10, "count": 10, "mean": 5.5, "median": 5.5,
                   "p90": pytest.approx(9.1), "p99": pytest.approx(9.91), "max": 10,
                   "max_over_median": pytest.approx(10 / 5.5), "tail_share": pytest.approx(0.1),
-                  "truncated_fraction": 0.0}
+                  "truncated_fraction": 0.0, "aborted_fraction": 0.0}
     # n=4: p90 by linear interpolation = 1 + 0.7 * 99; t90 = 4th shortest = 100; 1 of 4 at the cap
     assert s1["p90"] == pytest.approx(70.3) and s1["median"] == 1.0 and s1["tail_share"] == 0.0
     assert s1["truncated_fraction"] == 0.25 and s1["max_over_median"] == 100.0
@@ -43,6 +43,17 @@ def test_stats_hand_computed():
     # overall tail share: (10 - 9 + 100 - 100) / (10 + 100)
     assert st["tail_share"] == pytest.approx(1 / 110)
     assert st["truncated_fraction"] == pytest.approx(1 / 14)
+
+
+def test_aborted_rows_count_in_the_share_not_in_the_lengths():
+    # step 0: 1..10 and two aborted requests (no tokens); the length figures are those of 1..10
+    df = one_step_per_list(list(range(1, 11)) + [0, 0])
+    df["aborted"] = df["response_len"] == 0
+    st = stats(Trace.from_frame(df, TraceMeta(max_response_len=100)))
+    s0 = st["per_step"][0]
+    assert (s0["responses"], s0["aborted_fraction"]) == (12, pytest.approx(2 / 12))
+    assert (s0["median"], s0["max"], s0["tail_share"], s0["truncated_fraction"]) == (5.5, 10, pytest.approx(0.1), 0.0)
+    assert st["aborted_fraction"] == pytest.approx(2 / 12) and st["mean"] == 5.5
 
 
 def test_truncation_from_finished_column_wins_over_cap():

@@ -10,7 +10,7 @@ import pytest
 
 from tltsim.cli import main
 from tltsim.errors import TltsimError
-from tltsim.trace import load
+from tltsim.trace import load, save, stats
 from tltsim.trace.tokens import token_counter
 from tltsim.trace.verl import read_rollout_dump
 
@@ -71,6 +71,29 @@ def test_token_counts_groups_order_and_rewards_are_kept(dump, tokenizer):
             assert set(got.prompt_len) == {len(tokenizer(prompt, add_special_tokens=False).input_ids)}
 
 
+def test_aborted_requests_are_kept_marked_and_counted(tmp_path, capsys):
+    # verl writes an aborted request as an empty output: the row stays (its group whole), marked aborted, no tokens
+    lines = _lines(1, 3, 4, np.random.default_rng(2))
+    empty = [1, 6]
+    for i in empty:
+        lines[i]["output"] = ""
+    path = _write(tmp_path / "1.jsonl", lines)
+    trace = read_rollout_dump(path, token_counter(str(TOKENIZER)))
+    assert trace.meta.group_size == 4 and len(trace.df) == 12
+    assert trace.df["aborted"].sum() == len(empty) and (trace.df.response_len[trace.df.aborted] == 0).all()
+    assert (trace.df.response_len[~trace.df.aborted] > 0).all()
+    assert stats(trace)["aborted_fraction"] == pytest.approx(len(empty) / 12)
+    out = save(trace, tmp_path / "t.parquet")
+    assert load(out).df["aborted"].tolist() == trace.df["aborted"].tolist()
+    assert main(["trace", "stats", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[-1] == "aborted%" and table[-1].split()[-1] == f"{100 * len(empty) / 12:.1f}"
+    # a group short of a line for another cause (a line lost) still names the prompt
+    del lines[4]
+    with pytest.raises(TltsimError, match=r"1\.jsonl, line \d+, key 'input': this prompt has 3 samples but"):
+        read_rollout_dump(_write(tmp_path / "1.jsonl", lines), token_counter(str(TOKENIZER)))
+
+
 def test_a_prompt_drawn_twice_in_a_batch_is_two_groups(tmp_path):
     rng = np.random.default_rng(0)
     lines = _lines(1, 3, 2, rng)
@@ -92,7 +115,6 @@ def _good(tmp_path, n=4):
 @pytest.mark.parametrize("case, expect", [
     ("bad_json", r"1\.jsonl, line 3: not valid JSON"),
     ("missing_key", r"1\.jsonl, line 2: no key 'output'"),
-    ("empty_output", r"1\.jsonl, line 5, key 'output': the response text is empty"),
     ("two_steps", r"1\.jsonl, line 6, key 'step': step 2, but line 1 is step 1; .*split the file by step"),
     ("unequal_groups", r"1\.jsonl, line 5, key 'input': this prompt has 3 samples but the step's groups have 4"),
     ("not_utf8", r"1\.jsonl, line 4: byte 0xff at position \d+ is not UTF-8"),
@@ -106,8 +128,6 @@ def test_malformed_dumps_give_one_line_in_the_dumps_terms(tmp_path, case, expect
         lines[2] = '{"input": "x", "output": '
     elif case == "missing_key":
         del lines[1]["output"]
-    elif case == "empty_output":
-        lines[4]["output"] = ""
     elif case == "two_steps":
         lines[5]["step"] = 2
     elif case == "unequal_groups":

@@ -230,7 +230,10 @@ def _means(r, overlap: float) -> str:
         m.append(f"it speculates ({_pct(s['sd_share'])} of engine time)")
     if overlap <= OVERLAPS and (s.get("resumed_fraction", 0) or s.get("dropped_fraction", 0)):
         m.append(_ends_early(s))
-    return "; ".join(m) or "it balances the load as well as the bound"
+    if 0 < overlap <= OVERLAPS:
+        m.append(f"it starts the reward stage before its rollout ends ({_pct(overlap)} of its generation time "
+                 "beside it)")
+    return "; ".join(m) or "no mechanism in its data puts it outside plain synchronous decoding"
 
 
 def _speculation_beyond_switch(runs, ctx: _Context) -> list[str]:

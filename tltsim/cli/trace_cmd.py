@@ -64,7 +64,7 @@ def _stats(args) -> int:
 
 
 def _table(st: dict) -> str:
-    head = ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%"]
+    head = ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%", "aborted%"]
     rows = [_row(str(e["step"]), e) for e in st["per_step"]] + [_row("all", st)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows)
@@ -73,7 +73,8 @@ def _table(st: dict) -> str:
 def _row(label: str, e: dict) -> list[str]:
     trunc = "-" if e["truncated_fraction"] is None else f"{100 * e['truncated_fraction']:.1f}"
     return [label, str(e["responses"]), f"{e['mean']:.0f}", f"{e['median']:.0f}", f"{e['p90']:.0f}",
-            f"{e['p99']:.0f}", str(e["max"]), f"{e['max_over_median']:.2f}", trunc, f"{100 * e['tail_share']:.1f}"]
+            f"{e['p99']:.0f}", str(e["max"]), f"{e['max_over_median']:.2f}", trunc, f"{100 * e['tail_share']:.1f}",
+            f"{100 * e['aborted_fraction']:.1f}"]
 
 
 def _synth(args) -> int:

@@ -33,13 +33,13 @@ def rollout_until_groups(df: dict, shares: list[np.ndarray], run, target: int) -
     """Run every share, then stop all engines when `target` groups have finished.
 
     Rows with nothing left to generate (response_len 0: finished in an earlier step) count as finished
-    at 0 and are not sent to an engine. Returns the step's rollout and the mask of rows in finished groups
+    at 0 and are not sent to an engine, but for the trace's aborted rows, which are (admitted, then aborted). Returns the step's rollout and the mask of rows in finished groups
     (every group finished at the stop time, which may be more than `target` on a tie)."""
     n = len(df["step"])
     full: dict[int, tuple[np.ndarray, object]] = {}
     finish = np.zeros(n)
     for e, rows in enumerate(shares):
-        rows = rows[df["response_len"][rows] > 0]
+        rows = rows[(df["response_len"][rows] > 0) | (df["aborted"][rows] if "aborted" in df else False)]
         if len(rows):
             ro = run(e, df["prompt_len"][rows], df["response_len"][rows])
             full[e] = (rows, ro)

@@ -230,15 +230,17 @@ class AsyncRun:
         sim = self.sim
         pick = lambda v: np.asarray(v)[ids]  # noqa: E731
         df = {"origin": pick(self.s_version), "resumed": pick(self.s_resumed), "response_len": pick(self.s_rlen)}
-        trained = np.ones(len(ids), dtype=bool)
+        trained = pick(self.s_rlen) > 0  # the trace's aborted rows (response_len 0) leave nothing to train on
+        dropped += int(np.sum(~trained))
         sim.recorder.step_requests({
             "step": np.full(len(ids), step), "prompt_id": pick(self.s_prompt), "sample": pick(self.s_sample),
             "engine": pick(self.s_engine), "prompt_len": pick(self.s_plen), "response_len": pick(self.s_rlen),
-            "admitted_at": pick(self.s_admit), "finished_at": pick(self.s_finish), "finished": trained,
+            "admitted_at": pick(self.s_admit), "finished_at": pick(self.s_finish),
+            "finished": np.ones(len(ids), dtype=bool),
         })
         sim.recorder.step({
             "step": step, "t_start": t0, "rollout_s": waited - t0, "reward_s": phases[0][1], "train_s": phases[1][1],
-            "sync_s": phases[2][1], "total_s": self.env.now - t0, "responses": len(ids),
+            "sync_s": phases[2][1], "total_s": self.env.now - t0, "responses": int(trained.sum()),
             "response_tokens": int(pick(self.s_rlen).sum()), "tail_s": 0.0,
             **sim.off_policy_columns(k, df, trained, dropped),
             "sd_share": 0.0, "mean_accepted": NAN, "strategies": "",

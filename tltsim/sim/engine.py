@@ -17,7 +17,8 @@ or guard directly; neither begins its rollout (the owner of the step does, once 
 the policy's `begin_step`), so an engine run twice in a step (a migrated tail) goes on
 with the same rollout.
 
-Both return an `EngineRollout` with times relative to the rollout's start.
+Both return an `EngineRollout` with times relative to the rollout's start. A request of response_len 0
+(aborted: the trace's `aborted` rows) is admitted, prefilled and leaves at once, with no tokens.
 Prefill of requests admitted mid-rollout is folded into the decode interval
 (chunked prefill mixes it into decode iterations); the first admission and the
 drafter's build at the SD switch (cost.switch_time: a target re-prefill in the
@@ -266,11 +267,14 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     mode = "prefill"
     behind = 0  # tokens per row emitted by plain iterations since the drafter last ran
     while nxt < n or running:
-        # admit FIFO while a slot and the KV cache allow
-        new = []
-        while nxt < n and len(running) + len(new) < max_running and used + footprint[nxt] <= cap:
+        # admit FIFO while a slot and the KV cache allow (an aborted request, of no tokens, needs a free slot and
+        # gives it back at once: the fast path's admission on the token clock does the same)
+        new, live = [], 0
+        while nxt < n and len(running) + live < max_running and used + footprint[nxt] <= cap:
             new.append(nxt)
-            used += int(footprint[nxt])
+            if response_len[nxt] > 0:
+                live += 1
+                used += int(footprint[nxt])
             nxt += 1
         if new:
             p = prompt_len[new].astype(float)
@@ -282,6 +286,12 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             clock.append((env.now - t0, tau))
             # the first admission is a prefill interval; later ones fold into the current mode
             state_log.append(Entry(mode, env.now - t0 - dt, env.now - t0, len(running)))
+            for r in new:
+                if response_len[r] == 0:  # admitted, then aborted: no tokens
+                    finished_at[r] = env.now - t0
+            running = [r for r in running if response_len[r] > 0]
+            if not running:
+                continue
         b = len(running)
         rows = np.array(running)
         ctx = float(np.sum(prompt_len[rows] + generated[rows]))

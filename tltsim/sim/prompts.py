@@ -16,7 +16,7 @@ class PromptStream:
     """The trace's prompt groups (rows of one step and prompt_id) in trace order, served k at a time."""
 
     def __init__(self, trace_df):
-        columns = ["prompt_id", "sample", "prompt_len", "response_len"] + (["engine"] if "engine" in trace_df else [])
+        columns = ["prompt_id", "sample", "prompt_len", "response_len"] + [c for c in ("engine", "aborted") if c in trace_df]
         self.cols = {c: trace_df[c].to_numpy() for c in columns}
         key = trace_df["step"].to_numpy() * (int(trace_df["prompt_id"].max()) + 1) + trace_df["prompt_id"].to_numpy()
         self.starts = np.flatnonzero(np.concatenate([[True], np.diff(key) != 0]))

@@ -88,6 +88,9 @@ def segments(tau_a: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray
     tau_f = tau_a + response_len
     events = np.unique(np.concatenate([tau_a, tau_f]))
     starts = events[:-1]
+    lengths = np.diff(events)
+    if tau_a.max() >= events[-1]:  # requests of no tokens (aborted) admitted last: a segment of length 0 prefills them
+        starts, lengths = events, np.append(lengths, 0)
     # requests admitted at or before tau, minus those finished at or before tau
     order_a = np.argsort(tau_a, kind="stable")
     order_f = np.argsort(tau_f, kind="stable")
@@ -100,7 +103,7 @@ def segments(tau_a: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray
     ctx = cum_a[na] - cum_f[nf] + batch * starts
     # prompt tokens admitted exactly at each segment start
     p = prompt_len.astype(np.float64)
-    idx = np.searchsorted(starts, tau_a)  # every tau_a is an event and is < its tau_f, so it is a start
+    idx = np.searchsorted(starts, tau_a)  # every tau_a is an event and a start (< its tau_f, or the last segment's)
     adm = np.bincount(idx, weights=p, minlength=len(starts))
     adm_sq = np.bincount(idx, weights=p * p, minlength=len(starts))
-    return Segments(starts, np.diff(events), batch, ctx, adm, adm_sq)
+    return Segments(starts, lengths, batch, ctx, adm, adm_sq)

@@ -67,6 +67,8 @@ class Simulator:
         cols = {c: df[c].to_numpy() for c in ("step", "prompt_id", "sample", "prompt_len", "response_len")}
         if self.split == "trace":
             cols["engine"] = df["engine"].to_numpy()
+        if "aborted" in df:
+            cols["aborted"] = df["aborted"].to_numpy()
         bounds = np.flatnonzero(np.diff(cols["step"])) + 1
         starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(df)]])
         return [(int(cols["step"][a]), {c: v[a:b] for c, v in cols.items()}) for a, b in zip(starts, ends)]
@@ -87,7 +89,9 @@ class Simulator:
         yield simpy.AllOf(env, [env.process(self._engine(env, e, sr)) for e in range(self.engines)])
         barrier = env.now
         outcome = self.policy.end_rollout(step, barrier, df, sr)
-        trained = outcome.trained if outcome.trained is not None else sr.finished
+        settled = outcome.trained if outcome.trained is not None else sr.finished
+        aborted = settled & df["aborted"] if "aborted" in df else np.zeros(len(settled), bool)  # the trace's aborted
+        trained = settled & ~aborted  # rows: admitted, aborted, nothing to train on (thrown away: dropped)
         logprob, train = self._train_phases(df, trained, sr)
         phases = [
             ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / self.cfg.cluster.gpus)),
@@ -116,7 +120,7 @@ class Simulator:
                 "responses": int(trained.sum()),
                 "response_tokens": int(sr.generated.sum()),
                 "tail_s": (barrier - t0) - t90,
-                **self.off_policy_columns(step, df, trained, outcome.dropped),
+                **self.off_policy_columns(step, df, trained, outcome.dropped + int(aborted.sum())),
                 **self._spec_columns(sr.rollouts, barrier - t0),
                 **outcome.columns,
             }

@@ -6,10 +6,12 @@ Columns (docs/design.md#one-record-schema):
     prompt_id     int   prompt within the step; a prompt's `group_size` samples share it
     sample        int   index of the sample within its prompt's group, 0..group_size-1
     prompt_len    int   prompt tokens (>= 0)
-    response_len  int   generated tokens (>= 1, <= meta.max_response_len)
+    response_len  int   generated tokens (>= 1, <= meta.max_response_len; 0 exactly where aborted)
     reward        float optional
     finished      bool  optional; False = truncated at the cap
     engine        int   optional; data-parallel rank that served the response
+    aborted       bool  optional; True = the request was admitted and aborted (verl dumps it as an empty
+                        output): it held a slot and left nothing to train on, so its response_len is 0
 
 Sim and real write the same schema, so every table and plot works on both.
 """
@@ -24,7 +26,7 @@ import pandas as pd
 from tltsim.errors import TltsimError, where
 
 REQUIRED = ["step", "prompt_id", "sample", "prompt_len", "response_len"]
-OPTIONAL = {"reward": "float64", "finished": "bool", "engine": "int64"}
+OPTIONAL = {"reward": "float64", "finished": "bool", "engine": "int64", "aborted": "bool"}
 INT_COLUMNS = REQUIRED + ["engine"]
 
 
@@ -110,14 +112,26 @@ def validate(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
     out = df.reset_index(drop=True)  # copy-on-write: assigning columns leaves `df` as it was
     for col in [c for c in INT_COLUMNS if c in out.columns]:
         out[col] = _as_int(out[col], col, path)
+    if "finished" in out.columns:
+        out["finished"] = _as_bool(out["finished"], path, "finished")
+    aborted = np.zeros(len(out), dtype=bool)
+    if "aborted" in out.columns:
+        out["aborted"] = _as_bool(out["aborted"], path, "aborted")
+        aborted = out["aborted"].to_numpy()
     for col in ["prompt_len", "response_len"]:
-        bad = np.flatnonzero(out[col].to_numpy() < (1 if col == "response_len" else 0))
+        least = np.where(aborted, 0, 1) if col == "response_len" else 0
+        bad = np.flatnonzero(out[col].to_numpy() < least)
         if len(bad):
             i = int(bad[0])
             raise TltsimError(
                 f"{where(path, _row(i), col)}{out[col].iloc[i]} is not a valid length; "
-                f"lengths are whole token counts, {'>= 1' if col == 'response_len' else '>= 0'}"
+                f"lengths are whole token counts, {'>= 1 (0 only on a row marked aborted)' if col == 'response_len' else '>= 0'}"
             )
+    kept = np.flatnonzero(aborted & (out["response_len"].to_numpy() != 0))
+    if len(kept):
+        i = int(kept[0])
+        raise TltsimError(f"{where(path, _row(i), 'response_len')}{out['response_len'].iloc[i]} tokens on a row marked "
+                          f"aborted; an aborted request leaves no tokens (response_len 0), or set aborted false")
     for col in ["step", "prompt_id", "sample"] + (["engine"] if "engine" in out.columns else []):
         bad = np.flatnonzero(out[col].to_numpy() < 0)
         if len(bad):
@@ -134,8 +148,6 @@ def validate(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
             )
     if "reward" in out.columns:
         out["reward"] = _as_float(out["reward"], "reward", path)
-    if "finished" in out.columns:
-        out["finished"] = _as_bool(out["finished"], path)
     step, prompt, sample = (out[c].to_numpy() for c in ["step", "prompt_id", "sample"])
     order = _sort_order(step, prompt, sample)
     rows = np.arange(len(step)) if order is None else order  # the file row at each sorted position
@@ -274,7 +286,7 @@ _TRUE = {"true", "1", "yes", "t", "y", "1.0"}
 _FALSE = {"false", "0", "no", "f", "n", "0.0"}
 
 
-def _as_bool(s: pd.Series, path) -> pd.Series:
+def _as_bool(s: pd.Series, path, col: str) -> pd.Series:
     """Booleans from bools, 0/1 and true/false/yes/no text; anything else (empty included) raises."""
     if pd.api.types.is_bool_dtype(s.dtype) and not s.isna().any():
         return s.astype(bool)
@@ -288,5 +300,5 @@ def _as_bool(s: pd.Series, path) -> pd.Series:
         elif t in _FALSE:
             out.append(False)
         else:
-            raise _fail(path, i, "finished", v, "is not a boolean; use true or false")
+            raise _fail(path, i, col, v, "is not a boolean; use true or false")
     return pd.Series(out, index=s.index, dtype=bool)

@@ -22,6 +22,10 @@ sum(max_s - t90_s) / sum(max_s).
 
 `truncated_fraction` counts `finished == False` when the trace has that column, else
 responses at `meta.max_response_len`; it is None when neither is known.
+
+`aborted_fraction` is the share of rows marked `aborted` (0 without the column). Aborted requests
+produced nothing, so the length figures (mean to tail_share, truncated_fraction) are those of the
+other rows; `responses` counts every row.
 """
 from __future__ import annotations
 
@@ -30,7 +34,8 @@ import numpy as np
 from tltsim.trace.schema import Trace
 
 # The figures of every step's entry in `per_step` and of the overall object (which adds `steps`).
-FIGURES = ["responses", "count", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction"]
+FIGURES = ["responses", "count", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction",
+           "aborted_fraction"]
 
 
 def t90(lengths) -> int:
@@ -51,35 +56,36 @@ def stats(trace: Trace) -> dict:
     `steps` = number of steps and `per_step` = one dict per step with `step` and FIGURES)."""
     lengths = trace.df["response_len"].to_numpy()
     truncated = _truncated(trace)
+    aborted = trace.df["aborted"].to_numpy(dtype=bool) if "aborted" in trace.df else np.zeros(len(lengths), bool)
     per_step, tail_time, makespan = [], 0, 0
     for s, idx in trace.df.groupby("step", sort=True).indices.items():
         entry = {"step": int(s)}
-        entry.update(_figures(lengths[idx], None if truncated is None else truncated[idx]))
+        entry.update(_figures(lengths[idx], None if truncated is None else truncated[idx], aborted[idx]))
         per_step.append(entry)
-        tail_time += entry["max"] - t90(lengths[idx])
-        makespan += entry["max"]
+        kept = lengths[idx][~aborted[idx]]
+        if len(kept):
+            tail_time += entry["max"] - t90(kept)
+            makespan += entry["max"]
     overall = {"steps": len(per_step)}
-    overall.update(_figures(lengths, truncated))
-    overall["tail_share"] = tail_time / makespan
+    overall.update(_figures(lengths, truncated, aborted))
+    overall["tail_share"] = tail_time / makespan if makespan else float("nan")
     overall["per_step"] = per_step
     return overall
 
 
-def _figures(lengths: np.ndarray, truncated: np.ndarray | None) -> dict:
-    median, p90, p99 = (float(v) for v in np.percentile(lengths, [50, 90, 99]))
-    top = int(lengths.max())
-    return {
-        "responses": int(len(lengths)),
-        "count": int(len(lengths)),
-        "mean": float(lengths.mean()),
-        "median": median,
-        "p90": p90,
-        "p99": p99,
-        "max": top,
-        "max_over_median": top / median,
-        "tail_share": tail_share(lengths),
-        "truncated_fraction": None if truncated is None else float(truncated.mean()),
-    }
+def _figures(lengths: np.ndarray, truncated: np.ndarray | None, aborted: np.ndarray) -> dict:
+    kept = lengths[~aborted]
+    out = {"responses": int(len(lengths)), "count": int(len(lengths))}
+    if len(kept):
+        median, p90, p99 = (float(v) for v in np.percentile(kept, [50, 90, 99]))
+        top = int(kept.max())
+        out.update(mean=float(kept.mean()), median=median, p90=p90, p99=p99, max=top, max_over_median=top / median,
+                   tail_share=tail_share(kept))
+    else:  # every request of the step was aborted: no lengths
+        out.update(dict.fromkeys(["mean", "median", "p90", "p99", "max_over_median", "tail_share"], float("nan")), max=0)
+    out["truncated_fraction"] = None if truncated is None or not len(kept) else float(truncated[~aborted].mean())
+    out["aborted_fraction"] = float(aborted.mean())
+    return out
 
 
 def _truncated(trace: Trace) -> np.ndarray | None:

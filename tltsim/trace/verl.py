@@ -15,6 +15,8 @@ prompt are the lines of a step with the same input text, wherever they sit; prom
 distinct inputs in order of first appearance, sample numbers a prompt's lines in file order. A prompt
 drawn k times in one batch (datasets repeat prompts) has k * n lines: it becomes k groups of n.
 `score` becomes `reward`; the step is the line's `step` (or, without one, the number in the file name).
+An empty `output` is an aborted request (verl writes aborted requests so, and logs their share as
+`response/aborted_ratio`): its row is kept, with response_len 0 and `aborted` true, so its group stays whole.
 The dump has no engine column: which rollout engine served a sample is not recorded.
 
 Every problem is reported in the dump's own terms: the file, the line, the key.
@@ -112,9 +114,6 @@ def _read_file(f: Path) -> tuple[int, list[tuple[int, dict]]]:
             if not isinstance(rec[key], str):
                 raise TltsimError(f"{f}, line {n}, key {key!r}: expected the {'prompt' if key == 'input' else 'response'} "
                                   f"text, got {show(rec[key])}")
-        if not rec["output"]:
-            raise TltsimError(f"{f}, line {n}, key 'output': the response text is empty; a trace needs responses of "
-                              f"at least one token (drop the line if the request was aborted)")
         if "step" in rec:
             s = whole_number(rec["step"])
             if s is None or s < 0:
@@ -157,17 +156,22 @@ def _step_frame(f: Path, step: int, records: list[tuple[int, dict]], count_token
         for j, i in enumerate(idx):
             prompt_of[i], sample_of[i] = prompt + j // group, j % group
         prompt += len(idx) // group
-    texts = [rec["input"] for _, rec in records] + [rec["output"] for _, rec in records]
-    counts = count_tokens(texts)
+    aborted = [not rec["output"] for _, rec in records]  # verl dumps an aborted request as an empty output
+    texts = [rec["input"] for _, rec in records] + [rec["output"] for (_, rec), a in zip(records, aborted) if not a]
     k = len(records)
+    counts = list(count_tokens(texts))
+    answers = iter(counts[k:])
+    lengths = [0 if a else next(answers) for a in aborted]
     out = pd.DataFrame({
         "step": step,
         "prompt_id": [prompt_of[i] for i in range(k)],
         "sample": [sample_of[i] for i in range(k)],
         "prompt_len": counts[:k],
-        "response_len": counts[k:],
+        "response_len": lengths,
     })
-    zero = [i for i in range(k) if counts[k + i] < 1]
+    if any(aborted):
+        out["aborted"] = aborted
+    zero = [i for i in range(k) if lengths[i] < 1 and not aborted[i]]
     if zero:
         raise TltsimError(f"{f}, line {records[zero[0]][0]}, key 'output': the tokenizer makes no tokens of this "
                           f"response text; check --tokenizer is the run's model")
