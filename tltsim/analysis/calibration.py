@@ -132,7 +132,7 @@ def load_calibration(path) -> dict:
     path = Path(path)
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise TltsimError(f"{path}: not a readable calibration file ({e}); make one with "
                           f"`tltsim validate --verl-metrics ... --save-calibration {path.name}`") from None
     f = d.get("speed_factor") if isinstance(d, dict) else None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from tltsim.cli.sim_cmd import cluster_flags, cluster_inputs, sim_config, sim_trace
 from tltsim.errors import TltsimError
@@ -54,6 +55,9 @@ def cmd_validate(args) -> int:
     if given:
         raise TltsimError(f"{', '.join(given)}: with --verl-metrics only (a real run's directory holds its own "
                           f"trace and config); drop it or add --verl-metrics METRICS")
+    if args.profile and not Path(args.profile).is_file():
+        raise TltsimError(f"--profile {args.profile}: {'is a directory' if Path(args.profile).is_dir() else 'not found'}; "
+                          f"give the CSV file `tltsim real profile -o PROFILE.csv` wrote")
     v = validate(args.runs, args.profile, speed=args.speed)
     if args.out:
         write(v, args.out)
@@ -140,6 +144,9 @@ def register_calibrate(sub) -> None:
 def cmd_calibrate(args) -> int:
     from tltsim.analysis.validate import calibrate_staleness
 
+    if Path(args.adaptive).resolve() == Path(args.static).resolve():
+        raise TltsimError(f"--adaptive and --static both name {args.adaptive}; give two runs of one config, one with "
+                          f"drafter training (tlt) and one without (static-sd)")
     fit = calibrate_staleness(args.adaptive, args.static)
     if args.json:
         print(json.dumps({**fit.knobs(), "rms_error": fit.rms_error}, indent=2))
