@@ -39,7 +39,8 @@ def cmd_validate(args) -> int:
     from tltsim.analysis.validate import VALIDATION_KINDS
 
     if args.out:
-        check_output(args.out, sealed(*VALIDATION_KINDS))
+        check_output(args.out, sealed(*VALIDATION_KINDS), "a validation tltsim wrote (sealed with its manifest.json, "
+                                                          "holding only the files it lists)")
     if args.save_calibration:
         check_output(args.save_calibration)
     inputs = {**cluster_inputs(args), "--profile": args.profile, "--verl-metrics": args.verl_metrics,
