@@ -64,6 +64,7 @@ def _files(root: Path, trace: Path) -> None:
                          "cal_bool": "true"}.items():
         write(f"{name}.json", f'{{"format": "{cal["format"]}", "speed_factor": {factor}}}')
     write("cal_noformat.json", '{"speed_factor": 1.2}')
+    write("cal_cluster.json", f'{{"format": "{cal["format"]}", "speed_factor": 1.2, "cluster": 5}}')
     write("cal_deep.json", "[" * 100_000 + "]" * 100_000)
     write("cal_text.json", "speed factor 1.3")
     step = '{{"step": {}, "data": {{"timing_s/gen": {}, "timing_s/step": 9.0}}}}\n'
@@ -72,6 +73,8 @@ def _files(root: Path, trace: Path) -> None:
         write(f"{name}.jsonl", "".join(step.format(s, gen) for s in range(3)))
     write("m_deep.jsonl", '{"step": 0, "data": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     write("m_list.jsonl", "[1, 2]\n")
+    write("m_lens.jsonl", "".join(f'{{"step": {s}, "data": {{"timing_s/gen": 5.0, "response_length/mean": 99999}}}}\n'
+                                  for s in range(3)))  # of another run: no step is fitted
     write("m_nodata.jsonl", '{"step": 0}\n')
     write("m_step.jsonl", '{"step": -4, "data": {"timing_s/gen": 3.0}}\n')
     write("m_none.jsonl", '{"step": 0, "data": {"timing_s/step": 3.0}}\n')
@@ -326,6 +329,9 @@ CASES = {
     "validate -o inside its run": (lambda s, t: ["validate", s / "res", "-o", s / "res" / "v"], "lies inside RUN_DIR 1"),
     "validate --save-calibration inside its metrics' run": (
         lambda s, t: [*_verl(s, t, "m_zero.jsonl"), "--save-calibration", s / "m_zero.jsonl"], "is also --verl-metrics"),
+    "validate --save-calibration with nothing fitted": (
+        lambda s, t: [*_verl(s, t, "m_lens.jsonl"), "--save-calibration", s / "c.json"],
+        "no speed factor to save to"),  # its notes in the line, not before it
     "validate --verl-metrics with a run": (lambda s, t: [*_verl(s, t, "m_zero.jsonl"), s / "res"],
                                            "drop the run directories"),
     "metrics missing": (lambda s, t: _verl(s, t, "nope.jsonl"), "nope.jsonl does not exist"),
@@ -408,7 +414,7 @@ for _knob in KNOBS:
 for _name, _says in {"cal_inf": "finite speed_factor > 0", "cal_nan": "finite speed_factor > 0",
                      "cal_neg": "finite speed_factor > 0", "cal_zero": "finite speed_factor > 0",
                      "cal_str": "finite speed_factor > 0", "cal_bool": "finite speed_factor > 0",
-                     "cal_noformat": "not a tltsim calibration", "cal_deep": "not a readable calibration file",
+                     "cal_noformat": "not a tltsim calibration", "cal_cluster": "and a cluster table", "cal_deep": "not a readable calibration file",
                      "cal_text": "not a readable calibration file", "nope": "not a readable calibration file"}.items():
     for _cmd in ("simulate", "compare"):
         CASES[f"{_cmd} --calibration {_name}"] = ((lambda n, c: lambda s, t: [

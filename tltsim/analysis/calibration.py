@@ -137,8 +137,8 @@ def load_calibration(path) -> dict:
                           f"`tltsim validate --verl-metrics ... --save-calibration {path.name}`") from None
     f = d.get("speed_factor") if isinstance(d, dict) else None
     if (not isinstance(d, dict) or d.get("format") != FORMAT or isinstance(f, bool) or not isinstance(f, (int, float))
-            or not 0 < f < float("inf")):
-        raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r} with a finite speed_factor > 0); "
+            or not 0 < f < float("inf") or not isinstance(d.get("cluster", {}), dict)):
+        raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r} with a finite speed_factor > 0 and a cluster table); "
                           f"make one with `tltsim validate --verl-metrics ... --save-calibration {path.name}`")
     return d
 

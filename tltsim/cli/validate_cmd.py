@@ -95,6 +95,8 @@ def cmd_validate_verl(args) -> int:
         raise TltsimError("--verl-metrics calibrates from a verl run's files; drop the run directories, --profile and --speed")
     cfg = sim_config(args)
     cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics))
+    if args.save_calibration:  # first: with nothing fitted it refuses, its notes in its one line, before any output
+        save(cal, args.save_calibration)
     if args.out:  # built whole beside it and swapped in, as a validation's directory
         from tltsim.io import atomic_dir, write_json, write_manifest
         from tltsim.analysis.validate import VALIDATION_KINDS
@@ -109,10 +111,8 @@ def cmd_validate_verl(args) -> int:
         _print_calibration(cal)
     for note in cal.notes:
         print(f"tltsim: note: {note}", file=sys.stderr)
-    if args.save_calibration:
-        save(cal, args.save_calibration)  # refuses, with the notes, when nothing could be fitted
-        if not args.json:
-            print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
+    if args.save_calibration and not args.json:
+        print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
     return 0
 
 
