@@ -25,6 +25,7 @@ from tltsim.errors import TltsimError
 from tltsim.io import read_toml
 
 SPLITS = ("auto", "contiguous", "trace")
+MAX_GPUS, MAX_RUNNING = 1 << 20, 1 << 24  # bounds a number may reach before it is a typo (and overflows an index)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,9 @@ class SimConfig:
         c = self.cluster
         if c.gpus < 1 or c.tp < 1:
             raise TltsimError(f"cluster: gpus = {c.gpus} and tp = {c.tp} must be >= 1")
+        if c.gpus > MAX_GPUS or c.max_running > MAX_RUNNING:
+            raise TltsimError(f"cluster: gpus = {c.gpus} and max_running = {c.max_running} must be <= {MAX_GPUS:,} "
+                              f"and <= {MAX_RUNNING:,}: more than any cluster or engine has")
         if c.gpus % c.tp:
             raise TltsimError(f"cluster: gpus = {c.gpus} is not a multiple of tp = {c.tp}; engines are whole TP groups")
         if c.max_running < 1:

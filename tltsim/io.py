@@ -183,7 +183,7 @@ def _listed(path: Path, kinds) -> set[str] | None:
     try:
         m = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
         ok = m.get("format") == MANIFEST_FORMAT and m.get("kind") in kinds and isinstance(m["files"], dict)
-    except (OSError, ValueError, AttributeError, KeyError):
+    except (OSError, ValueError, AttributeError, KeyError, RecursionError):
         return None
     return {*m["files"], MANIFEST} if ok else None
 
@@ -292,7 +292,7 @@ def manifest_kind(directory: str | os.PathLike) -> str | None:
     try:
         m = json.loads((Path(directory) / MANIFEST).read_text(encoding="utf-8"))
         return m["kind"] if m.get("format") == MANIFEST_FORMAT and isinstance(m["kind"], str) else None
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+    except (OSError, ValueError, AttributeError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -318,7 +318,7 @@ def read_manifest(directory: str | os.PathLike, what: str = "result", digests: b
     except FileNotFoundError:
         raise TltsimError(f"{directory}: not a complete {what} (no {MANIFEST}: unfinished, or not a {what}); "
                           f"{hint}") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise TltsimError(f"{directory}: {MANIFEST} is damaged; {hint}") from None
     for name, (size, digest) in files.items():
         f = directory / name
@@ -341,12 +341,27 @@ def sha256_file(path: str | os.PathLike) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def read_toml(path: str | os.PathLike, what: str = "file") -> dict:
-    """Parse a TOML file; a missing file, text that is not UTF-8 or bad TOML is a TltsimError naming the file."""
+MAX_CONFIG_BYTES = 1 << 22  # a config file (TOML, YAML) of more than 4 MiB is not one a person wrote or verl saved
+
+
+def read_config(path: str | os.PathLike, what: str = "file") -> bytes:
+    """The bytes of config file `path`; a missing file, or one over MAX_CONFIG_BYTES, is a TltsimError naming it."""
     path = Path(path)
     if not path.is_file():
-        raise TltsimError(f"{path}: {what} not found")
-    return parse_toml(path.read_bytes(), str(path))
+        raise TltsimError(f"{path}: {what} not found" + (" (it is a directory)" if path.is_dir() else ""))
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise TltsimError(f"{path}: {path.stat().st_size:,} bytes, more than the {MAX_CONFIG_BYTES:,} a {what} may "
+                          f"have; is it the right file?")
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise TltsimError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+
+
+def read_toml(path: str | os.PathLike, what: str = "file") -> dict:
+    """Parse a TOML file; a missing or oversized file, text that is not UTF-8 or bad TOML is a TltsimError naming
+    the file."""
+    return parse_toml(read_config(path, what), str(path))
 
 
 def parse_toml(data: bytes, origin: str) -> dict:

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tltsim.errors import TltsimError
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def read_objects(path, what: str) -> list[tuple[int, dict]]:
@@ -28,10 +31,17 @@ def read_objects(path, what: str) -> list[tuple[int, dict]]:
             continue
         try:
             obj = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line of {what} is one JSON object") from None
         if not isinstance(obj, dict):
             raise TltsimError(f"{path}, line {n}: a JSON {type(obj).__name__}, not an object; each line of {what} "
                               f"is one JSON object")
+        if _ESCAPED_SURROGATE.search(line):  # \ud800-\udfff: text only in pairs; a lone one is no character
+            try:
+                json.dumps(obj, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise TltsimError(f"{path}, line {n}: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff "
+                                  f"without its pair), which is no character; {what} was changed or cut: fix the "
+                                  f"line or write it again") from None
         out.append((n, obj))
     return out

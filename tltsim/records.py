@@ -141,6 +141,6 @@ def _read(out: Path, name: str, read):
     """read(out / name); a file that cannot be parsed is a TltsimError naming it."""
     try:
         return read(out / name)
-    except (OSError, ValueError):  # pyarrow raises OSError or ArrowInvalid (a ValueError), json ValueErrors
+    except (OSError, ValueError, RecursionError):  # pyarrow: OSError or ArrowInvalid (a ValueError); json ValueErrors
         kind = "Parquet" if name.endswith(".parquet") else "JSON"
         raise TltsimError(f"{out}: {name} is not readable {kind} (damaged); write the result again") from None

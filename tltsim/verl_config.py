@@ -24,9 +24,11 @@ from pathlib import Path
 
 from tltsim.errors import TltsimError
 from tltsim.hardware import preset_names
+from tltsim.io import read_config
 from tltsim.trace import Trace, TraceMeta
 
 ROLLOUT = "actor_rollout_ref.rollout"
+MAX_NODES = 100_000  # values a config may expand to (verl's have about a thousand)
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,20 @@ def read_verl_config(path) -> VerlConfig:
 
     path = _config_file(Path(path))
     try:
-        root = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        root = yaml.safe_load(read_config(path, "verl config").decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise TltsimError(f"{path}: not a readable YAML file ({first}); give the run's .hydra/config.yaml") from None
+    if _nodes(root, MAX_NODES) > MAX_NODES:
+        raise TltsimError(f"{path}: expands to more than {MAX_NODES:,} values (YAML aliases repeating aliases); "
+                          f"a verl config has a few hundred: give the run's .hydra/config.yaml")
     if not isinstance(root, dict) or not any(k in root for k in ("trainer", "actor_rollout_ref")):
         raise TltsimError(f"{path}: no 'trainer' or 'actor_rollout_ref' section; give the .hydra/config.yaml of a "
                           f"verl PPO/GRPO run")
+    for section in ("trainer", "actor_rollout_ref", "data"):
+        if section in root and not isinstance(root[section], dict):
+            raise TltsimError(f"{path}: {section} = {root[section]!r} is not a section (a mapping of keys); give "
+                              f"the .hydra/config.yaml of a verl PPO/GRPO run")
     from omegaconf import OmegaConf
 
     get = _Reader(OmegaConf.create(root), path)
@@ -114,6 +123,20 @@ def read_verl_config(path) -> VerlConfig:
         train_batch_size=get.whole("data.train_batch_size"),
         model_path=get.text("actor_rollout_ref.model.path"),
     )
+
+
+def _nodes(value, limit: int) -> int:
+    """The values in `value` as written out (an alias counted every time it is used), counted up to just past `limit`."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        v = stack.pop()
+        count += 1
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return count
 
 
 def _config_file(path: Path) -> Path:

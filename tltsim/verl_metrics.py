@@ -107,7 +107,10 @@ def _number(v, where: str) -> float:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise TltsimError(f"{where}: {v!r} is not a number")
-    v = float(v)
-    if math.isinf(v) or v < 0:
-        raise TltsimError(f"{where}: {v!r} is not a time or length (a finite number >= 0)")
+    try:
+        v = float(v)
+    except OverflowError:  # an integer of hundreds of digits
+        v = math.inf
+    if math.isinf(v) or v <= 0:  # a step's rollout takes time, and a response has a token
+        raise TltsimError(f"{where}: {v!r} is not a time or length (a finite number > 0)")
     return v

@@ -248,7 +248,7 @@ def load_calibration(path) -> dict:
     again = f"make one with `tltsim validate --verl-metrics ... --save-calibration {path.name}`"
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise TltsimError(f"{path}: not a readable calibration file ({e}); {again}") from None
     if not isinstance(d, dict) or not str(d.get("format", "")).startswith("tltsim.analysis.calibration/"):
         raise TltsimError(f"{path}: not a tltsim calibration (no format {FORMAT!r}); {again}")

@@ -42,7 +42,8 @@ from tqdm.auto import tqdm
 
 from tltsim import config as configmod
 from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, read_manifest, read_toml, write_text
+from tltsim.io import (MANIFEST, atomic_path, check_output, exclusive, is_temporary, manifest_kind, read_manifest,
+                       read_toml, write_manifest, write_text)
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import simulate
 from tltsim.trace import load as load_trace
@@ -168,24 +169,53 @@ def run_sweep(runs: list[Run], out: str | Path, backend: str = "local", workers:
     workers = (os.cpu_count() or 1) if workers is None else workers
     if workers < 1:
         raise TltsimError(f"workers = {workers}: must be >= 1")
+    check_sweep_dir(out)
     runs_dir = Path(out) / "runs"
     created = [d for d in (Path(out), runs_dir) if not d.exists()]
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    for stale in runs_dir.glob(".*.tmp"):
-        shutil.rmtree(stale)
-    try:
-        executed = _execute(runs, runs_dir, backend, workers, progress)
-    except BaseException:
-        for d in reversed(created):  # a sweep that failed before any result leaves no empty directories
-            if d.is_dir() and not any(d.iterdir()):
-                d.rmdir()
-        raise
-    table = results_table(runs, out)
-    with atomic_path(Path(out) / "results.parquet") as tmp:
-        table.to_parquet(tmp, index=False)
-    write_text(Path(out) / "results.csv", table.to_csv(index=False))
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(out):  # one sweep at a time per DIR: a second one stops here, before it removes anything
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for stale in runs_dir.glob(".*.tmp"):
+            shutil.rmtree(stale)
+        try:
+            executed = _execute(runs, runs_dir, backend, workers, progress)
+        except BaseException:
+            for d in reversed(created):  # a sweep that failed before any result leaves no empty directories
+                if d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
+            raise
+        table = results_table(runs, out)
+        (Path(out) / MANIFEST).unlink(missing_ok=True)  # the tables change: unsealed until written
+        with atomic_path(Path(out) / "results.parquet") as tmp:
+            table.to_parquet(tmp, index=False)
+        write_text(Path(out) / "results.csv", table.to_csv(index=False))
+        write_manifest(out, SWEEP_TABLES, kind="sweep")
     reused = [r.key for r in {r.key: r for r in runs}.values() if r.key not in executed]
     return SweepOutcome(table, executed, reused)
+
+
+SWEEP_TABLES = ("results.parquet", "results.csv")  # what a sweep writes beside runs/ and seals (its manifest)
+
+
+def check_sweep_dir(out: str | Path) -> None:
+    """That `out` can take a sweep, checked before any run: new or empty, or a sweep's: runs/ holding only results
+    and temporaries, the tables its manifest (kind "sweep") lists, the plot beside them. Anything else (a user's
+    directory) is a TltsimError, and the directory is left as is."""
+    out = check_output(out, lambda d: True)
+    if not out.is_dir():
+        return
+    listed = set(json.loads((out / MANIFEST).read_text())["files"]) if manifest_kind(out) == "sweep" else None
+
+    def ours(e: Path) -> bool:
+        if is_temporary(e.name):
+            return True
+        if e.name == "runs" and e.is_dir() and not e.is_symlink():
+            return all(is_temporary(r.name) or manifest_kind(r) == "result" for r in e.iterdir())
+        return listed is not None and e.is_file() and (e.name in listed or e.name in (MANIFEST, "sweep.png"))
+
+    if not all(ours(e) for e in out.iterdir()):
+        raise TltsimError(f"{out}: exists and is not a sweep's directory (runs/ of results, results.parquet, "
+                          f"results.csv, sweep.png); it is left as is: remove it or choose another directory")
 
 
 def _execute(runs: list[Run], runs_dir: Path, backend: str, workers: int, progress: bool) -> list[str]:

@@ -49,10 +49,12 @@ def cmd_report(args) -> int:
 
 def cmd_sweep(args) -> int:
     from tltsim.analysis import plots
-    from tltsim.analysis.sweep import load_spec, run_sweep, swept_keys
+    from tltsim.analysis.sweep import check_sweep_dir, load_spec, run_sweep, swept_keys
 
     if args.metric not in METRICS:
         raise TltsimError(f"--metric {args.metric!r} is not a summary metric; choose one of {', '.join(METRICS)}")
+    check_sweep_dir(args.out)
+    check_apart({"-o": args.out}, {"SWEEP.toml": args.spec})
     runs = load_spec(args.spec)
     out = Path(args.out)
     outcome = run_sweep(runs, out, args.backend, args.workers, progress=show_progress(args))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from tltsim.cli.sim_cmd import cluster_flags, cluster_inputs, sim_config, sim_trace
 from tltsim.errors import TltsimError
@@ -38,7 +39,8 @@ def cmd_validate(args) -> int:
     from tltsim.analysis.validate import VALIDATION_KINDS
 
     if args.out:
-        check_output(args.out, sealed(*VALIDATION_KINDS))
+        check_output(args.out, sealed(*VALIDATION_KINDS), "a validation tltsim wrote (sealed with its manifest.json, "
+                                                          "holding only the files it lists)")
     if args.save_calibration:
         check_output(args.save_calibration)
     inputs = {**cluster_inputs(args), "--profile": args.profile, "--verl-metrics": args.verl_metrics,
@@ -54,6 +56,9 @@ def cmd_validate(args) -> int:
     if given:
         raise TltsimError(f"{', '.join(given)}: with --verl-metrics only (a real run's directory holds its own "
                           f"trace and config); drop it or add --verl-metrics METRICS")
+    if args.profile and not Path(args.profile).is_file():
+        raise TltsimError(f"--profile {args.profile}: {'is a directory' if Path(args.profile).is_dir() else 'not found'}; "
+                          f"give the CSV file `tltsim real profile -o PROFILE.csv` wrote")
     v = validate(args.runs, args.profile, speed=args.speed)
     if args.out:
         write(v, args.out)
@@ -91,6 +96,8 @@ def cmd_validate_verl(args) -> int:
     cfg = sim_config(args)
     cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics),
                     sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
+    if args.save_calibration:  # first: with nothing fitted it refuses, its notes in its one line, before any output
+        save(cal, args.save_calibration)
     if args.out:  # built whole beside it and swapped in, as a validation's directory
         from tltsim.io import atomic_dir, write_json, write_manifest
         from tltsim.analysis.validate import VALIDATION_KINDS
@@ -105,10 +112,8 @@ def cmd_validate_verl(args) -> int:
         _print_calibration(cal)
     for note in cal.notes:
         print(f"tltsim: note: {note}", file=sys.stderr)
-    if args.save_calibration:
-        save(cal, args.save_calibration)  # refuses, with the notes, when nothing could be fitted
-        if not args.json:
-            print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
+    if args.save_calibration and not args.json:
+        print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
     return 0
 
 
@@ -144,6 +149,9 @@ def register_calibrate(sub) -> None:
 def cmd_calibrate(args) -> int:
     from tltsim.analysis.validate import calibrate_staleness
 
+    if Path(args.adaptive).resolve() == Path(args.static).resolve():
+        raise TltsimError(f"--adaptive and --static both name {args.adaptive}; give two runs of one config, one with "
+                          f"drafter training (tlt) and one without (static-sd)")
     fit = calibrate_staleness(args.adaptive, args.static)
     if args.json:
         print(json.dumps({**fit.knobs(), "rms_error": fit.rms_error}, indent=2))

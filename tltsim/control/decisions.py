@@ -124,7 +124,7 @@ def knobs_from_text(pairs: list[str]) -> dict:
             raise TltsimError(f"--knob {pair!r}: expected KEY=VALUE, e.g. --knob threshold=16")
         try:
             out[key.strip()] = json.loads(value, parse_constant=_not_finite(pair))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             out[key.strip()] = value
     return out
 

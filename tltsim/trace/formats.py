@@ -123,7 +123,7 @@ def _load_parquet(path: Path) -> Trace:
     if raw is not None:
         try:
             meta = TraceMeta.from_dict(json.loads(raw), path=f"{path} (metadata)")
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise TltsimError(f"{path}: the tltsim metadata is not valid JSON ({e}); re-save the trace")
     try:
         df = table.to_pandas()
@@ -201,7 +201,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
             continue
         try:
             obj = json.loads(line, parse_float=Decimal)  # exact: 3.0000000001 is not 3
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line must be one JSON object")
         if not isinstance(obj, dict):
             raise TltsimError(f"{path}, line {n}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object")
@@ -217,7 +217,7 @@ def _read_sidecar(path: Path) -> TraceMeta:
         return TraceMeta()
     try:
         d = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise TltsimError(f"{side}: not valid JSON ({_first_line(e)}); fix it or delete it to use default metadata")
     if isinstance(d, dict) and "data_sha256" in d:
         digest = sha256_file(path)

@@ -50,7 +50,7 @@ def is_rollout_dump(path) -> bool:
             if raw.strip():
                 try:
                     first = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):
                     return False
                 return isinstance(first, dict) and isinstance(first.get("output"), str)
     return False
