@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import real
-from real.generate import Engine
+from real.drafter import Drafter
+from real.generate import Engine, generate
 from real.models import load_target
 from real.pretrain import pretrain
-from real.settings import PretrainConfig
+from real.settings import GenerateSettings, PretrainConfig
 from real.task import GcdTask
 
 
@@ -54,7 +54,7 @@ def get_drafter(target, task, args, target_path):
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.is_file():
         print(f"drafter: {path} (trained by an earlier run with the same settings)")
-        return real.Drafter.load(path, target)
+        return Drafter.load(path, target)
     with torch.enable_grad():
         drafter = train_drafter(target, task, args)
     drafter.save(path)
@@ -65,11 +65,10 @@ def train_drafter(target, task, args):
     rng = np.random.default_rng(1)
     prompts = [task.prompt_ids(p) for p in task.sample(rng, args.train_problems, "train")]
     t = time.perf_counter()
-    run = real.generate(target, prompts, max_new_tokens=task.max_response_tokens,
-                        eos_token_id=task.tokenizer.eos_id, collect_features=True)
+    run = generate(target, prompts, settings=GenerateSettings(max_new_tokens=task.max_response_tokens, eos_token_id=task.tokenizer.eos_id, collect_features=True))
     gen_s = time.perf_counter() - t
     pairs = [(f.prompt + f.tokens, f.features) for f in run.finished]
-    drafter = real.Drafter.for_target(target, seed=0)
+    drafter = Drafter.for_target(target, seed=0)
     t = time.perf_counter()
     losses = drafter.fit(pairs, steps=args.drafter_steps, batch_size=16, lr=3e-3, seed=0)
     print(f"drafter: {len(pairs)} responses ({sum(len(t) for t, _ in pairs)} tokens, generated in {gen_s:.0f} s), "

@@ -13,7 +13,7 @@ import time
 from dataclasses import fields
 
 from real import hub
-from real.settings import PRESETS, PretrainConfig
+from real.settings import PRESETS, PretrainConfig, WarmupSettings
 from tltsim.argparser import Parser, parse, show_progress
 from tltsim.errors import TltsimError
 
@@ -77,10 +77,10 @@ def add_profile(sub) -> None:
 
 
 def _profile(args) -> int:
-    from real.drafter import Drafter
+    from real import drafting
     from real.models import load_target, load_task
     from real.profile import profile_processes
-    from real.settings import SamplingParams
+    from real.settings import ProfileSettings, SamplingParams
     from tltsim.io import atomic_path
 
     def ints(text, flag):
@@ -90,24 +90,24 @@ def _profile(args) -> int:
             out = []
         if not out or min(out) < 1:
             raise TltsimError(f"{flag} {text!r}: expected comma-separated positive integers, e.g. 1,4,16")
-        return out
+        return tuple(out)
 
-    kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
+    strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     if args.processes < 1:
         raise TltsimError(f"--processes {args.processes}: must be >= 1")
     if args.max_new_tokens is None:
         args.max_new_tokens = load_task(args.model).max_response_tokens
     if args.max_new_tokens < 1:
         raise TltsimError(f"--max-new-tokens {args.max_new_tokens}: must be >= 1")
+    settings = ProfileSettings(batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
+                               strategies=strategies, repeats=args.repeats, train_rows=ints(args.train_rows, "--train-rows"),
+                               seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
+                               max_new_tokens=args.max_new_tokens)
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
         load_task(args.model)
         if args.drafter:
-            Drafter.load(args.drafter, load_target(args.model, args.device))
-    df = profile_processes(args.processes, args.model, args.device, args.threads, drafter=args.drafter,
-                           batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
-                           train_rows=ints(args.train_rows, "--train-rows"), repeats=args.repeats, seed=args.seed,
-                           sampling=SamplingParams(args.greedy, args.temperature),
-                           max_new_tokens=args.max_new_tokens, **kw)
+            drafting.load(args.drafter, load_target(args.model, args.device))
+    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")
@@ -231,14 +231,15 @@ def add_drafter(sub) -> None:
                                    "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
-    p.add_argument("--problems", type=int, default=160, help="training problems answered (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="answer cap (default %(default)s)")
-    p.add_argument("--vocab", type=int, default=2048, help="draft vocabulary size (default %(default)s)")
-    p.add_argument("--steps", type=int, default=400, help="AdamW steps (default %(default)s)")
-    p.add_argument("--unroll", type=int, default=1, help="forward passes per step, each on the drafter's own "
-                   "features of the pass before (EAGLE-3's training-time test; default %(default)s: off)")
-    p.add_argument("--heldout", type=int, default=16, help="held-out problems to measure on (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0)
+    d = {f.name: f.default for f in fields(WarmupSettings)}
+    p.add_argument("--problems", type=int, default=d["problems"], help="training problems answered (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="answer cap (default %(default)s)")
+    p.add_argument("--vocab", type=int, default=d["vocab"], help="draft vocabulary size (default %(default)s)")
+    p.add_argument("--steps", type=int, default=d["steps"], help="AdamW steps (default %(default)s)")
+    p.add_argument("--unroll", type=int, default=d["unroll"], help="forward passes per step, each on the drafter's "
+                   "own features of the pass before (EAGLE-3's training-time test; default %(default)s: off)")
+    p.add_argument("--heldout", type=int, default=d["heldout"], help="held-out problems to measure on (default %(default)s)")
+    p.add_argument("--seed", type=int, default=d["seed"])
     p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
     p.set_defaults(func=_drafter)
 
@@ -250,8 +251,9 @@ def _drafter(args) -> int:
         ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
         ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
         ("seed", args.seed), ("threads", args.threads))])
-    result = make_drafter(args.model, args.out, args.problems, args.max_new_tokens, args.vocab, args.steps,
-                          unroll=args.unroll, heldout=args.heldout, seed=args.seed, data=args.data, command=command,
+    settings = WarmupSettings(problems=args.problems, max_new_tokens=args.max_new_tokens, vocab=args.vocab,
+                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed)
+    result = make_drafter(args.model, args.out, settings, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))
     print(f"wrote {args.out}")
@@ -274,11 +276,9 @@ def add_speed(sub) -> None:
 
 
 def _speed(args) -> int:
-    from real import speed
-    from real.drafter import Drafter
+    from real import drafting, speed
     from real.models import load_target, load_tokenizer
     from real.spec import draftable
-    from real.warmup import shipped_drafter
     from real.wordproblems import WordProblemTask
 
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
@@ -288,7 +288,7 @@ def _speed(args) -> int:
         raise TltsimError(f"--rounds {args.rounds}: must be >= 1")
     draftable(args.strategy)
     target = load_target(args.model, args.device)
-    drafter = Drafter.load(args.drafter or shipped_drafter(args.model), target)
+    drafter = drafting.load(args.drafter or drafting.SHIPPED, target, args.model)
     prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), max(batches))
     rows = speed.measure(target, drafter, prompts, batches, args.strategy, args.max_new_tokens, args.rounds,
                          log=None if args.json else lambda row: print(json.dumps(row), flush=True))

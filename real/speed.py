@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from real.generate import generate
+from real.settings import GenerateSettings
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 
@@ -47,8 +48,8 @@ def measure(target, drafter, prompts: list[list[int]], batches=(1, 4, 16), strat
         outputs = {}
         for r in range(rounds):
             for mode in (("decode", "spec_decode") if r % 2 == 0 else ("spec_decode", "decode")):
-                gen = generate(target, prompts_b, drafter=drafter if mode == "spec_decode" else None, strategy=strategy,
-                                    max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+                gen = generate(target, prompts_b, drafter if mode == "spec_decode" else None,
+                               GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id))
                 outputs.setdefault(mode, gen.tokens)
                 runs[mode].append(_decode(gen))
         tok_s = {m: float(np.median([n / s for n, s, *_ in v])) for m, v in runs.items()}

@@ -15,9 +15,11 @@ import torch
 from test_sampling import _chi2_pvalue, _reference_probs
 from tiny_lm import hf_greedy
 
-import real
 from real import hub
+from real.drafter import Drafter
+from real.generate import generate
 from real.models import load_target, load_tokenizer
+from real.settings import GenerateSettings, SamplingParams
 from real.warmup import shipped_drafter
 from real.wordproblems import WordProblemTask
 
@@ -50,7 +52,7 @@ def reference(model, chat):
 @pytest.fixture(scope="module")
 def drafter(model):
     target, _ = model
-    return real.Drafter.load(shipped_drafter(NAME), target)
+    return Drafter.load(shipped_drafter(NAME), target)
 
 
 def test_the_converted_model_answers_in_its_chat_format(model, reference):
@@ -63,9 +65,9 @@ def test_the_converted_model_answers_in_its_chat_format(model, reference):
 @pytest.mark.parametrize("strategy", ["4_1_4", "3_2_6"], ids=["chain", "tree"])
 def test_greedy_speculation_matches_transformers_generate(model, chat, reference, drafter, strategy):
     target, _ = model
-    batch = real.generate(target, chat, drafter=drafter, strategy=strategy, max_new_tokens=MAX_NEW)
+    batch = generate(target, chat, drafter, GenerateSettings(strategy=strategy, max_new_tokens=MAX_NEW))
     assert batch.tokens == reference
-    one = real.generate(target, chat[1:2], drafter=drafter, strategy=strategy, max_new_tokens=MAX_NEW)
+    one = generate(target, chat[1:2], drafter, GenerateSettings(strategy=strategy, max_new_tokens=MAX_NEW))
     assert one.tokens == reference[1:2]
     accepted = [a for it in batch.iterations if it.mode == "spec_decode" for a in it.accepted]
     assert max(accepted) >= 2 and min(accepted) == 0  # drafts were accepted and rejected: both paths ran
@@ -75,18 +77,17 @@ def test_word_problem_prompts_are_lossless_too(model, drafter):
     target, tok = model
     task = WordProblemTask(tok)
     prompts = [task.prompt_ids(p) for p in task.sample(np.random.default_rng(3), 3, split="test")]
-    plain = real.generate(target, prompts, max_new_tokens=MAX_NEW)
-    spec = real.generate(target, prompts, drafter=drafter, strategy="4_1_4", max_new_tokens=MAX_NEW)
+    plain = generate(target, prompts, settings=GenerateSettings(max_new_tokens=MAX_NEW))
+    spec = generate(target, prompts, drafter, GenerateSettings(strategy="4_1_4", max_new_tokens=MAX_NEW))
     assert spec.tokens == plain.tokens
 
 
 def test_sampled_speculation_follows_the_target_distribution(model, drafter):
     """Two sampled tokens after a short prompt, 300 draws in one batch, against the exact joint law."""
     target, tok = model
-    params = real.sampling.SamplingParams(False, 1.0, 0.9)
+    params = SamplingParams(False, 1.0, 0.9)
     prompt = tok("The capital of France is")["input_ids"]
-    gen = real.generate(target, [prompt] * 300, drafter=drafter, strategy="2_1_2", greedy=False, top_p=params.top_p,
-                        max_new_tokens=2, eos_token_id=[], seed=0)
+    gen = generate(target, [prompt] * 300, drafter, GenerateSettings(strategy="2_1_2", sampling=params, max_new_tokens=2, eos_token_id=(), seed=0))
     x = np.array(gen.tokens)
     with torch.no_grad():
         first = target(torch.tensor([prompt])).logits[0, -1].double().numpy()
