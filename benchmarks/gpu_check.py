@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from real import speed  # noqa: E402
 from real.drafter import Drafter  # noqa: E402
 from real.generate import generate  # noqa: E402
-from real.settings import GenerateSettings  # noqa: E402
+from real.settings import GenerateSettings, SpeedSettings  # noqa: E402
 from real.models import build_target  # noqa: E402
 from real.task import GcdTask  # noqa: E402
 
@@ -122,8 +122,10 @@ def main(argv=None) -> int:
 
     def run_speed():
         batches = [int(b) for b in size["batches"].split(",")]
-        rows = speed.measure(state["target"], state["drafter"], _prompts(max(batches), size["vocab"], 64, seed=3),
-                             batches, "4_1_4", size["speed_new"], rounds=2, eos_token_id=())
+        rows = speed.measure(state["target"], {"trained": lambda: state["drafter"]},
+                             _prompts(max(batches), size["vocab"], 64, seed=3),
+                             SpeedSettings(batches=tuple(batches), max_new_tokens=size["speed_new"], rounds=2,
+                                           eos_token_id=()))
         (out / "speed.json").write_text(json.dumps(rows, indent=1))
         return {"speedup": {r["batch"]: r["speedup"] for r in rows if r["mode"] == "spec_decode"},
                 "identical": all(r["identical"] for r in rows)}

@@ -13,7 +13,7 @@ import time
 from dataclasses import fields
 
 from real import hub
-from real.settings import PRESETS, PretrainConfig, WarmupSettings
+from real.settings import PRESETS, PretrainConfig, SpeedSettings, WarmupSettings
 from tltsim.argparser import Parser, parse, show_progress
 from tltsim.errors import TltsimError
 
@@ -261,16 +261,26 @@ def _drafter(args) -> int:
 
 
 def add_speed(sub) -> None:
-    p = sub.add_parser("speed", help="plain vs speculative tokens per second of a model, per batch size",
-                       description="Greedy decoding of held-out word problems through the model's chat template, plain "
-                                   "and speculative interleaved; says whether the outputs are identical.")
+    d = {f.name: f.default for f in fields(SpeedSettings)}
+    p = sub.add_parser("speed", help="plain vs speculative tokens per second of a model, per batch size and drafter",
+                       description="Decodes held-out word problems through the model's chat template, plain and with "
+                                   "each drafter, interleaved; greedy (says whether the outputs are identical) or sampled "
+                                   "in GRPO groups of sibling rows (--group, --temperature).")
     p.add_argument("--model", required=True, help="known model (e.g. smollm2-135m) or save_pretrained directory")
-    p.add_argument("--drafter", default=None, help="drafter checkpoint (default: the one shipped for --model)")
-    p.add_argument("--batches", default="1,4,16", help="comma-separated batch sizes (default %(default)s)")
-    p.add_argument("--strategy", default="4_1_4", help="depth_topk_verify (default %(default)s: a chain of 4)")
-    p.add_argument("--max-new-tokens", type=int, default=64, help="answer cap (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=3, help="timed runs of each mode per batch size (default %(default)s)")
-    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--drafters", default="shipped", help="comma-separated drafters: shipped (the trained drafter "
+                   "shipped for --model), suffix (history drafting), hybrid (suffix where sure, else shipped) or a "
+                   "trained drafter's checkpoint (default %(default)s)")
+    p.add_argument("--batches", default=",".join(map(str, d["batches"])),
+                   help="comma-separated batch sizes (default %(default)s)")
+    p.add_argument("--group", type=int, default=d["group"], help="sibling rows per prompt, decoded together "
+                   "(GRPO's group; default %(default)s)")
+    p.add_argument("--temperature", type=float, default=d["temperature"],
+                   help="sample at this temperature (default greedy)")
+    p.add_argument("--strategy", default=d["strategy"], help="depth_topk_verify (default %(default)s: a chain of 4)")
+    p.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="answer cap (default %(default)s)")
+    p.add_argument("--rounds", type=int, default=d["rounds"],
+                   help="timed runs of each mode per batch size (default %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.set_defaults(func=_speed)
 
@@ -284,13 +294,18 @@ def _speed(args) -> int:
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
     if not batches or len(batches) != len(args.batches.split(",")):
         raise TltsimError(f"--batches {args.batches!r}: expected comma-separated positive integers, e.g. 1,4,16")
-    if args.rounds < 1:
-        raise TltsimError(f"--rounds {args.rounds}: must be >= 1")
+    names = [n.strip() for n in args.drafters.split(",") if n.strip()]
+    if not names or len(set(names)) != len(names):
+        raise TltsimError(f"--drafters {args.drafters!r}: expected distinct comma-separated drafters, e.g. shipped,suffix")
+    settings = SpeedSettings(batches=tuple(batches), strategy=args.strategy, max_new_tokens=args.max_new_tokens,
+                             rounds=args.rounds, group=args.group, temperature=args.temperature)
     draftable(args.strategy)
     target = load_target(args.model, args.device)
-    drafter = drafting.load(args.drafter or drafting.SHIPPED, target, args.model)
-    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), max(batches))
-    rows = speed.measure(target, drafter, prompts, batches, args.strategy, args.max_new_tokens, args.rounds,
+    for name in names:  # a bad name fails here, before anything is timed
+        drafting.load(name, target, args.model)
+    factories = {name: (lambda name=name: drafting.load(name, target, args.model)) for name in names}
+    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), -(-max(batches) // args.group))
+    rows = speed.measure(target, factories, prompts, settings,
                          log=None if args.json else lambda row: print(json.dumps(row), flush=True))
     print(json.dumps(rows) if args.json else speed.table(rows))
     return 0

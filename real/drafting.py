@@ -26,8 +26,8 @@ trained (spot training and the warm-up in real/worker.py, real/warmup.py) is als
 
 Adding a drafter: one module with a class that has the attributes and methods of `Drafting` and a
 classmethod `build(target, model)` (a drafter for `target`, the known model or directory `model`), and its
-line in DRAFTERS (kind name -> "module:Class"). `load` then finds it by its kind name; docs/architecture.md
-("Adding a drafter") says the same.
+line in DRAFTERS (kind name -> "module:Class"). `load` then finds it by its kind name (the `--drafters` of
+`tltsim real speed`); docs/architecture.md ("Adding a drafter") says the same.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from typing import Protocol, runtime_checkable
 from tltsim.errors import TltsimError
 
 # kind name -> "module:Class"; "eagle" (real.drafter) is the trained drafter whose checkpoints `load` reads
-DRAFTERS = {"eagle": "real.drafter:Drafter"}
+DRAFTERS = {"eagle": "real.drafter:Drafter", "suffix": "real.suffix:SuffixDrafter", "hybrid": "real.hybrid:HybridDrafter"}
 SHIPPED = "shipped"  # the trained drafter shipped for a known model (real.warmup.SHIPPED_DRAFTERS)
 
 

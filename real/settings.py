@@ -125,6 +125,34 @@ class WarmupSettings:
 
 
 @dataclass(frozen=True)
+class SpeedSettings:
+    """What real.speed.measure decodes (`tltsim real speed`)."""
+
+    batches: tuple[int, ...] = (1, 4, 16)  # rows decoded at once
+    strategy: str = "4_1_4"  # depth_topk_verify of every speculative iteration
+    max_new_tokens: int = 64  # answer cap
+    rounds: int = 3  # timed generations of each mode per batch size, interleaved
+    group: int = 1  # siblings of each prompt (GRPO's group): a batch decodes ceil(batch / group) prompts' groups
+    temperature: float | None = None  # sample at this temperature (None: greedy, and outputs are compared)
+    eos_token_id: int | tuple[int, ...] | None = None  # as in GenerateSettings
+
+    def __post_init__(self):
+        if not self.batches or min(self.batches) < 1:
+            raise TltsimError(f"--batches {self.batches}: expected positive integers, e.g. 1,4,16")
+        if self.rounds < 1:
+            raise TltsimError(f"--rounds {self.rounds}: must be >= 1")
+        if self.group < 1:
+            raise TltsimError(f"--group {self.group}: must be >= 1")
+        if self.max_new_tokens < 1:
+            raise TltsimError(f"--max-new-tokens {self.max_new_tokens}: must be >= 1")
+        SamplingParams(self.temperature is None, 1.0 if self.temperature is None else self.temperature)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams() if self.temperature is None else SamplingParams(False, self.temperature)
+
+
+@dataclass(frozen=True)
 class GRPOConfig:
     lr: float = 1e-4  # AdamW learning rate of the target
     clip: float = 0.2  # PPO ratio clip epsilon
