@@ -22,11 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.drafter import Drafter
+from real.drafter import Drafter, EagleSession
 from real.generate import Engine
 from real.models import load_target
 from real.settings import SHIPPED_TARGET
-from real.spec import DraftState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,12 +47,12 @@ def baseline_cache(rev: str):
 def median_step(target, drafter, rows: list[list[int]], cache_cls, mode: str, iterations: int) -> float:
     """Median wall time of `iterations` engine steps in `mode` over `rows`, with `cache_cls` as the KV cache (the
     target's and the drafter's)."""
-    modules = [sys.modules[Engine.__module__], sys.modules[DraftState.__module__]]
+    modules = [sys.modules[Engine.__module__], sys.modules[EagleSession.__module__]]
     current = [m.RaggedCache for m in modules]
     for m in modules:
         m.RaggedCache = cache_cls
     try:
-        engine = Engine(target, drafter, max_new_tokens=5 * iterations + 5, eos_token_id=[])
+        engine = Engine(target, drafter, max_new_tokens=5 * iterations + 5, eos_token_id=())
         engine.add(rows)
         times = [engine.step(mode, "4_1_4").wall_s for _ in range(iterations + 1)]
         return float(np.median(times[1:]))  # the first speculative iteration builds the drafter's state

@@ -28,7 +28,7 @@ from real.drafter import Drafter
 from real.generate import Engine, generate
 from real.models import load_target
 from real.pretrain import pretrain
-from real.settings import PretrainConfig
+from real.settings import GenerateSettings, PretrainConfig
 from real.task import GcdTask
 
 
@@ -65,8 +65,7 @@ def train_drafter(target, task, args):
     rng = np.random.default_rng(1)
     prompts = [task.prompt_ids(p) for p in task.sample(rng, args.train_problems, "train")]
     t = time.perf_counter()
-    run = generate(target, prompts, max_new_tokens=task.max_response_tokens,
-                        eos_token_id=task.tokenizer.eos_id, collect_features=True)
+    run = generate(target, prompts, settings=GenerateSettings(max_new_tokens=task.max_response_tokens, eos_token_id=task.tokenizer.eos_id, collect_features=True))
     gen_s = time.perf_counter() - t
     pairs = [(f.prompt + f.tokens, f.features) for f in run.finished]
     drafter = Drafter.for_target(target, seed=0)

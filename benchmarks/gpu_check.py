@@ -38,9 +38,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import real  # noqa: E402
 from real import speed  # noqa: E402
 from real.drafter import Drafter  # noqa: E402
+from real.generate import generate  # noqa: E402
+from real.settings import GenerateSettings, SpeedSettings  # noqa: E402
 from real.models import build_target  # noqa: E402
 from real.task import GcdTask  # noqa: E402
 
@@ -108,23 +109,23 @@ def main(argv=None) -> int:
 
     def make_drafter():
         model = state["target"]
-        gen = real.generate(model, _prompts(size["prompts"], size["vocab"], 32, seed=1), max_new_tokens=size["new"],
-                            eos_token_id=[], collect_features=True)
+        gen = generate(model, _prompts(size["prompts"], size["vocab"], 32, seed=1), settings=GenerateSettings(max_new_tokens=size["new"], eos_token_id=(), collect_features=True))
         pairs = [(f.prompt + f.tokens, f.features) for f in gen.finished]
         drafter = Drafter.for_target(model, seed=0)
         losses = drafter.fit(pairs, steps=size["steps"], batch_size=8, lr=3e-3, seed=0)
         drafter.save(drafter_path)
         state["drafter"] = drafter
-        test = real.generate(model, _prompts(8, size["vocab"], 32, seed=2), drafter=drafter, strategy="4_1_4",
-                             max_new_tokens=size["new"], eos_token_id=[])
+        test = generate(model, _prompts(8, size["vocab"], 32, seed=2), drafter, GenerateSettings(strategy="4_1_4", max_new_tokens=size["new"], eos_token_id=()))
         accepted = [a for it in test.iterations if it.mode == "spec_decode" for a in it.accepted]
         return {"final_loss": round(sum(losses[-10:]) / len(losses[-10:]), 4),
                 "tokens_per_call_4_1_4": round(1 + sum(accepted) / len(accepted), 3)}
 
     def run_speed():
         batches = [int(b) for b in size["batches"].split(",")]
-        rows = speed.measure(state["target"], state["drafter"], _prompts(max(batches), size["vocab"], 64, seed=3),
-                             batches, "4_1_4", size["speed_new"], rounds=2, eos_token_id=[])
+        rows = speed.measure(state["target"], {"trained": lambda: state["drafter"]},
+                             _prompts(max(batches), size["vocab"], 64, seed=3),
+                             SpeedSettings(batches=tuple(batches), max_new_tokens=size["speed_new"], rounds=2,
+                                           eos_token_id=()))
         (out / "speed.json").write_text(json.dumps(rows, indent=1))
         return {"speedup": {r["batch"]: r["speedup"] for r in rows if r["mode"] == "spec_decode"},
                 "identical": all(r["identical"] for r in rows)}

@@ -75,13 +75,14 @@ if RUN_NOW:
     from real.models import load_target
     from real.profile import profile
     from real.run import RunConfig, launch
+    from real.settings import ProfileSettings
 
     scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb04-")  # removed when the kernel exits
     work = Path(scratch.name)
     torch.set_num_threads(2)
     # the profile the cost model is fitted to: a small grid, the strategies the tlt run uses
-    profile(load_target(TINY_MODEL), batches=[1, 4], contexts=[16], strategies=["4_2_8", "4_1_4"], repeats=2,
-            train_rows=(4, 16)).to_csv(work / "profile.csv", index=False)
+    grid = ProfileSettings(batches=(1, 4), contexts=(16,), strategies=("4_2_8", "4_1_4"), repeats=2, train_rows=(4, 16))
+    profile(load_target(TINY_MODEL), settings=grid).to_csv(work / "profile.csv", index=False)
     tiny = RunConfig(workers=2, steps=TINY_STEPS, model=TINY_MODEL, prompts=4, group=2, max_new_tokens=48,
                      warmup_steps=10, warmup_prompts=8, probe=2)
     launch(replace(tiny, policy="verl"), work / "verl")

@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 from dataclasses import fields
 
 from real import hub
-from real.settings import PRESETS, PretrainConfig
+from real.settings import PRESETS, PretrainConfig, SpeedSettings, WarmupSettings
 from tltsim.argparser import Parser, number, parse, show_progress, whole
 from tltsim.errors import TltsimError
 
@@ -77,10 +78,10 @@ def add_profile(sub) -> None:
 
 
 def _profile(args) -> int:
-    from real.drafter import Drafter
+    from real import drafting
     from real.models import load_target, load_task
     from real.profile import profile_processes
-    from real.settings import SamplingParams
+    from real.settings import ProfileSettings, SamplingParams
     from tltsim.io import atomic_path, check_apart, check_output
 
     check_output(args.out)
@@ -93,20 +94,20 @@ def _profile(args) -> int:
             out = []
         if not out or min(out) < 1:
             raise TltsimError(f"{flag} {text!r}: expected comma-separated positive integers, e.g. 1,4,16")
-        return out
+        return tuple(out)
 
-    kw = {} if args.strategies is None else {"strategies": [s.strip() for s in args.strategies.split(",") if s.strip()]}
+    strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     if args.max_new_tokens is None:
         args.max_new_tokens = load_task(args.model).max_response_tokens
+    settings = ProfileSettings(batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
+                               strategies=strategies, repeats=args.repeats, train_rows=ints(args.train_rows, "--train-rows"),
+                               seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
+                               max_new_tokens=args.max_new_tokens)
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
         load_task(args.model)
         if args.drafter:
-            Drafter.load(args.drafter, load_target(args.model, args.device))
-    df = profile_processes(args.processes, args.model, args.device, args.threads, drafter=args.drafter,
-                           batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
-                           train_rows=ints(args.train_rows, "--train-rows"), repeats=args.repeats, seed=args.seed,
-                           sampling=SamplingParams(args.greedy, args.temperature),
-                           max_new_tokens=args.max_new_tokens, **kw)
+            drafting.load(args.drafter, load_target(args.model, args.device))
+    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")
@@ -235,14 +236,15 @@ def add_drafter(sub) -> None:
                                    "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
-    p.add_argument("--problems", type=whole(1), default=160, help="training problems answered (default %(default)s)")
-    p.add_argument("--max-new-tokens", type=whole(1), default=128, help="answer cap (default %(default)s)")
-    p.add_argument("--vocab", type=whole(1), default=2048, help="draft vocabulary size (default %(default)s)")
-    p.add_argument("--steps", type=whole(1), default=400, help="AdamW steps (default %(default)s)")
-    p.add_argument("--unroll", type=whole(1), default=1, help="forward passes per step, each on the drafter's own "
-                   "features of the pass before (EAGLE-3's training-time test; default %(default)s: off)")
-    p.add_argument("--heldout", type=whole(1), default=16, help="held-out problems to measure on (default %(default)s)")
-    p.add_argument("--seed", type=whole(0), default=0)
+    d = {f.name: f.default for f in fields(WarmupSettings)}
+    p.add_argument("--problems", type=whole(1), default=d["problems"], help="training problems answered")
+    p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
+    p.add_argument("--vocab", type=whole(1), default=d["vocab"], help="draft vocabulary size")
+    p.add_argument("--steps", type=whole(1), default=d["steps"], help="AdamW steps")
+    p.add_argument("--unroll", type=whole(1), default=d["unroll"], help="forward passes per step, each on the "
+                   "drafter's own features of the pass before (EAGLE-3's training-time test; 1: off)")
+    p.add_argument("--heldout", type=whole(1), default=d["heldout"], help="held-out problems to measure on")
+    p.add_argument("--seed", type=whole(0), default=d["seed"], help="problem draws, drafter init and batches")
     p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
     p.set_defaults(func=_drafter)
 
@@ -262,8 +264,9 @@ def _drafter(args) -> int:
         ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
         ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
         ("seed", args.seed), ("threads", args.threads))])
-    result = make_drafter(args.model, args.out, args.problems, args.max_new_tokens, args.vocab, args.steps,
-                          unroll=args.unroll, heldout=args.heldout, seed=args.seed, data=args.data, command=command,
+    settings = WarmupSettings(problems=args.problems, max_new_tokens=args.max_new_tokens, vocab=args.vocab,
+                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed)
+    result = make_drafter(args.model, args.out, settings, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))
     print(f"wrote {args.out}")
@@ -271,39 +274,52 @@ def _drafter(args) -> int:
 
 
 def add_speed(sub) -> None:
-    p = sub.add_parser("speed", help="plain vs speculative tokens per second of a model, per batch size",
-                       description="Greedy decoding of held-out word problems through the model's chat template, plain "
-                                   "and speculative interleaved; says whether the outputs are identical.")
+    d = {f.name: f.default for f in fields(SpeedSettings)}
+    p = sub.add_parser("speed", help="plain vs speculative tokens per second of a model, per batch size and drafter",
+                       description="Decodes held-out word problems through the model's chat template, plain and with "
+                                   "each drafter, interleaved; greedy (says whether the outputs are identical) or sampled "
+                                   "in GRPO groups of sibling rows (--group, --temperature).")
     p.add_argument("--model", required=True, help="known model (e.g. smollm2-135m) or save_pretrained directory")
-    p.add_argument("--drafter", default=None, help="drafter checkpoint (default: the one shipped for --model)")
-    p.add_argument("--batches", default="1,4,16", help="comma-separated batch sizes (default %(default)s)")
-    p.add_argument("--strategy", default="4_1_4", help="depth_topk_verify (default %(default)s: a chain of 4)")
-    p.add_argument("--max-new-tokens", type=whole(1), default=64, help="answer cap (default %(default)s)")
-    p.add_argument("--rounds", type=whole(1), default=3, help="timed runs of each mode per batch size (default %(default)s)")
+    p.add_argument("--drafters", default="shipped", help="comma-separated drafters: shipped (the trained drafter "
+                   "shipped for --model), suffix (history drafting), hybrid (suffix where sure, else shipped) or a "
+                   "trained drafter's checkpoint")
+    p.add_argument("--batches", default=",".join(map(str, d["batches"])), help="comma-separated batch sizes")
+    p.add_argument("--group", type=whole(1), default=d["group"], help="sibling rows per prompt, decoded together "
+                   "(GRPO's group)")
+    p.add_argument("--temperature", type=number(above=0), default=d["temperature"],
+                   help="sample at this temperature (default: greedy)")
+    p.add_argument("--strategy", default=d["strategy"], help="depth_topk_verify (4_1_4: a chain of 4)")
+    p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
+    p.add_argument("--rounds", type=whole(1), default=d["rounds"], help="timed runs of each mode per batch size")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.set_defaults(func=_speed)
 
 
 def _speed(args) -> int:
-    from real import speed
-    from real.drafter import Drafter
+    from real import drafting, speed
     from real.models import load_target, load_tokenizer
     from real.spec import draftable
-    from real.warmup import shipped_drafter
     from real.wordproblems import WordProblemTask
 
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
     if not batches or len(batches) != len(args.batches.split(",")):
         raise TltsimError(f"--batches {args.batches!r}: expected comma-separated positive integers, e.g. 1,4,16")
+    names = [n.strip() for n in args.drafters.split(",") if n.strip()]
+    if not names or len(set(names)) != len(names):
+        raise TltsimError(f"--drafters {args.drafters!r}: expected distinct comma-separated drafters, e.g. shipped,suffix")
+    settings = SpeedSettings(batches=tuple(batches), strategy=args.strategy, max_new_tokens=args.max_new_tokens,
+                             rounds=args.rounds, group=args.group, temperature=args.temperature)
     draftable(args.strategy)
     target = load_target(args.model, args.device)
-    drafter = Drafter.load(args.drafter or shipped_drafter(args.model), target)
-    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), max(batches))
+    for name in names:  # a bad name fails here, before anything is timed
+        drafting.load(name, target, args.model)
+    factories = {name: (lambda name=name: drafting.load(name, target, args.model)) for name in names}
+    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), -(-max(batches) // args.group))
     _check_memory(target, max(batches), max(map(len, prompts)) + args.max_new_tokens, args.device)
-    rows = speed.measure(target, drafter, prompts, batches, args.strategy, args.max_new_tokens, args.rounds,
-                         log=None if args.json else lambda row: print(json.dumps(row), flush=True))
-    print(json.dumps(rows) if args.json else speed.table(rows))
+    rows = speed.measure(target, factories, prompts, settings,
+                         log=lambda row: print(f"measured: {json.dumps(row)}", file=sys.stderr, flush=True))
+    print(json.dumps(rows) if args.json else speed.table(rows))  # the rows once, on stdout; progress on stderr
     return 0
 
 

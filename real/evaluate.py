@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from real.generate import DEFAULT_STRATEGY, generate
+from real.settings import GenerateSettings
 from real.task import GcdTask, Problem
 
 
@@ -79,8 +80,8 @@ def accepted_tokens(target, drafter, task: GcdTask, problems: list[Problem], str
     `problems` greedily with `drafter` and `strategy` on every iteration (empty for no problems)."""
     if not problems:
         return np.zeros(0)
-    gen = generate(target, [task.prompt_ids(p) for p in problems], drafter, strategy,
-                   max_new_tokens=max_new_tokens or task.max_response_tokens)
+    gen = generate(target, [task.prompt_ids(p) for p in problems], drafter,
+                   GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens or task.max_response_tokens))
     return np.array([a + 1 for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted], dtype=float)
 
 

@@ -8,10 +8,13 @@ of a draft tree). A row finishes on its own, at an end-of-sequence token (kept i
 
 `step(mode=...)` ("decode" or "spec_decode", the records' state names) runs one iteration and
 returns its `Iteration` record, so an outside policy can choose plain or speculative decoding, and
-the strategy, at every iteration. The drafter keeps its
-own KV state across plain iterations: the first speculative iteration after plain ones feeds it the
-tokens they emitted (with the target features kept from their forwards; the target is not run
-again), and the first one of all, or after `set_drafter`, builds it from every running row.
+the strategy, at every iteration. The engine asks its drafter only what the drafter interface
+(real.drafting) says: a session over the running rows, told of rows admitted and rows that left, caught
+up and asked for a draft tree at every speculative iteration. The session keeps its state across plain
+iterations: the first speculative iteration after plain ones catches it up on the tokens they emitted
+(with the target features kept from their forwards, when the drafter reads them; the target is not run
+again), and the first one of all, or after `set_drafter`, on every token of every running row. The target's
+features are kept only when the drafter reads them or `collect_features` asks for them.
 """
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ import torch
 
 from real.kvcache import RaggedCache
 from real.sampling import next_tokens, verify_greedy_chain, verify_tree
-from real.settings import SamplingParams
-from real.spec import DraftState, DraftTree, draftable
+from real.drafting import DraftSession, Drafting
+from real.settings import GenerateSettings, SamplingParams
+from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 from tltsim.control.strategy import Strategy
 
@@ -75,7 +79,7 @@ class Generation:
 class Engine:
     """A running batch over a transformers causal LM (Llama, Qwen2, ...). See the module docstring."""
 
-    def __init__(self, target, drafter=None, *, sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 256,
+    def __init__(self, target, drafter: Drafting | None = None, *, sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 256,
                  eos_token_id: int | list[int] | None = None, seed: int = 0, collect_features: bool = False):
         if max_new_tokens < 1:
             raise TltsimError(f"max_new_tokens={max_new_tokens}: must be >= 1")
@@ -92,6 +96,7 @@ class Engine:
         eos = default_eos(target) if eos_token_id is None else eos_token_id
         self.eos = set([] if eos is None else [eos] if isinstance(eos, int) else eos)
         self.collect_features = collect_features
+        self._keep_features = collect_features or (drafter is not None and drafter.features == "hidden")
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -102,7 +107,7 @@ class Engine:
         self.tokens: list[list[int]] = []  # committed tokens (prompt + generated) of each running row
         self.finished: dict[int, Finished] = {}
         self.iterations: list[Iteration] = []
-        self._draft: DraftState | None = None
+        self._draft: DraftSession | None = None if drafter is None else drafter.session()
         self._last_mode = ""  # of the last step
         self._next_id = 0
 
@@ -110,9 +115,13 @@ class Engine:
     def running(self) -> int:
         return len(self.ids)
 
-    def set_drafter(self, drafter) -> None:
-        """Use `drafter` from the next speculative iteration on (its state is rebuilt then)."""
-        self.drafter, self._draft = drafter, None
+    def set_drafter(self, drafter: Drafting) -> None:
+        """Use `drafter` from the next speculative iteration on (a new session, caught up on every running row)."""
+        if drafter.features == "hidden" and not self._keep_features:
+            raise TltsimError(f"set_drafter: a {drafter.kind} drafter reads target features, which this engine does "
+                              f"not keep; start the engine with it (or with collect_features=True)")
+        self.drafter, self._draft = drafter, drafter.session()
+        self._draft.add(self.prompts)
 
     @torch.no_grad()
     def add(self, prompts: list[list[int]]) -> list[int]:
@@ -136,7 +145,7 @@ class Engine:
             new.commit(positions, counts, hidden)
         self.cache.extend(new)
         if self._draft is not None:
-            self._draft.cache.extend(DraftState(self.drafter, len(prompts)).cache)
+            self._draft.add([list(map(int, p)) for p in prompts])
         ids = list(range(self._next_id, self._next_id + len(prompts)))
         self._next_id += len(prompts)
         self.ids += ids
@@ -161,12 +170,10 @@ class Engine:
             if self.drafter is None:
                 raise TltsimError("step(mode='spec_decode') needs a drafter; pass drafter= to the engine")
             strat = draftable(strategy or DEFAULT_STRATEGY)
-            if self._draft is None:
-                self._draft = DraftState(self.drafter, self.running)
-            t_ingest = time.perf_counter()
-            g_root = self._draft.ingest(self.tokens, self.cache.features)
-            catchup_s = time.perf_counter() - t_ingest if reprefill else 0.0
-            tree, label = self._draft.draft(roots, g_root, self.cache.lens, strat), str(strat)
+            t_catchup = time.perf_counter()
+            self._draft.catch_up(self.tokens, self.cache.features if self.drafter.features == "hidden" else None)
+            catchup_s = time.perf_counter() - t_catchup if reprefill else 0.0
+            tree, label = self._draft.draft(roots, self.cache.lens, strat), str(strat)
         else:
             raise TltsimError(f"step: mode {mode!r} is not 'decode' or 'spec_decode'")
         positions = self.cache.lens[:, None] + tree.depth
@@ -196,7 +203,7 @@ class Engine:
     def _append(self, tree_tokens, path, accepted, nxt) -> int:
         """Commit each row's accepted drafts and next token, finish rows, shrink the batch; returns tokens emitted."""
         drafts = tree_tokens.gather(1, path.clamp(min=0)).tolist()
-        keep, emitted = [], 0
+        keep, done_rows, emitted = [], [], 0
         for b, (n_acc, last) in enumerate(zip(accepted.tolist(), nxt.tolist())):
             tokens = self.tokens[b]
             done = False
@@ -208,13 +215,14 @@ class Engine:
                     break
             if done:
                 self._finish(b)
+                done_rows.append(tokens)
             else:
                 keep.append(b)
         if len(keep) < self.running:
             rows = torch.tensor(keep, dtype=torch.long, device=self.device)
             self.cache.select(rows)
             if self._draft is not None:
-                self._draft.cache.select(rows)
+                self._draft.select(keep, done_rows)
             self.ids = [self.ids[b] for b in keep]
             self.prompts = [self.prompts[b] for b in keep]
             self.tokens = [self.tokens[b] for b in keep]
@@ -237,7 +245,7 @@ class Engine:
         config = self.target.config
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         return RaggedCache(config.num_hidden_layers, batch, config.num_key_value_heads, head_dim, self.dtype,
-                           self.device, feature_dim=config.hidden_size)
+                           self.device, feature_dim=config.hidden_size if self._keep_features else None)
 
     def _record(self, mode, strategy, batch, proposed, accepted, tokens, start, reprefill, catchup_s=0.0,
                 draft_s=0.0, target_s=0.0) -> Iteration:
@@ -247,21 +255,20 @@ class Engine:
         return it
 
 
-def generate(target, prompts: list[list[int]], drafter=None, strategy: str | None = None, greedy: bool = True,
-             temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 256,
-             eos_token_id: int | list[int] | None = None, seed: int = 0, collect_features: bool = False) -> Generation:
-    """Generate for every prompt (token-id lists) until EOS or `max_new_tokens`.
+def generate(target, prompts: list[list[int]], drafter: Drafting | None = None,
+             settings: GenerateSettings = GenerateSettings()) -> Generation:
+    """Generate for every prompt (token-id lists) until EOS or `settings.max_new_tokens`.
 
-    With a drafter, every iteration speculates with `strategy` (default "4_1_4"); without, it
+    With a drafter, every iteration speculates with `settings.strategy` (default "4_1_4"); without, it
     decodes plainly. Either way the output has the target's distribution (greedy: the same tokens).
-    `eos_token_id` defaults to `default_eos(target)`.
+    `settings.eos_token_id` defaults to `default_eos(target)`.
     """
-    engine = Engine(target, drafter, sampling=SamplingParams(greedy, temperature, top_p), max_new_tokens=max_new_tokens,
-                    eos_token_id=eos_token_id, seed=seed, collect_features=collect_features)
+    engine = Engine(target, drafter, sampling=settings.sampling, max_new_tokens=settings.max_new_tokens,
+                    eos_token_id=settings.eos_token_id, seed=settings.seed, collect_features=settings.collect_features)
     ids = engine.add(prompts)
     mode = "decode" if drafter is None else "spec_decode"
     while engine.running:
-        engine.step(mode, strategy)
+        engine.step(mode, settings.strategy)
     finished = [engine.finished[i] for i in ids]
     return Generation([f.tokens for f in finished], engine.iterations, finished)
 

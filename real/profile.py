@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -41,37 +42,40 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from real import drafting
 from real.adaptive import rollout
-from real.drafter import Drafter
 from real.generate import Engine, generate
 from real.grpo import GRPO, barrier, free_port
 from real.models import load_target, load_task
-from real.settings import SamplingParams
+from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams
 from real.task import GcdTask
 from real.warmup import find_shipped_drafter
+from tltsim.errors import TltsimError
 from tltsim.padding import padded_tokens
 from tltsim.control import EngineControl, FixedTuner, SDSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, Strategy
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT
 
-RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)  # real.run.RunConfig's default
 ANSWERS = 32  # problems the target answers for the training rows' lengths when its task has no reference solutions
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
 
 
-def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128, 256),
-            strategies=tuple(str(s) for s in DEFAULT_ARMS) + ("4_1_4",), repeats: int = 3,
-            train_rows=(4, 16, 64), task=None, seed: int = 0, progress=None,
-            sampling: SamplingParams = RUN_SAMPLING, train_seed: int | None = None,
-            max_new_tokens: int = 128) -> pd.DataFrame:
-    """Time the engine's iterations over a grid, and training on batches of `train_rows` sequences as long
-    as `task`'s (default: the default GcdTask; see `train_lengths`), drawn with `train_seed` (default `seed`);
-    returns COLUMNS."""
+def profile(target, drafter: drafting.Trainable | None = None, settings: ProfileSettings = ProfileSettings(),
+            task=None, progress=None) -> pd.DataFrame:
+    """Time the engine's iterations over the settings' grid with `drafter` (default: a fresh trained-kind one),
+    and training on batches of `settings.train_rows` sequences as long as `task`'s (default: the default GcdTask;
+    see `train_lengths`), drawn with `settings.train_seed` (default `settings.seed`); returns COLUMNS.
+    `progress(i, n)` after each of the n (batch, context) cells."""
+    cfg = settings
+    seed, sampling, repeats = cfg.seed, cfg.sampling, cfg.repeats
+    strategies = cfg.strategies or tuple(str(a) for a in DEFAULT_ARMS) + ("4_1_4",)
     rng = np.random.default_rng(seed)
-    drafter = drafter or Drafter.for_target(target, seed=seed)
+    drafter = drafter or drafting.kind("eagle").for_target(target, seed=seed)
+    if not isinstance(drafter, drafting.Trainable):
+        raise TltsimError(f"profile: a {drafter.kind} drafter does not train; profile a trained drafter's checkpoint")
     vocab = target.get_output_embeddings().weight.shape[0]
     rows: list[dict] = []
-    grid = [(b, c) for b in batches for c in contexts]
+    grid = [(b, c) for b in cfg.batches for c in cfg.contexts]
     for i, (b, c) in enumerate(grid):
         prompts = rng.integers(3, vocab, size=(b, c)).tolist()
         barrier()  # with several processes: each cell timed while the others time theirs, as a run's workers decode
@@ -88,9 +92,9 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
         rows += _catchups(target, drafter, prompts, repeats, seed, sampling)
         if progress:
             progress(i + 1, len(grid))
-    train_rng = np.random.default_rng(seed if train_seed is None else train_seed)
-    sequences = train_lengths(target, task or GcdTask(), train_rng, sampling, max_new_tokens, seed)
-    rows += _time_training(target, drafter, sequences, train_rows, repeats, train_rng)
+    train_rng = np.random.default_rng(seed if cfg.train_seed is None else cfg.train_seed)
+    sequences = train_lengths(target, task or GcdTask(), train_rng, sampling, cfg.max_new_tokens, seed)
+    rows += _time_training(target, drafter, sequences, cfg.train_rows, repeats, train_rng)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -102,8 +106,8 @@ def train_lengths(target, task, rng, sampling: SamplingParams = RUN_SAMPLING, ma
     if hasattr(task, "solution_ids"):
         return [(len(task.prompt_ids(p)), len(task.solution_ids(p))) for p in task.sample(rng, 256)]
     prompts = [task.prompt_ids(p) for p in task.sample(rng, ANSWERS)]
-    gen = generate(target, prompts, greedy=sampling.greedy, temperature=sampling.temperature, top_p=sampling.top_p,
-                   max_new_tokens=max_new_tokens, seed=seed)
+    gen = generate(target, prompts, settings=GenerateSettings(sampling=sampling, max_new_tokens=max_new_tokens,
+                                                              seed=seed))
     return [(len(p), len(r)) for p, r in zip(prompts, gen.tokens)]
 
 
@@ -118,26 +122,26 @@ def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingPa
     return float(np.median([sec for _, sec in calls[2:]]))
 
 
-def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1, seed: int = 0,
-                      drafter: str | None = None, **kw) -> pd.DataFrame:
-    """`profile` of target `model` (a preset, a save_pretrained directory or a known model, whose task it uses:
+def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1,
+                      drafter: str | None = None, settings: ProfileSettings = ProfileSettings()) -> pd.DataFrame:
+    """`profile` (with `settings`) of target `model` (a preset, a save_pretrained directory or a known model, whose task it uses:
     real.models.load_task) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
     starts from, else a fresh one) in `processes`
-    processes at once, each with `threads` torch threads and seed `seed + rank`, as a run's workers share the
+    processes at once, each with `threads` torch threads and seed `settings.seed + rank`, as a run's workers share the
     machine: in a gloo process group, so each grid cell and each training measurement starts on every process
     together (on a CPU they contend for cores and memory bandwidth as a run's workers do) and GRPO's update
     all-reduces its gradients as a run's does. Every process trains on batches of the same sizes (drawn with
-    `seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
+    `settings.seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
     Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
-        return _profile_rank(0, model, device, threads, seed, drafter, kw)
+        return _profile_rank(0, model, device, threads, drafter, settings)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, seed, drafter, kw, tmp, processes, free_port()),
+        mp.spawn(_profile_rank, args=(model, device, threads, drafter, settings, tmp, processes, free_port()),
                  nprocs=processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 
-def _profile_rank(rank, model, device, threads, seed, drafter, kw, out_dir=None, world=1, port=0) -> pd.DataFrame:
+def _profile_rank(rank, model, device, threads, drafter, settings, out_dir=None, world=1, port=0) -> pd.DataFrame:
     torch.set_num_threads(threads)
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
@@ -145,8 +149,9 @@ def _profile_rank(rank, model, device, threads, seed, drafter, kw, out_dir=None,
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
         target = load_target(model, device)
         start = drafter or find_shipped_drafter(model)
-        df = profile(target, Drafter.load(start, target) if start else None, task=load_task(model), seed=seed + rank,
-                     progress=progress, train_seed=seed, **kw)
+        ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed)
+        df = profile(target, drafting.load(start, target) if start else None, ranked, task=load_task(model),
+                     progress=progress)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
         if world > 1:

@@ -2,7 +2,8 @@
 check read them without loading torch or transformers.
 
 Each is a frozen dataclass whose fields say why their values, checked where it is built (TltsimError):
-the target presets, how the target samples, the GRPO update, supervised pretraining.
+the target presets, how the target samples, generation, the GRPO update, supervised pretraining, the engine
+profile, the offline drafter warm-up.
 """
 from __future__ import annotations
 
@@ -58,6 +59,97 @@ class SamplingParams:
             raise TltsimError(f"temperature={self.temperature}: must be > 0 when sampling (or use greedy)")
         if not 0 < self.top_p <= 1:
             raise TltsimError(f"top_p={self.top_p}: must be in (0, 1]")
+
+
+@dataclass(frozen=True)
+class GenerateSettings:
+    """How real.generate.generate decodes: every iteration speculative with `strategy` when given a drafter."""
+
+    strategy: str | None = None  # depth_topk_verify of every speculative iteration (None: the default, a chain of 4)
+    sampling: SamplingParams = SamplingParams()  # how the next token is chosen (default greedy)
+    max_new_tokens: int = 256  # a row ends after this many tokens, or at an end-of-sequence token
+    eos_token_id: int | tuple[int, ...] | None = None  # ids a row ends at (None: the model's; (): none)
+    seed: int = 0  # the sampling generator's
+    collect_features: bool = False  # keep each finished row's target features (real.generate.Finished)
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise TltsimError(f"max_new_tokens={self.max_new_tokens}: must be >= 1")
+
+
+# RunConfig's default sampling (`tltsim real run` samples at temperature 1): what a profile times by default
+RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """The grid real.profile.profile times (`tltsim real profile`)."""
+
+    batches: tuple[int, ...] = (1, 2, 4, 8, 16)  # running rows
+    contexts: tuple[int, ...] = (32, 128, 256)  # prompt tokens per row
+    strategies: tuple[str, ...] | None = None  # depth_topk_verify timed (None: TLT's arms and 4_1_4)
+    repeats: int = 3  # timed iterations per cell (and training batches per size)
+    train_rows: tuple[int, ...] = (4, 16, 64)  # sequences per timed training batch
+    seed: int = 0  # prompts and sampling
+    sampling: SamplingParams = RUN_SAMPLING  # profile with the sampling of the runs you will validate
+    train_seed: int | None = None  # the training batches' draws (None: `seed`)
+    max_new_tokens: int = 128  # response cap of the target's own answers the training rows are as long as
+
+    def __post_init__(self):
+        for name in ("batches", "contexts", "train_rows"):
+            values = getattr(self, name)
+            if not values or min(values) < 1:
+                raise TltsimError(f"profile {name} {values}: expected positive integers")
+        if self.repeats < 1 or self.max_new_tokens < 1:
+            raise TltsimError(f"profile repeats {self.repeats}, max_new_tokens {self.max_new_tokens}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    """The offline drafter warm-up of real.warmup.make_drafter (`tltsim real drafter`)."""
+
+    problems: int = 160  # training word problems the target answers (greedy)
+    max_new_tokens: int = 128  # answer cap
+    vocab: int = 2048  # draft vocabulary size (the most frequent tokens of the answers)
+    steps: int = 400  # AdamW steps
+    batch_size: int = 8  # pairs per step
+    lr: float = 3e-3  # AdamW learning rate
+    unroll: int = 1  # forward passes per step (EAGLE-3's training-time test; 1: off)
+    heldout: int = 16  # held-out problems tokens per call is measured on
+    seed: int = 0  # problem draws and the drafter's init
+    collect_batch: int = 16  # prompts decoded together while collecting
+
+    def __post_init__(self):
+        if self.unroll < 1:
+            raise TltsimError(f"--unroll {self.unroll}: must be >= 1")
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """What real.speed.measure decodes (`tltsim real speed`)."""
+
+    batches: tuple[int, ...] = (1, 4, 16)  # rows decoded at once
+    strategy: str = "4_1_4"  # depth_topk_verify of every speculative iteration
+    max_new_tokens: int = 64  # answer cap
+    rounds: int = 3  # timed generations of each mode per batch size, interleaved
+    group: int = 1  # siblings of each prompt (GRPO's group): a batch decodes ceil(batch / group) prompts' groups
+    temperature: float | None = None  # sample at this temperature (None: greedy, and outputs are compared)
+    eos_token_id: int | tuple[int, ...] | None = None  # as in GenerateSettings
+
+    def __post_init__(self):
+        if not self.batches or min(self.batches) < 1:
+            raise TltsimError(f"--batches {self.batches}: expected positive integers, e.g. 1,4,16")
+        if self.rounds < 1:
+            raise TltsimError(f"--rounds {self.rounds}: must be >= 1")
+        if self.group < 1:
+            raise TltsimError(f"--group {self.group}: must be >= 1")
+        if self.max_new_tokens < 1:
+            raise TltsimError(f"--max-new-tokens {self.max_new_tokens}: must be >= 1")
+        SamplingParams(self.temperature is None, 1.0 if self.temperature is None else self.temperature)
+
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams() if self.temperature is None else SamplingParams(False, self.temperature)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import torch
 from real.generate import generate
 from real.drafter import Drafter, DrafterLoss
 from real.hub import known_name
+from real.settings import GenerateSettings, WarmupSettings
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 from tltsim.io import atomic_path
@@ -48,8 +49,8 @@ def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_to
     pairs = []
     for start in range(0, len(problems), batch):
         chunk = problems[start: start + batch]
-        gen = generate(target, [task.prompt_ids(p) for p in chunk], max_new_tokens=max_new_tokens,
-                            collect_features=True)
+        gen = generate(target, [task.prompt_ids(p) for p in chunk],
+                       settings=GenerateSettings(max_new_tokens=max_new_tokens, collect_features=True))
         pairs += [(torch.tensor(f.prompt + f.tokens), f.features.to(torch.bfloat16)) for f in gen.finished]
         if log:
             log(f"collected {len(pairs)}/{len(problems)} sequences")
@@ -108,44 +109,41 @@ def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: 
         raise TltsimError("accepted_length: no problems")
     accepted = []
     for start in range(0, len(problems), batch):
-        gen = generate(target, [task.prompt_ids(p) for p in problems[start: start + batch]], drafter=drafter,
-                            strategy=strategy, max_new_tokens=max_new_tokens)
+        gen = generate(target, [task.prompt_ids(p) for p in problems[start: start + batch]], drafter,
+                       GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens))
         accepted += [a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
     return 1 + float(np.mean(accepted))
 
 
-def make_drafter(model: str, out: str | Path, problems: int = 160, max_new_tokens: int = 128, vocab: int = 2048,
-                 steps: int = 400, batch_size: int = 8, lr: float = 3e-3, unroll: int = 1, heldout: int = 16,
-                 seed: int = 0, data: str | Path | None = None, command: str = "", collect_batch: int = 16,
-                 log=print) -> dict:
+def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupSettings(),
+                 data: str | Path | None = None, command: str = "", log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
     from real.models import load_target, load_tokenizer
 
-    if unroll < 1:
-        raise TltsimError(f"--unroll {unroll}: must be >= 1")
+    s = settings
     t0 = time.perf_counter()
     target, task = load_target(model), WordProblemTask(load_tokenizer(model))
-    meta = {"model": known_name(model) or str(model), "problems": problems, "seed": seed,
-            "max_new_tokens": max_new_tokens, "batch": collect_batch}
+    meta = {"model": known_name(model) or str(model), "problems": s.problems, "seed": s.seed,
+            "max_new_tokens": s.max_new_tokens, "batch": s.collect_batch}
     pairs = load_pairs(data, meta) if data else None
     if pairs is None:
-        train = task.sample(np.random.default_rng(seed), problems, split="train")
-        pairs = collect(target, task, train, batch=collect_batch, max_new_tokens=max_new_tokens, log=log)
+        train = task.sample(np.random.default_rng(s.seed), s.problems, split="train")
+        pairs = collect(target, task, train, batch=s.collect_batch, max_new_tokens=s.max_new_tokens, log=log)
         if data:
             save_pairs(pairs, data, meta)
     t1 = time.perf_counter()
     eos = target.generation_config.eos_token_id
-    ids = draft_vocab(pairs, vocab, [eos] if isinstance(eos, int) else list(eos or []))
-    drafter, losses = warm_up(target, pairs, ids, steps, batch_size, lr, seed, unroll,
-                              log=lambda step, loss: log(f"step {step}/{steps} loss {loss:.3f}") if step % 25 == 0 else None)
+    ids = draft_vocab(pairs, s.vocab, [eos] if isinstance(eos, int) else list(eos or []))
+    drafter, losses = warm_up(target, pairs, ids, s.steps, s.batch_size, s.lr, s.seed, s.unroll,
+                              log=lambda step, loss: log(f"step {step}/{s.steps} loss {loss:.3f}") if step % 25 == 0 else None)
     t2 = time.perf_counter()
-    test = task.sample(np.random.default_rng(seed + 1), heldout, split="test")
+    test = task.sample(np.random.default_rng(s.seed + 1), s.heldout, split="test")
     provenance = {**meta, "tokens": int(sum(len(t) for t, _ in pairs)), "draft_vocab": len(ids),
-                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": steps, "unroll": unroll,
-                  "batch_size": batch_size, "lr": lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
-                  "heldout_problems": heldout, "heldout_tokens_per_call_4_1_4":
-                      round(accepted_length(target, drafter, task, test, "4_1_4", max_new_tokens), 3),
+                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": s.steps, "unroll": s.unroll,
+                  "batch_size": s.batch_size, "lr": s.lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
+                  "heldout_problems": s.heldout, "heldout_tokens_per_call_4_1_4":
+                      round(accepted_length(target, drafter, task, test, "4_1_4", s.max_new_tokens), 3),
                   "collect_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "command": command}
     drafter.save(out, dtype=torch.bfloat16, meta=provenance)
     return provenance

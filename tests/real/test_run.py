@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from real.drafter import Drafter
+from real.generate import generate
 from real.evaluate import accepted_length
-from real.settings import GRPOConfig
+from real.settings import GRPOConfig, GenerateSettings, SamplingParams
 from real.grpo import GRPO, group_advantages, micro_batches, response_logprobs, token_losses
 from real.models import build_target, load_target
 from real.settings import PretrainConfig
@@ -248,7 +249,6 @@ def test_the_default_cap_is_the_tasks_longest_response(tmp_path):
 def test_the_default_run_has_a_long_tail_that_few_responses_cut():
     """The shipped target sampled as the default run's step is (8 training problems in groups of 4, temperature 1,
     the default cap): few responses reach the cap and the longest are several times the median."""
-    from real.generate import generate
     from real.settings import SHIPPED_TARGET
     from tltsim.trace.stats import tail_share
 
@@ -256,7 +256,7 @@ def test_the_default_run_has_a_long_tail_that_few_responses_cut():
     model, task = load_target(SHIPPED_TARGET), GcdTask.load(SHIPPED_TARGET)
     problems = task.sample(np.random.default_rng(3), cfg.prompts)
     prompts = [task.prompt_ids(p) for p in problems for _ in range(cfg.group)]
-    gen = generate(model, prompts, greedy=False, temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    gen = generate(model, prompts, settings=GenerateSettings(sampling=SamplingParams(greedy=False, temperature=cfg.temperature), max_new_tokens=cfg.max_new_tokens))
     lengths = np.array([len(f.tokens) for f in gen.finished])
     assert (lengths >= cfg.max_new_tokens).mean() <= 0.1
     assert lengths.max() / np.median(lengths) >= 2

@@ -16,7 +16,7 @@ from real.generate import Engine
 from real.models import build_target, load_target, load_task
 from real.profile import profile, train_lengths
 from real.run import RunConfig, launch
-from real.settings import SamplingParams
+from real.settings import ProfileSettings, SamplingParams
 from real.task import GcdTask
 from real.wordproblems import INSTRUCTION, WordProblemTask
 from real.worker import _seed
@@ -108,8 +108,8 @@ def test_profile_times_training_on_the_models_own_answer_lengths(chat_model):
     prompts = [len(task.prompt_ids(p)) for p in task.sample(np.random.default_rng(0), len(lengths))]
     assert [p for p, _ in lengths] == prompts
     assert all(1 <= r <= CAP for _, r in lengths)
-    df = profile(target, task=task, batches=(1,), contexts=(8,), strategies=("4_1_4",), repeats=1, train_rows=(2,),
-                 max_new_tokens=CAP)
+    df = profile(target, settings=ProfileSettings(batches=(1,), contexts=(8,), strategies=("4_1_4",), repeats=1,
+                                                  train_rows=(2,), max_new_tokens=CAP), task=task)
     train = df[df["kind"] == "drafter_train"]
     assert len(train) == 1 and 2 * min(prompts) + 2 <= train["tokens"].iloc[0] <= 2 * (max(prompts) + CAP)
 

@@ -7,11 +7,11 @@ import torch
 from scipy import stats
 from tiny_lm import tiny_target
 
+import real.sampling as sampling
 from real.drafter import Drafter
 from real.generate import generate
-import real.sampling as sampling
 from real.sampling import target_probs, verify_tree
-from real.settings import SamplingParams
+from real.settings import GenerateSettings, SamplingParams
 from tltsim.errors import TltsimError
 
 GREEDY = SamplingParams()
@@ -103,9 +103,7 @@ def _draws(params: SamplingParams, strategy, seed: int = 0) -> np.ndarray:
     """DRAWS independent (x1, x2) samples: one engine row per draw, all in one batch."""
     target = tiny_target("llama", vocab=V)
     drafter = None if strategy is None else Drafter.for_target(target, seed=5)
-    gen = generate(target, [PROMPT] * DRAWS, drafter=drafter, strategy=strategy, greedy=False,
-                        temperature=params.temperature, top_p=params.top_p, max_new_tokens=2, eos_token_id=[],
-                        seed=seed)
+    gen = generate(target, [PROMPT] * DRAWS, drafter, GenerateSettings(strategy=strategy, sampling=SamplingParams(greedy=False, temperature=params.temperature, top_p=params.top_p), max_new_tokens=2, eos_token_id=(), seed=seed))
     return np.array(gen.tokens)
 
 

@@ -9,7 +9,7 @@ from real.drafter import Drafter
 from real.generate import Engine, generate
 from real.kvcache import RaggedCache
 from real.sampling import verify_greedy_chain, verify_tree
-from real.settings import SamplingParams
+from real.settings import GenerateSettings, SamplingParams
 from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 
@@ -28,7 +28,7 @@ def test_plain_engine_matches_transformers_generate(arch, kind):
     lengths = [len(r) for r in reference(arch, kind)]
     # the case is ragged: rows stop at different steps, by EOS and by the length cap
     assert len(set(lengths)) >= 3 and MAX_NEW in lengths and min(lengths) < MAX_NEW
-    gen = generate(target(arch, kind), PROMPTS[kind], max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind))
+    gen = generate(target(arch, kind), PROMPTS[kind], settings=GenerateSettings(max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind)))
     assert _tokens(gen) == reference(arch, kind)
 
 
@@ -38,8 +38,7 @@ def test_plain_engine_matches_transformers_generate(arch, kind):
 @pytest.mark.parametrize("trained", [False, True], ids=["random-drafter", "trained-drafter"])
 def test_greedy_speculation_is_lossless(arch, kind, strategy, trained):
     drafter = trained_drafter(arch, kind) if trained else Drafter.for_target(target(arch, kind), seed=3)
-    gen = generate(target(arch, kind), PROMPTS[kind], drafter=drafter, strategy=strategy, max_new_tokens=MAX_NEW,
-                        eos_token_id=ragged_eos(arch, kind))
+    gen = generate(target(arch, kind), PROMPTS[kind], drafter, GenerateSettings(strategy=strategy, max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind)))
     assert _tokens(gen) == reference(arch, kind)
     spec = [it for it in gen.iterations if it.mode == "spec_decode"]
     assert spec and all(it.strategy == strategy for it in spec)
@@ -51,14 +50,12 @@ def test_greedy_speculation_is_lossless(arch, kind, strategy, trained):
 def test_batch_one_matches_generate_per_prompt(arch):
     kind = "trained"
     for prompt, ref in zip(PROMPTS[kind][:3], reference(arch, kind)):
-        gen = generate(target(arch, kind), [prompt], drafter=trained_drafter(arch, kind), strategy="3_2_6",
-                            max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind))
+        gen = generate(target(arch, kind), [prompt], trained_drafter(arch, kind), GenerateSettings(strategy="3_2_6", max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind)))
         assert gen.tokens == [list(ref)]
 
 
 def _mean_accept_length(arch, kind, drafter):
-    gen = generate(target(arch, kind), PROMPTS[kind], drafter=drafter, strategy="4_1_4", max_new_tokens=MAX_NEW,
-                        eos_token_id=ragged_eos(arch, kind))
+    gen = generate(target(arch, kind), PROMPTS[kind], drafter, GenerateSettings(strategy="4_1_4", max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind)))
     accepted = [a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
     return 1 + sum(accepted) / len(accepted), accepted
 
@@ -78,8 +75,7 @@ def test_trained_drafter_gets_drafts_accepted(arch, kind, least):
 
 def test_iteration_records_as_a_frame():
     arch, kind = "llama", "trained"
-    gen = generate(target(arch, kind), PROMPTS[kind], drafter=trained_drafter(arch, kind), strategy="4_1_4",
-                        max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind))
+    gen = generate(target(arch, kind), PROMPTS[kind], trained_drafter(arch, kind), GenerateSettings(strategy="4_1_4", max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind)))
     frame = gen.frame()
     assert list(frame.columns) == ["index", "mode", "strategy", "batch_size", "proposed", "accepted", "tokens",
                                    "wall_s", "reprefill", "catchup_s", "draft_s", "target_s"]
@@ -134,8 +130,7 @@ def test_rows_added_mid_run_match_their_own_generation():
 def test_collected_features_are_the_targets_last_hidden_states():
     arch, kind = "llama", "trained"
     model = target(arch, kind)
-    gen = generate(model, PROMPTS[kind][:3], drafter=trained_drafter(arch, kind), strategy="3_2_5",
-                        max_new_tokens=12, eos_token_id=[], collect_features=True)
+    gen = generate(model, PROMPTS[kind][:3], trained_drafter(arch, kind), GenerateSettings(strategy="3_2_5", max_new_tokens=12, eos_token_id=(), collect_features=True))
     for row in gen.finished:
         seq = row.prompt + row.tokens
         with torch.no_grad():

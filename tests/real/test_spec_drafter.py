@@ -9,9 +9,9 @@ import torch
 from tiny_lm import PROMPTS, tiny_target, trained_drafter
 from transformers import DynamicCache
 
-from real.generate import generate
 from real.drafter import Drafter, DrafterLoss, _pad
-from real.spec import DraftState
+from real.generate import generate
+from real.settings import GenerateSettings
 from tltsim.errors import TltsimError
 
 
@@ -33,7 +33,7 @@ def test_initialisation_is_seeded():
 
 
 def _pairs(arch="llama", n=8):
-    run = generate(tiny_target(arch), PROMPTS["random"][:n], max_new_tokens=16, eos_token_id=[], collect_features=True)
+    run = generate(tiny_target(arch), PROMPTS["random"][:n], settings=GenerateSettings(max_new_tokens=16, eos_token_id=(), collect_features=True))
     return [(f.prompt + f.tokens, f.features) for f in run.finished]
 
 
@@ -92,11 +92,13 @@ def test_incremental_drafting_state_equals_a_full_forward(rows):
     path where nothing is ragged (inputs committed in place)."""
     drafter = trained_drafter("llama")
     pairs = _pairs(n=3)[:rows]
-    state = DraftState(drafter, len(pairs))
+    state = drafter.session()
+    state.add([list(t) for t, _ in pairs])
     features = torch.nn.utils.rnn.pad_sequence([f for _, f in pairs], batch_first=True)
     cut = [5, 9, 7][:rows]
-    state.ingest([t[:c] for (t, _), c in zip(pairs, cut)], features)
-    g_last = state.ingest([t for t, _ in pairs], features)
+    state.catch_up([t[:c] for (t, _), c in zip(pairs, cut)], features)
+    state.catch_up([t for t, _ in pairs], features)
+    g_last = state.g_last
     for b, (tokens, feats) in enumerate(pairs):
         n = len(tokens)
         prev = torch.cat([feats.new_zeros(1, feats.shape[1]), feats])[None, :n]

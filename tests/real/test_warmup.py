@@ -5,9 +5,9 @@ import pytest
 import torch
 from tiny_lm import MAX_NEW, PROMPTS, ragged_eos, reference, target
 
-from real import spec
+from real.drafter import Drafter, EagleSession
 from real.generate import Engine, generate
-from real.drafter import Drafter
+from real.settings import GenerateSettings
 from real.warmup import coverage, draft_vocab, find_shipped_drafter, shipped_drafter, warm_up
 from tltsim.errors import TltsimError
 
@@ -15,8 +15,7 @@ ARCH, KIND = "llama", "trained"
 
 
 def _pairs():
-    run = generate(target(ARCH, KIND), PROMPTS[KIND], max_new_tokens=MAX_NEW, eos_token_id=[],
-                        collect_features=True)
+    run = generate(target(ARCH, KIND), PROMPTS[KIND], settings=GenerateSettings(max_new_tokens=MAX_NEW, eos_token_id=(), collect_features=True))
     return [(torch.tensor(f.prompt + f.tokens), f.features) for f in run.finished]
 
 
@@ -41,7 +40,7 @@ def test_the_draft_head_is_the_targets_rows_and_indices_map_back():
         weight.add_(1.0)
     try:
         assert not torch.allclose(drafter.head(g), model.get_output_embeddings()(g)[..., ids])
-        drafter.refresh_head()
+        drafter.target_updated()
         torch.testing.assert_close(drafter.head(g), model.get_output_embeddings()(g)[..., ids])
     finally:
         with torch.no_grad():
@@ -64,13 +63,13 @@ def test_a_reduced_vocabulary_drafter_is_lossless_and_drafts_only_its_tokens(str
     engine = Engine(model, drafter, max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(ARCH, KIND))
     rows = engine.add(PROMPTS[KIND])
     allowed, drafted, accepted = set(ids.tolist()), [], []
-    spec_tree = spec.DraftState.draft
-    spec.DraftState.draft = lambda self, *a: drafted.append(spec_tree(self, *a)) or drafted[-1]
+    spec_tree = EagleSession.draft
+    EagleSession.draft = lambda self, *a: drafted.append(spec_tree(self, *a)) or drafted[-1]
     try:
         while engine.running:
             accepted += engine.step("spec_decode", strategy).accepted
     finally:
-        spec.DraftState.draft = spec_tree
+        EagleSession.draft = spec_tree
     assert tuple(tuple(engine.finished[i].tokens) for i in rows) == reference(ARCH, KIND)
     assert all(set(t.tokens[:, 1:].flatten().tolist()) <= allowed for t in drafted)
     assert max(accepted) >= 2  # drafts accepted: the map back to target ids is exercised

@@ -16,6 +16,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from real.drafter import Drafter
 from real.generate import generate
+from real.settings import GenerateSettings
 
 VOCAB = 48
 MAX_NEW = 24
@@ -76,7 +77,7 @@ def hf_greedy(model, prompts, max_new_tokens: int, eos: int | None) -> list[list
 @lru_cache(maxsize=None)
 def ragged_eos(arch: str, kind: str) -> int:
     """An EOS id that ends some rows early and at different steps and leaves others to run to MAX_NEW."""
-    free = generate(target(arch, kind), PROMPTS[kind], max_new_tokens=MAX_NEW, eos_token_id=[]).tokens
+    free = generate(target(arch, kind), PROMPTS[kind], settings=GenerateSettings(max_new_tokens=MAX_NEW, eos_token_id=())).tokens
     best, spread = None, -1
     for tok in range(VOCAB):
         firsts = {row.index(tok) for row in free if tok in row}
@@ -106,7 +107,7 @@ def trained_drafter(arch: str, kind: str = "random", steps: int = 300):
                    for k, s, n in torch.stack([torch.randint(1, 6, (64,), generator=gen),
                                                torch.randint(0, VOCAB, (64,), generator=gen),
                                                torch.randint(0, 6, (64,), generator=gen)], dim=1)]
-    run = generate(model, prompts, max_new_tokens=40, eos_token_id=[], collect_features=True)
+    run = generate(model, prompts, settings=GenerateSettings(max_new_tokens=40, eos_token_id=(), collect_features=True))
     pairs = [(f.prompt + f.tokens, f.features) for f in run.finished]
     drafter = Drafter.for_target(model, seed=0)
     drafter.fit(pairs, steps=steps, batch_size=8, lr=1e-2, seed=0)

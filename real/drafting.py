@@ -1,0 +1,106 @@
+"""The drafter interface: what the rollout engine (real.generate) asks of a drafter, and the registry of kinds.
+
+A drafter (`Drafting`) is shared across engines and steps; each engine opens one `DraftSession` on it, whose
+rows are the engine's running rows, in its order. Per speculative iteration the engine calls, on the session:
+
+1. `catch_up(tokens, features)`: every running row's committed tokens (prompt and output so far), and, when
+   the drafter's `features` is "hidden", the target's feature cache (real.kvcache.RaggedCache.features: f_i,
+   the target's last hidden state at token i, for every committed token but each row's last), else None.
+   The session takes in what it has not seen yet: the tokens the last verification accepted, or, at the
+   first speculative iteration after plain ones (the SD switch's re-prefill), every token those emitted
+   (the target is not run again: its features were kept from the plain forwards). The first speculative
+   iteration of a session (or after `Engine.set_drafter`) sees every token of every row.
+2. `draft(roots, positions, strategy)`: a `real.spec.DraftTree` per row for the strategy
+   (`depth_topk_verify`, real.spec.draftable): node 0 the root (each row's last committed token, long [B]
+   `roots`, at position `positions` [B]), then `verify` draft nodes (a chain where `topk` is 1, or where the
+   drafter proposes chains only). Drafts are proposals: the target verifies them with the lossless rule of
+   real.sampling, which needs no draft probabilities, so whatever a drafter proposes the output keeps the
+   target's distribution (greedy: the same tokens as plain decoding).
+
+and, whatever the mode, `add(prompts)` when the engine admits rows (appended after the running ones) and
+`select(keep, done)` when rows leave (`keep`: the indices of the rows that stay, in order; `done`: the
+committed tokens, prompt included, of each row that left). A plain iteration calls nothing but these two.
+
+On the drafter: `target_updated()` after the target's weights change (a GRPO update). A drafter that is
+trained (spot training and the warm-up in real/worker.py, real/warmup.py) is also `Trainable`.
+
+Adding a drafter: one module with a class that has the attributes and methods of `Drafting` and a
+classmethod `build(target, model)` (a drafter for `target`, the known model or directory `model`), and its
+line in DRAFTERS (kind name -> "module:Class"). `load` then finds it by its kind name (the `--drafters` of
+`tltsim real speed`); docs/architecture.md ("Adding a drafter") says the same.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from tltsim.errors import TltsimError
+
+# kind name -> "module:Class"; "eagle" (real.drafter) is the trained drafter whose checkpoints `load` reads
+DRAFTERS = {"eagle": "real.drafter:Drafter", "suffix": "real.suffix:SuffixDrafter", "hybrid": "real.hybrid:HybridDrafter"}
+SHIPPED = "shipped"  # the trained drafter shipped for a known model (real.warmup.SHIPPED_DRAFTERS)
+
+
+class DraftSession(Protocol):
+    """A drafter's state over one engine's running rows (see the module docstring)."""
+
+    def add(self, prompts: list[list[int]]) -> None: ...
+
+    def select(self, keep: list[int], done: list[list[int]]) -> None: ...
+
+    def catch_up(self, tokens: list[list[int]], features) -> None: ...
+
+    def draft(self, roots, positions, strategy): ...
+
+
+@runtime_checkable
+class Drafting(Protocol):
+    """What the engine asks of a drafter (see the module docstring)."""
+
+    kind: str  # its name in DRAFTERS
+    features: str  # target features its sessions read: "hidden" (the last hidden states) or "none"
+
+    def session(self) -> DraftSession:
+        """A session with no rows, for one engine."""
+        ...
+
+    def target_updated(self) -> None:
+        """The target's weights changed: refresh what the drafter copied from them."""
+        ...
+
+
+@runtime_checkable
+class Trainable(Drafting, Protocol):
+    """A drafter that trains on (tokens long [L], target features [L - 1, H]) pairs, as spot training and the
+    warm-up do (real.drafter.Drafter: a torch module, whose parameters are averaged across workers)."""
+
+    def parameters(self): ...
+
+    def train_step(self, pairs, optimizer) -> float: ...
+
+    def fit(self, pairs, steps: int, batch_size: int = 8, lr: float = 1e-3, seed: int = 0, **kw) -> list[float]: ...
+
+    def save(self, path, dtype=None, meta: dict | None = None) -> None: ...
+
+    def eval(self): ...
+
+
+def kind(name: str) -> type:
+    """The drafter class registered as `name`."""
+    if name not in DRAFTERS:
+        raise TltsimError(f"drafter kind {name!r}: not one of {', '.join(DRAFTERS)}")
+    module, cls = DRAFTERS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def load(name: str | Path, target, model: str | Path | None = None) -> Drafting:
+    """The drafter `name` names for `target`: SHIPPED (the trained drafter shipped for the known model `model`),
+    a kind name of DRAFTERS (its `build(target, model)`), or else a path to a trained drafter's checkpoint."""
+    if name == SHIPPED:
+        return kind("eagle").build(target, model)
+    if str(name) in DRAFTERS:
+        return kind(str(name)).build(target, model)
+    if not Path(name).exists():
+        raise TltsimError(f"drafter {name}: not {SHIPPED}, a kind ({', '.join(DRAFTERS)}) or a checkpoint file")
+    return kind("eagle").load(name, target)
