@@ -13,7 +13,7 @@ import time
 from dataclasses import fields
 
 from real import hub
-from real.settings import PRESETS, PretrainConfig
+from real.settings import PRESETS, TASKS, PretrainConfig
 from tltsim.argparser import Parser, parse, show_progress
 from tltsim.errors import TltsimError
 
@@ -54,6 +54,9 @@ def add_profile(sub) -> None:
     p.add_argument("-o", "--out", required=True, help="profile CSV to write")
     p.add_argument("--model", default="tiny-llama", help="a save_pretrained directory, a known model (e.g. "
                    "smollm2-135m) or a preset (default %(default)s)")
+    p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
+                   "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
+                   "real/longtail.py)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
                    "--model, as `tltsim real run` starts from, else a fresh one)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="response cap of the target's own answers "
@@ -96,14 +99,14 @@ def _profile(args) -> int:
     if args.processes < 1:
         raise TltsimError(f"--processes {args.processes}: must be >= 1")
     if args.max_new_tokens is None:
-        args.max_new_tokens = load_task(args.model).max_response_tokens
+        args.max_new_tokens = load_task(args.model, args.task).max_response_tokens
     if args.max_new_tokens < 1:
         raise TltsimError(f"--max-new-tokens {args.max_new_tokens}: must be >= 1")
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
-        load_task(args.model)
+        load_task(args.model, args.task)
         if args.drafter:
             Drafter.load(args.drafter, load_target(args.model, args.device))
-    df = profile_processes(args.processes, args.model, args.device, args.threads, drafter=args.drafter,
+    df = profile_processes(args.processes, args.model, args.device, args.threads, drafter=args.drafter, task=args.task,
                            batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
                            train_rows=ints(args.train_rows, "--train-rows"), repeats=args.repeats, seed=args.seed,
                            sampling=SamplingParams(args.greedy, args.temperature),
@@ -131,6 +134,9 @@ def add_run(sub) -> None:
     p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory (gcd task), a "
                    "known model (e.g. smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word "
                    "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
+    p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
+                   "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
+                   "real/longtail.py)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: the one shipped "
                    "for a known --model, else warm one up on the target's own answers)")
     p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
@@ -139,7 +145,8 @@ def add_run(sub) -> None:
     p.add_argument("--group", type=int, default=d["group"], help="samples per prompt (default %(default)s)")
     p.add_argument("--seed", type=int, default=d["seed"])
     p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
-    p.add_argument("--temperature", type=float, default=d["temperature"])
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: the task's: 0.7 for longtail, else 1.0)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help="response cap (default: the task's longest reference response)")
     p.add_argument("--max-running", type=int, default=None, help="rows an engine runs at once (default: its share)")
@@ -147,10 +154,16 @@ def add_run(sub) -> None:
                    help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
     p.add_argument("--lr", type=float, default=g.lr, help="GRPO learning rate (default %(default)s)")
     p.add_argument("--kl", type=float, default=g.kl, help="KL weight to the initial target (default %(default)s)")
+    p.add_argument("--lora-rank", type=int, default=None, help="train LoRA adapters of this rank instead of every "
+                   "weight (0: every weight; default: the task's, 16 for longtail, else 0)")
     p.add_argument("--warmup-steps", type=int, default=d["warmup_steps"],
                    help="drafter warm-up AdamW steps without --drafter (default %(default)s)")
     p.add_argument("--probe", type=int, default=d["probe"],
                    help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
+    p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
+                   "the current target (steps column static_drafter_accepted; a spot-training policy only)")
+    p.add_argument("--spot-lr", type=float, default=d["spot_lr"],
+                   help="spot training's drafter learning rate (default %(default)s)")
     p.add_argument("--speed-probe", type=int, default=d["speed_probe"], help="plain decode iterations that time the "
                    "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
     p.add_argument("--resume", action="store_true",
@@ -179,21 +192,21 @@ def _run_command(args) -> str:
 
 
 def _run(args) -> int:
-    from dataclasses import replace as dc_replace
-
-    from real.settings import GRPOConfig
+    from real.settings import task_grpo
     from real.run import RunConfig, launch
     from tltsim.control.decisions import knobs_from_text
 
     from real.models import check_target
 
     check_target(args.model)  # here, with its message, not in every worker after they spawn
-    config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
+    config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model, task=args.task,
                        drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
                        group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
                        max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=knobs_from_text(args.knob),
-                       grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
-                       probe=args.probe, speed_probe=args.speed_probe)
+                       grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank),
+                       warmup_steps=args.warmup_steps,
+                       probe=args.probe, probe_static=args.probe_static, spot_lr=args.spot_lr,
+                       speed_probe=args.speed_probe)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args), bar=show_progress(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0
@@ -232,6 +245,8 @@ def add_drafter(sub) -> None:
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
     p.add_argument("--problems", type=int, default=160, help="training problems answered (default %(default)s)")
+    p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
+                   help="the chat task whose problems it answers (default %(default)s; longtail: real/longtail.py)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="answer cap (default %(default)s)")
     p.add_argument("--vocab", type=int, default=2048, help="draft vocabulary size (default %(default)s)")
     p.add_argument("--steps", type=int, default=400, help="AdamW steps (default %(default)s)")
@@ -247,11 +262,12 @@ def _drafter(args) -> int:
     from real.warmup import make_drafter
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
-        ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
+        ("model", args.model), ("task", args.task), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
         ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
         ("seed", args.seed), ("threads", args.threads))])
     result = make_drafter(args.model, args.out, args.problems, args.max_new_tokens, args.vocab, args.steps,
                           unroll=args.unroll, heldout=args.heldout, seed=args.seed, data=args.data, command=command,
+                          task=args.task,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))
     print(f"wrote {args.out}")
@@ -265,6 +281,8 @@ def add_speed(sub) -> None:
     p.add_argument("--model", required=True, help="known model (e.g. smollm2-135m) or save_pretrained directory")
     p.add_argument("--drafter", default=None, help="drafter checkpoint (default: the one shipped for --model)")
     p.add_argument("--batches", default="1,4,16", help="comma-separated batch sizes (default %(default)s)")
+    p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
+                   help="the chat task whose problems it answers (default %(default)s; longtail: real/longtail.py)")
     p.add_argument("--strategy", default="4_1_4", help="depth_topk_verify (default %(default)s: a chain of 4)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="answer cap (default %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="timed runs of each mode per batch size (default %(default)s)")
@@ -276,10 +294,9 @@ def add_speed(sub) -> None:
 def _speed(args) -> int:
     from real import speed
     from real.drafter import Drafter
-    from real.models import load_target, load_tokenizer
+    from real.models import load_target, load_task
     from real.spec import draftable
     from real.warmup import shipped_drafter
-    from real.wordproblems import WordProblemTask
 
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
     if not batches or len(batches) != len(args.batches.split(",")):
@@ -289,7 +306,7 @@ def _speed(args) -> int:
     draftable(args.strategy)
     target = load_target(args.model, args.device)
     drafter = Drafter.load(args.drafter or shipped_drafter(args.model), target)
-    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), max(batches))
+    prompts = speed.heldout_prompts(load_task(args.model, args.task), max(batches))
     rows = speed.measure(target, drafter, prompts, batches, args.strategy, args.max_new_tokens, args.rounds,
                          log=None if args.json else lambda row: print(json.dumps(row), flush=True))
     print(json.dumps(rows) if args.json else speed.table(rows))

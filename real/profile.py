@@ -46,7 +46,7 @@ from real.drafter import Drafter
 from real.generate import Engine, generate
 from real.grpo import GRPO, barrier, free_port
 from real.models import load_target, load_task
-from real.settings import SamplingParams
+from real.settings import GRPOConfig, SamplingParams, task_grpo
 from real.task import GcdTask
 from real.warmup import find_shipped_drafter
 from tltsim.padding import padded_tokens
@@ -63,11 +63,13 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
             strategies=tuple(str(s) for s in DEFAULT_ARMS) + ("4_1_4",), repeats: int = 3,
             train_rows=(4, 16, 64), task=None, seed: int = 0, progress=None,
             sampling: SamplingParams = RUN_SAMPLING, train_seed: int | None = None,
-            max_new_tokens: int = 128) -> pd.DataFrame:
+            max_new_tokens: int = 128, grpo: GRPOConfig = GRPOConfig()) -> pd.DataFrame:
     """Time the engine's iterations over a grid, and training on batches of `train_rows` sequences as long
-    as `task`'s (default: the default GcdTask; see `train_lengths`), drawn with `train_seed` (default `seed`);
+    as `task`'s (default: the default GcdTask; see `train_lengths`), drawn with `train_seed` (default `seed`),
+    with the update `grpo` (a LoRA update's adapters are on the target, merged, from the start, as in a run);
     returns COLUMNS."""
     rng = np.random.default_rng(seed)
+    trainer = GRPO(target, grpo, seed=seed)
     drafter = drafter or Drafter.for_target(target, seed=seed)
     vocab = target.get_output_embeddings().weight.shape[0]
     rows: list[dict] = []
@@ -90,7 +92,7 @@ def profile(target, drafter=None, *, batches=(1, 2, 4, 8, 16), contexts=(32, 128
             progress(i + 1, len(grid))
     train_rng = np.random.default_rng(seed if train_seed is None else train_seed)
     sequences = train_lengths(target, task or GcdTask(), train_rng, sampling, max_new_tokens, seed)
-    rows += _time_training(target, drafter, sequences, train_rows, repeats, train_rng)
+    rows += _time_training(trainer, drafter, sequences, train_rows, repeats, train_rng)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -119,9 +121,9 @@ def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingPa
 
 
 def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1, seed: int = 0,
-                      drafter: str | None = None, **kw) -> pd.DataFrame:
-    """`profile` of target `model` (a preset, a save_pretrained directory or a known model, whose task it uses:
-    real.models.load_task) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
+                      drafter: str | None = None, task: str | None = None, **kw) -> pd.DataFrame:
+    """`profile` of target `model` (a preset, a save_pretrained directory or a known model) on `task` (by name,
+    with its GRPO update, real.settings.task_grpo; default: the model's own, real.models.load_task) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
     starts from, else a fresh one) in `processes`
     processes at once, each with `threads` torch threads and seed `seed + rank`, as a run's workers share the
     machine: in a gloo process group, so each grid cell and each training measurement starts on every process
@@ -130,14 +132,14 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
     `seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
     Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
-        return _profile_rank(0, model, device, threads, seed, drafter, kw)
+        return _profile_rank(0, model, device, threads, seed, drafter, task, kw)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, seed, drafter, kw, tmp, processes, free_port()),
+        mp.spawn(_profile_rank, args=(model, device, threads, seed, drafter, task, kw, tmp, processes, free_port()),
                  nprocs=processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 
-def _profile_rank(rank, model, device, threads, seed, drafter, kw, out_dir=None, world=1, port=0) -> pd.DataFrame:
+def _profile_rank(rank, model, device, threads, seed, drafter, task, kw, out_dir=None, world=1, port=0) -> pd.DataFrame:
     torch.set_num_threads(threads)
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
@@ -145,7 +147,8 @@ def _profile_rank(rank, model, device, threads, seed, drafter, kw, out_dir=None,
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
         target = load_target(model, device)
         start = drafter or find_shipped_drafter(model)
-        df = profile(target, Drafter.load(start, target) if start else None, task=load_task(model), seed=seed + rank,
+        df = profile(target, Drafter.load(start, target) if start else None, task=load_task(model, task),
+                     grpo=task_grpo(task), seed=seed + rank,
                      progress=progress, train_seed=seed, **kw)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
@@ -200,13 +203,13 @@ def _row(kind, batch=0, context=0, tokens=0, sq_tokens=0, depth=0, topk=0, verif
             "depth": depth, "topk": topk, "verify": verify, "seconds": float(seconds)}
 
 
-def _time_training(target, drafter, sequences, rows_per_batch, repeats, rng) -> list[dict]:
+def _time_training(grpo: GRPO, drafter, sequences, rows_per_batch, repeats, rng) -> list[dict]:
     """GRPO's reward-stage forward (old log-probs) and update, and a drafter train step, as a run calls them,
     on batches of `rows` sequences whose (prompt, response) lengths are drawn from `sequences`."""
     out = []
+    target = grpo.model
     vocab = target.get_output_embeddings().weight.shape[0]
     dtype, device = next(target.parameters()).dtype, next(target.parameters()).device
-    grpo = GRPO(target)
     dopt = torch.optim.AdamW(drafter.parameters(), lr=0.0)
     for opt in (grpo.optimizer, dopt):  # time the steps, leave the weights alone
         for group in opt.param_groups:

@@ -45,6 +45,14 @@ PRESETS = {
 SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
 
 
+# the tasks a target can run on by name (`--task`; none given: its own, real.models.load_task)
+TASKS = ("gcd", "wordproblems", "longtail")
+# a task's GRPO defaults where they differ from GRPOConfig's (real/longtail.py says why these)
+TASK_GRPO = {"longtail": {"lora_rank": 16, "skip_zero_advantage": True, "micro_batch_tokens": 2048}}
+# a task's sampling temperature where it is not 1 (at 1 SmolLM2-135M's long worked answers turn to noise)
+TASK_TEMPERATURE = {"longtail": 0.7}
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How the target's next token is chosen, in plain and in speculative decoding alike."""
@@ -68,6 +76,9 @@ class GRPOConfig:
     mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
     max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
     micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
+    lora_rank: int = 0  # > 0: train rank-r LoRA adapters on the attention and MLP projections only (real.lora)
+    skip_zero_advantage: bool = False  # compute neither the old log-probs nor the update of responses whose
+    # advantage is zero (a group whose rewards agree): their gradient is exactly zero when kl is 0
 
     def __post_init__(self):
         if not self.lr > 0:
@@ -80,6 +91,8 @@ class GRPOConfig:
             raise TltsimError(f"grpo mini_batches={self.mini_batches}: must be >= 1")
         if self.micro_batch_tokens < 1:
             raise TltsimError(f"grpo micro_batch_tokens={self.micro_batch_tokens}: must be >= 1")
+        if self.lora_rank < 0:
+            raise TltsimError(f"grpo lora_rank={self.lora_rank}: must be >= 0 (0: full fine-tuning)")
 
 
 @dataclass(frozen=True)
@@ -102,3 +115,8 @@ class PretrainConfig:
         if self.batch_tokens < 8 * self.task.max_steps + 32:
             raise TltsimError(f"batch_tokens {self.batch_tokens}: must hold the longest problem, "
                               f">= {8 * self.task.max_steps + 32}")
+
+
+def task_grpo(task: str | None, **overrides) -> GRPOConfig:
+    """The GRPO update of a run on `task`: its TASK_GRPO defaults, then `overrides` (those not None)."""
+    return GRPOConfig(**{**TASK_GRPO.get(task or "", {}), **{k: v for k, v in overrides.items() if v is not None}})

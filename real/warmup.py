@@ -117,17 +117,17 @@ def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: 
 def make_drafter(model: str, out: str | Path, problems: int = 160, max_new_tokens: int = 128, vocab: int = 2048,
                  steps: int = 400, batch_size: int = 8, lr: float = 3e-3, unroll: int = 1, heldout: int = 16,
                  seed: int = 0, data: str | Path | None = None, command: str = "", collect_batch: int = 16,
-                 log=print) -> dict:
+                 log=print, task: str = "wordproblems") -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
-    from real.models import load_target, load_tokenizer
+    from real.models import load_target, load_task
 
     if unroll < 1:
         raise TltsimError(f"--unroll {unroll}: must be >= 1")
     t0 = time.perf_counter()
-    target, task = load_target(model), WordProblemTask(load_tokenizer(model))
-    meta = {"model": known_name(model) or str(model), "problems": problems, "seed": seed,
+    meta = {"model": known_name(model) or str(model), "task": task, "problems": problems, "seed": seed,
             "max_new_tokens": max_new_tokens, "batch": collect_batch}
+    target, task = load_target(model), load_task(model, task)
     pairs = load_pairs(data, meta) if data else None
     if pairs is None:
         train = task.sample(np.random.default_rng(seed), problems, split="train")
