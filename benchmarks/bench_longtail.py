@@ -8,7 +8,10 @@ workload's defaults otherwise, or --run-args on top) and polls the resident memo
 the run starts, every 0.2 s (psutil). Reports per worker its peak resident memory (target: under 4 GB), and
 per step the rollout's share of the step (target: >= 70% with the defaults; the issue's one-step check: >=
 60%), the longest response over the median one (>= 4; one-step check >= 3) and the longest (>= 512 tokens),
-with the load average before and after (the machine is shared: the share moves with it).
+with the load average before and after (the machine is shared: the share moves with it). First, from the
+task generator and SmolLM2's tokenizer alone (no model): the worked reference answers' lengths over 200
+seeded steps of 8 problems x 4 samples, which is the shape the task asks for (the model's own answers are
+what the run then measures); `--reference-only` stops there.
 """
 from __future__ import annotations
 
@@ -49,13 +52,39 @@ def run(command: list[str]) -> dict[int, int]:
     return peak
 
 
+def reference_shape(steps: int = 200, prompts: int = 8, group: int = 4) -> dict:
+    """Per-step longest / median and longest of the worked reference answers (tokens, end of turn included)."""
+    import numpy as np
+
+    from real.models import load_task
+
+    task = load_task("smollm2-135m", "longtail")
+    ratios, longest = [], []
+    for step in range(steps):
+        lengths = [len(task.solution_ids(p)) for p in task.sample(np.random.default_rng(step), prompts)] * group
+        ratios.append(max(lengths) / np.median(lengths))
+        longest.append(max(lengths))
+    problems = task.sample(np.random.default_rng(0), 1000)
+    answers = [len(task.solution_ids(p)) for p in problems]
+    prompt = [len(task.prompt_ids(p)) for p in problems]
+    pct = lambda x: [round(float(v), 1) for v in np.percentile(x, [50, 90, 99, 100])]  # noqa: E731
+    return {"steps": steps, "longest_over_median_p5_p50_p95": [round(float(v), 2) for v in np.percentile(ratios, [5, 50, 95])],
+            "steps_with_ratio_ge_4": round(float(np.mean(np.array(ratios) >= 4)), 3),
+            "steps_with_longest_ge_512": round(float(np.mean(np.array(longest) >= 512)), 3),
+            "answer_tokens_p50_p90_p99_max": pct(answers), "prompt_tokens_p50_p90_p99_max": pct(prompt)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--policy", default="verl", choices=("verl", "tlt"))
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("-o", "--out", default="out/bench_longtail", help="run directory (replaced)")
     ap.add_argument("--run-args", default="", help="more `tltsim real run` options, e.g. \"--prompts 4\"")
+    ap.add_argument("--reference-only", action="store_true", help="the reference answers' shape alone, no run")
     args = ap.parse_args()
+    print(f"reference answers: {json.dumps(reference_shape())}", flush=True)
+    if args.reference_only:
+        return
     out = ROOT / args.out
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "tltsim", "real", "run", "--model", "smollm2-135m", "--task", "longtail",

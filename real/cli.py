@@ -162,8 +162,8 @@ def add_run(sub) -> None:
                    help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
     p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
                    "the current target (steps column static_drafter_accepted; a spot-training policy only)")
-    p.add_argument("--spot-lr", type=float, default=d["spot_lr"],
-                   help="spot training's drafter learning rate (default %(default)s)")
+    p.add_argument("--spot-lr", type=float, default=None, help="spot training's drafter learning rate (default: "
+                   "1e-5 from a drafter warmed up before the run, the warm-up's 1e-3 after a warm-up in the run)")
     p.add_argument("--speed-probe", type=int, default=d["speed_probe"], help="plain decode iterations that time the "
                    "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
     p.add_argument("--resume", action="store_true",

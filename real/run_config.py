@@ -9,7 +9,11 @@ from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always")
-DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
+DTYPES = ("float32", "float64", "bfloat16")
+# spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on
+# a step's 8 answers with the target fixed, went 2.72 -> 2.38 tokens per call at 1e-3, 2.61 at 1e-4, 2.81 at 1e-5
+# (benchmarks/results/NOTES.md, "Why the spot-trained drafter fell behind")
+WARM_SPOT_LR = 1e-5  # torch dtypes by name (torch.float32 ...), resolved in the worker
 
 
 @dataclass(frozen=True)
@@ -35,8 +39,8 @@ class RunConfig:
     warmup_steps: int = 40  # ... and AdamW steps on them (short: the run's own training should matter)
     drafter_batch: int = 8  # sequences per drafter training batch (warm-up and spot training)
     drafter_lr: float = 1e-3  # drafter AdamW learning rate of the warm-up (no --drafter)
-    spot_lr: float = 1e-4  # ... and of spot training: at 1e-3 a warm drafter overfits a step's few answers and
-    # falls behind (benchmarks/results/NOTES.md, "Spot training that keeps up")
+    spot_lr: float | None = None  # ... and of spot training (None: WARM_SPOT_LR from a drafter warmed up before the
+    # run, --drafter or a shipped one; drafter_lr after the run's own short warm-up, which is far from converged)
     probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
     probe_static: bool = False  # also probe the starting drafter, never trained (steps column static_drafter_accepted)
     speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
@@ -58,6 +62,8 @@ class RunConfig:
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.spot_lr is not None and not self.spot_lr > 0:
+            raise TltsimError(f"spot_lr={self.spot_lr}: must be > 0")
         for name in ("probe", "speed_probe"):
             if getattr(self, name) < 0:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")

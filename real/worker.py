@@ -20,7 +20,7 @@ from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
 from real.record import Recorder, WorkerStep
-from real.run_config import RunConfig
+from real.run_config import WARM_SPOT_LR, RunConfig
 from real.settings import SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
 from real.warmup import find_shipped_drafter
@@ -244,7 +244,10 @@ class Worker:
         """This worker's AdamW over its drafter copy, kept across steps (the weights it steps are
         averaged in place at every weight sync; its moments stay its own)."""
         if self.drafter_opt is None:
-            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=self.config.spot_lr)
+            cfg = self.config
+            warm = cfg.drafter or find_shipped_drafter(cfg.model)
+            lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
+            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=lr)
             if self.drafter_opt_state is not None:
                 self.drafter_opt.load_state_dict(self.drafter_opt_state)
         return self.drafter_opt

@@ -62,9 +62,10 @@ def test_worked_answers_have_reasoning_rls_shape_within_a_step():
 
 
 def test_the_task_by_name_and_its_update():
-    assert RunConfig(task="longtail").validate.__self__.task == "longtail"
     with pytest.raises(TltsimError, match="task 'nope'"):
         RunConfig(task="nope", model="test-llama").validate()
+    with pytest.raises(TltsimError, match="spot_lr"):
+        RunConfig(spot_lr=0.0, model="test-llama").validate()
     cfg = RunConfig(task="gcd", model="test-llama").validate()
     assert cfg.grpo == GRPOConfig()  # a task without defaults of its own gets GRPOConfig's
     assert task_grpo("longtail") == GRPOConfig(**TASK_GRPO["longtail"]) and task_grpo("longtail").lora_rank > 0
