@@ -14,7 +14,7 @@ import time
 from dataclasses import fields
 
 from real import hub
-from real.settings import PRESETS, PretrainConfig, SpeedSettings, WarmupSettings
+from real.settings import PRESETS, TASKS, PretrainConfig, SpeedSettings, WarmupSettings
 from tltsim.argparser import Parser, number, parse, show_progress, whole
 from tltsim.errors import TltsimError
 
@@ -55,6 +55,9 @@ def add_profile(sub) -> None:
     p.add_argument("-o", "--out", required=True, help="profile CSV to write")
     p.add_argument("--model", default="tiny-llama", help="a save_pretrained directory, a known model (e.g. "
                    "smollm2-135m) or a preset (default %(default)s)")
+    p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
+                   "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
+                   "real/longtail.py)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
                    "--model, as `tltsim real run` starts from, else a fresh one)")
     p.add_argument("--max-new-tokens", type=whole(1), default=None, help="response cap of the target's own answers "
@@ -98,16 +101,16 @@ def _profile(args) -> int:
 
     strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     if args.max_new_tokens is None:
-        args.max_new_tokens = load_task(args.model).max_response_tokens
+        args.max_new_tokens = load_task(args.model, args.task).max_response_tokens
     settings = ProfileSettings(batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
                                strategies=strategies, repeats=args.repeats, train_rows=ints(args.train_rows, "--train-rows"),
                                seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
                                max_new_tokens=args.max_new_tokens)
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
-        load_task(args.model)
+        load_task(args.model, args.task)
         if args.drafter:
             drafting.load(args.drafter, load_target(args.model, args.device))
-    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings)
+    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings, task=args.task)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")
@@ -131,6 +134,9 @@ def add_run(sub) -> None:
     p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory (gcd task), a "
                    "known model (e.g. smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word "
                    "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
+    p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
+                   "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
+                   "real/longtail.py)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: the one shipped "
                    "for a known --model, else warm one up on the target's own answers)")
     p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
@@ -139,18 +145,25 @@ def add_run(sub) -> None:
     p.add_argument("--group", type=whole(1), default=d["group"], help="samples per prompt (default %(default)s)")
     p.add_argument("--seed", type=whole(0), default=d["seed"])
     p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
-    p.add_argument("--temperature", type=number(above=0), default=d["temperature"])
+    p.add_argument("--temperature", type=number(above=0), default=None,
+                   help="sampling temperature (default: the task's: 0.7 for longtail, else 1.0)")
     p.add_argument("--max-new-tokens", type=whole(1), default=None,
                    help="response cap (default: the task's longest reference response)")
     p.add_argument("--max-running", type=whole(1), default=None, help="rows an engine runs at once (default: its share)")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                    help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
-    p.add_argument("--lr", type=number(above=0), default=g.lr, help="GRPO learning rate (default %(default)s)")
-    p.add_argument("--kl", type=number(minimum=0), default=g.kl, help="KL weight to the initial target (default %(default)s)")
+    p.add_argument("--lr", type=number(above=0), default=g.lr, help="GRPO learning rate")
+    p.add_argument("--kl", type=number(minimum=0), default=g.kl, help="KL weight to the initial target")
+    p.add_argument("--lora-rank", type=whole(0), default=None, help="train LoRA adapters of this rank instead of every "
+                   "weight (0: every weight; default: the task's, 16 for longtail, else 0)")
     p.add_argument("--warmup-steps", type=whole(0), default=d["warmup_steps"],
                    help="drafter warm-up AdamW steps without --drafter (default %(default)s)")
     p.add_argument("--probe", type=whole(0), default=d["probe"],
                    help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
+    p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
+                   "the current target (steps column static_drafter_accepted; a spot-training policy only)")
+    p.add_argument("--spot-lr", type=number(above=0), default=None, help="spot training's drafter learning rate "
+                   "(default: 1e-5 from a drafter warmed up before the run, the warm-up's 1e-3 after a warm-up in the run)")
     p.add_argument("--speed-probe", type=whole(0), default=d["speed_probe"], help="plain decode iterations that time the "
                    "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
     p.add_argument("--resume", action="store_true",
@@ -179,9 +192,7 @@ def _run_command(args) -> str:
 
 
 def _run(args) -> int:
-    from dataclasses import replace as dc_replace
-
-    from real.settings import GRPOConfig
+    from real.settings import task_grpo
     from real.run import RunConfig, launch
     from tltsim.control.decisions import knobs_from_text
 
@@ -193,12 +204,14 @@ def _run(args) -> int:
                      "empty or a run of `tltsim real run`")
     check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
     check_target(args.model)  # here, with its message, not in every worker after they spawn
-    config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model,
+    config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model, task=args.task,
                        drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
                        group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
                        max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=knobs_from_text(args.knob),
-                       grpo=dc_replace(GRPOConfig(), lr=args.lr, kl=args.kl), warmup_steps=args.warmup_steps,
-                       probe=args.probe, speed_probe=args.speed_probe)
+                       grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank),
+                       warmup_steps=args.warmup_steps,
+                       probe=args.probe, probe_static=args.probe_static, spot_lr=args.spot_lr,
+                       speed_probe=args.speed_probe)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args), bar=show_progress(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0
@@ -238,6 +251,8 @@ def add_drafter(sub) -> None:
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
     d = {f.name: f.default for f in fields(WarmupSettings)}
     p.add_argument("--problems", type=whole(1), default=d["problems"], help="training problems answered")
+    p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
+                   help="the chat task whose problems it answers (longtail: real/longtail.py)")
     p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
     p.add_argument("--vocab", type=whole(1), default=d["vocab"], help="draft vocabulary size")
     p.add_argument("--steps", type=whole(1), default=d["steps"], help="AdamW steps")
@@ -261,11 +276,11 @@ def _drafter(args) -> int:
         raise TltsimError(f"-o and --data name one file, {args.out}; the answers and the drafter need a file each")
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
-        ("model", args.model), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
+        ("model", args.model), ("task", args.task), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
         ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
         ("seed", args.seed), ("threads", args.threads))])
     settings = WarmupSettings(problems=args.problems, max_new_tokens=args.max_new_tokens, vocab=args.vocab,
-                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed)
+                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed, task=args.task)
     result = make_drafter(args.model, args.out, settings, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))
@@ -288,6 +303,8 @@ def add_speed(sub) -> None:
                    "(GRPO's group)")
     p.add_argument("--temperature", type=number(above=0), default=d["temperature"],
                    help="sample at this temperature (default: greedy)")
+    p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
+                   help="the chat task whose problems it answers (longtail: real/longtail.py)")
     p.add_argument("--strategy", default=d["strategy"], help="depth_topk_verify (4_1_4: a chain of 4)")
     p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
     p.add_argument("--rounds", type=whole(1), default=d["rounds"], help="timed runs of each mode per batch size")
@@ -298,9 +315,8 @@ def add_speed(sub) -> None:
 
 def _speed(args) -> int:
     from real import drafting, speed
-    from real.models import load_target, load_tokenizer
+    from real.models import load_target, load_task
     from real.spec import draftable
-    from real.wordproblems import WordProblemTask
 
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
     if not batches or len(batches) != len(args.batches.split(",")):
@@ -315,7 +331,7 @@ def _speed(args) -> int:
     for name in names:  # a bad name fails here, before anything is timed
         drafting.load(name, target, args.model)
     factories = {name: (lambda name=name: drafting.load(name, target, args.model)) for name in names}
-    prompts = speed.heldout_prompts(WordProblemTask(load_tokenizer(args.model)), -(-max(batches) // args.group))
+    prompts = speed.heldout_prompts(load_task(args.model, args.task), -(-max(batches) // args.group))
     _check_memory(target, max(batches), max(map(len, prompts)) + args.max_new_tokens, args.device)
     rows = speed.measure(target, factories, prompts, settings,
                          log=lambda row: print(f"measured: {json.dumps(row)}", file=sys.stderr, flush=True))

@@ -21,18 +21,18 @@ one-batch update's, up to float rounding.
 """
 from __future__ import annotations
 
+import contextlib
 import socket
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.utils.checkpoint import checkpoint
 
 from tltsim.padding import micro_batches
+from real import lora
 from real.settings import GRPOConfig
 from tltsim.errors import TltsimError
-
-
-
 
 
 def group_advantages(rewards: np.ndarray) -> np.ndarray:
@@ -48,13 +48,15 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
 
     Returns logp float32 [B, R] (R = longest response) and mask bool [B, R]; gradients flow when
     the caller has them enabled. Sequences are right-padded; padding is masked out of attention.
+    The decoder's last hidden states of the response positions go through the lm_head in chunks of
+    LOGPROB_CHUNK positions (`token_logprobs`), so no [B, width, vocabulary] logits exist at once.
     """
     device = next(model.parameters()).device
     lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
     width, longest = max(lens), max(len(r) for r in responses)
     ids = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
     attn = torch.zeros(len(prompts), width, dtype=torch.long, device=device)
-    index = torch.zeros(len(prompts), longest, dtype=torch.long, device=device)  # logit row predicting each token
+    index = torch.zeros(len(prompts), longest, dtype=torch.long, device=device)  # hidden state predicting each token
     mask = torch.zeros(len(prompts), longest, dtype=torch.bool, device=device)
     targets = torch.zeros(len(prompts), longest, dtype=torch.long, device=device)
     for b, (p, r) in enumerate(zip(prompts, responses)):
@@ -63,10 +65,27 @@ def response_logprobs(model, prompts: list[list[int]], responses: list[list[int]
         index[b, : len(r)] = torch.arange(len(p) - 1, len(p) + len(r) - 1, device=device)
         targets[b, : len(r)] = torch.as_tensor(r, device=device)
         mask[b, : len(r)] = True
-    logits = model(input_ids=ids, attention_mask=attn).logits.float()  # [B, width, V]
-    logits = logits.gather(1, index[:, :, None].expand(-1, -1, logits.shape[2]))  # [B, R, V]
-    logp = torch.log_softmax(logits, dim=-1).gather(2, targets[:, :, None])[:, :, 0]
-    return logp * mask, mask
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, width, H]
+    hidden = hidden.gather(1, index[:, :, None].expand(-1, -1, hidden.shape[2]))  # [B, R, H]
+    logp = token_logprobs(model.get_output_embeddings(), hidden.reshape(-1, hidden.shape[2]), targets.reshape(-1))
+    return logp.view(targets.shape) * mask, mask
+
+
+LOGPROB_CHUNK = 256  # positions per lm_head chunk: [256, vocabulary] float logits (48 MiB at SmolLM2's 49152)
+
+
+def token_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = LOGPROB_CHUNK) -> torch.Tensor:
+    """log softmax(head(hidden))[target] per row of hidden [N, H], targets long [N] -> float32 [N], `chunk` rows
+    at a time. With gradients on, each chunk is checkpointed: its logits are recomputed in the backward pass
+    instead of kept, so the memory is a chunk's logits, not N rows'."""
+    def part(h, t):
+        logits = head(h).float()
+        return logits.gather(1, t[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+
+    grad = torch.is_grad_enabled() and hidden.requires_grad
+    out = [checkpoint(part, h, t, use_reentrant=False) if grad else part(h, t)
+           for h, t in zip(hidden.split(chunk), targets.split(chunk))]
+    return torch.cat(out) if out else hidden.new_zeros(0)
 
 
 def token_losses(logp, old, adv, mask, clip: float, ref=None, kl: float = 0.0) -> torch.Tensor:
@@ -87,30 +106,42 @@ class GRPO:
     initialised, `update` all-reduces gradients and token counts; without one it trains alone.
     """
 
-    def __init__(self, model, config: GRPOConfig = GRPOConfig(), reference=None):
+    def __init__(self, model, config: GRPOConfig = GRPOConfig(), reference=None, seed: int = 0):
         if config.kl > 0 and reference is None:
             raise TltsimError("grpo kl > 0 needs a reference model")
-        self.model = model
+        self.model = lora.add_lora(model, config.lora_rank, seed) if config.lora_rank else model
         self.config = config
         self.reference = reference
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
+        self.params = [p for p in model.parameters() if p.requires_grad]  # what the update trains
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr)
+
+    def trained_rows(self, advantages) -> list[int]:
+        """The rows `update` computes: all, or with `skip_zero_advantage` (and no KL term) those whose advantage
+        is not zero (a group whose rewards agree adds exactly nothing to the gradient)."""
+        adv = np.asarray(advantages, dtype=np.float64)
+        if self.config.skip_zero_advantage and self.config.kl == 0:
+            return np.flatnonzero(adv != 0).tolist()
+        return list(range(len(adv)))
 
     @torch.no_grad()
-    def old_logprobs(self, prompts, responses) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(old, ref) log-probs [B, R] of the responses under the rollout policy and the reference (None if unused)."""
+    def old_logprobs(self, prompts, responses, advantages=None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(old, ref) log-probs [B, R] of the responses under the rollout policy and the reference (None if unused),
+        of `trained_rows(advantages)` when given (zeros elsewhere: the update does not read them)."""
         if not prompts:
             return None, None
+        rows = self.trained_rows(advantages) if advantages is not None else list(range(len(prompts)))
         self.model.eval()
-        old = self._logprobs(self.model, prompts, responses)
-        ref = self._logprobs(self.reference, prompts, responses) if self.config.kl > 0 else None
+        old = self._logprobs(self.model, prompts, responses, rows)
+        ref = self._logprobs(self.reference, prompts, responses, rows) if self.config.kl > 0 else None
         return old, ref
 
-    def _logprobs(self, model, prompts, responses) -> torch.Tensor:
-        """`response_logprobs` over micro-batches, gathered into one [B, R] tensor."""
+    def _logprobs(self, model, prompts, responses, rows: list[int]) -> torch.Tensor:
+        """`response_logprobs` of `rows` over micro-batches, gathered into one [B, R] tensor."""
         out = torch.zeros(len(prompts), max(len(r) for r in responses))
-        for rows in micro_batches([len(p) + len(r) for p, r in zip(prompts, responses)], self.config.micro_batch_tokens):
-            logp, _ = response_logprobs(model, [prompts[i] for i in rows], [responses[i] for i in rows])
-            out[rows, : logp.shape[1]] = logp.cpu()
+        for part in micro_batches([len(prompts[i]) + len(responses[i]) for i in rows], self.config.micro_batch_tokens):
+            mb = [rows[j] for j in part]
+            logp, _ = response_logprobs(model, [prompts[i] for i in mb], [responses[i] for i in mb])
+            out[mb, : logp.shape[1]] = logp.cpu()
         return out
 
     def update(self, prompts, responses, advantages, old, ref) -> dict:
@@ -122,37 +153,51 @@ class GRPO:
         cfg = self.config
         chunks = np.array_split(np.arange(len(prompts)), cfg.mini_batches)
         adv_all = torch.as_tensor(np.asarray(advantages, dtype=np.float32))
+        trained = set(self.trained_rows(advantages))
         stats = {}
         device = next(self.model.parameters()).device
         self.model.train()
-        for rows in chunks:
-            self.optimizer.zero_grad(set_to_none=False)
-            sel = rows.tolist()
-            local = torch.zeros(3, dtype=torch.float64, device=device)  # tokens, loss sum, clipped tokens
-            total = _all_reduce(torch.tensor([float(sum(len(responses[i]) for i in sel))], dtype=torch.float64,
-                                             device=device))[0]
-            lengths = [len(prompts[i]) + len(responses[i]) for i in sel]
-            for part in micro_batches(lengths, cfg.micro_batch_tokens) if sel else []:
-                mb = [sel[j] for j in part]
-                logp, mask = response_logprobs(self.model, [prompts[i] for i in mb], [responses[i] for i in mb])
-                width = logp.shape[1]
-                o = old[mb, :width].to(logp.device)
-                r = ref[mb, :width].to(logp.device) if ref is not None else None
-                per_token = token_losses(logp, o, adv_all[mb].to(logp.device), mask, cfg.clip, r, cfg.kl)
-                (per_token.sum() / total).backward()
-                clipped = ((torch.exp(logp - o).detach() - 1).abs() > cfg.clip) & mask
-                local += torch.tensor([float(mask.sum()), float(per_token.sum().detach()), float(clipped.sum())],
-                                      dtype=torch.float64, device=device)
-            for p in self.model.parameters():
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-            all_reduce_tensors([p.grad for p in self.model.parameters()])
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
-            self.optimizer.step()
-            tot = _all_reduce(local)
-            stats = {"loss": float(tot[1] / max(tot[0], 1.0)), "clip_frac": float(tot[2] / max(tot[0], 1.0))}
+        with lora.unmerged(self.model) if cfg.lora_rank else contextlib.nullcontext():
+            for rows in chunks:
+                self.optimizer.zero_grad(set_to_none=False)
+                local = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, clipped tokens
+                total = _all_reduce(torch.tensor([float(sum(len(responses[i]) for i in rows))], dtype=torch.float64,
+                                                 device=device))[0]
+                sel = [i for i in rows.tolist() if i in trained]
+                lengths = [len(prompts[i]) + len(responses[i]) for i in sel]
+                for part in micro_batches(lengths, cfg.micro_batch_tokens) if sel else []:
+                    mb = [sel[j] for j in part]
+                    logp, mask = response_logprobs(self.model, [prompts[i] for i in mb], [responses[i] for i in mb])
+                    width = logp.shape[1]
+                    o = old[mb, :width].to(logp.device)
+                    r = ref[mb, :width].to(logp.device) if ref is not None else None
+                    per_token = token_losses(logp, o, adv_all[mb].to(logp.device), mask, cfg.clip, r, cfg.kl)
+                    (per_token.sum() / total).backward()
+                    clipped = ((torch.exp(logp - o).detach() - 1).abs() > cfg.clip) & mask
+                    local += torch.tensor([float(per_token.sum().detach()), float(clipped.sum())],
+                                          dtype=torch.float64, device=device)
+                for p in self.params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                all_reduce_tensors([p.grad for p in self.params])
+                torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                self.optimizer.step()
+                tot = _all_reduce(local)
+                stats = {"loss": float(tot[0] / max(total, 1.0)), "clip_frac": float(tot[1] / max(total, 1.0))}
         self.model.eval()
         return stats
+
+    def save_target(self, directory) -> None:
+        """The target's weights as a save_pretrained directory (a LoRA target's merged, its adapters beside)."""
+        if self.config.lora_rank:
+            lora.save_merged(self.model, directory)
+        else:
+            self.model.save_pretrained(directory)
+
+    def resume(self, directory) -> None:
+        """After building on a checkpoint's target directory: a LoRA target's adapters, as saved (else nothing)."""
+        if self.config.lora_rank:
+            lora.resume(self.model, directory)
 
 
 def all_reduce_tensors(tensors: list[torch.Tensor]) -> None:

@@ -15,7 +15,8 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from real.hub import KNOWN, resolve_model
-from real.settings import PRESETS
+from real.longtail import LongTailTask
+from real.settings import PRESETS, TASKS
 from real.task import TASK_FILE, GcdTask, Tokenizer
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
@@ -93,11 +94,18 @@ def load_tokenizer(path_or_name: str | Path):
         raise TltsimError(f"{path}: its tokenizer does not load ({e}); save the tokenizer beside the model") from None
 
 
-def load_task(path_or_name: str | Path) -> GcdTask | WordProblemTask:
-    """The task a target runs on: the GcdTask of a `tltsim real pretrain` directory (its task file); word
-    problems through the chat template of a save_pretrained directory's (or a known model's) own tokenizer;
-    the default GcdTask for a preset. TltsimError for a directory with neither a task file nor a tokenizer."""
+def load_task(path_or_name: str | Path, task: str | None = None) -> GcdTask | WordProblemTask:
+    """The task a target runs on: `task` by name (real.settings.TASKS) or, without one, its own: the GcdTask
+    of a `tltsim real pretrain` directory (its task file); word problems through the chat template of a
+    save_pretrained directory's (or a known model's) own tokenizer; the default GcdTask for a preset.
+    TltsimError for a directory with neither a task file nor a tokenizer, or a task the target cannot run."""
     path = Path(resolve_model(path_or_name))
+    if task is not None:
+        if task not in TASKS:
+            raise TltsimError(f"--task {task!r}: use one of {', '.join(TASKS)}")
+        if task == "gcd":
+            return GcdTask.load(path) if (path / TASK_FILE).is_file() else GcdTask()
+        return (LongTailTask if task == "longtail" else WordProblemTask)(load_tokenizer(path_or_name))
     if not (path / "config.json").is_file():
         return GcdTask()
     has_tokenizer = (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()

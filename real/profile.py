@@ -47,7 +47,7 @@ from real.adaptive import rollout
 from real.generate import Engine, generate
 from real.grpo import GRPO, barrier, free_port
 from real.models import load_target, load_task
-from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams
+from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
 from real.task import GcdTask
 from real.warmup import find_shipped_drafter
 from tltsim.errors import TltsimError
@@ -70,6 +70,7 @@ def profile(target, drafter: drafting.Trainable | None = None, settings: Profile
     seed, sampling, repeats = cfg.seed, cfg.sampling, cfg.repeats
     strategies = cfg.strategies or tuple(str(a) for a in DEFAULT_ARMS) + ("4_1_4",)
     rng = np.random.default_rng(seed)
+    trainer = GRPO(target, cfg.grpo, seed=seed)  # a LoRA update's adapters are on the target, merged, from the start
     drafter = drafter or drafting.kind("eagle").for_target(target, seed=seed)
     if not isinstance(drafter, drafting.Trainable):
         raise TltsimError(f"profile: a {drafter.kind} drafter does not train; profile a trained drafter's checkpoint")
@@ -94,7 +95,7 @@ def profile(target, drafter: drafting.Trainable | None = None, settings: Profile
             progress(i + 1, len(grid))
     train_rng = np.random.default_rng(seed if cfg.train_seed is None else cfg.train_seed)
     sequences = train_lengths(target, task or GcdTask(), train_rng, sampling, cfg.max_new_tokens, seed)
-    rows += _time_training(target, drafter, sequences, cfg.train_rows, repeats, train_rng)
+    rows += _time_training(trainer, drafter, sequences, cfg.train_rows, repeats, train_rng)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -123,9 +124,11 @@ def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingPa
 
 
 def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1,
-                      drafter: str | None = None, settings: ProfileSettings = ProfileSettings()) -> pd.DataFrame:
-    """`profile` (with `settings`) of target `model` (a preset, a save_pretrained directory or a known model, whose task it uses:
-    real.models.load_task) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
+                      drafter: str | None = None, settings: ProfileSettings = ProfileSettings(),
+                      task: str | None = None) -> pd.DataFrame:
+    """`profile` (with `settings`) of target `model` (a preset, a save_pretrained directory or a known model) on
+    `task` (by name, with its GRPO update, real.settings.task_grpo; default: the model's own, real.models.load_task)
+    with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
     starts from, else a fresh one) in `processes`
     processes at once, each with `threads` torch threads and seed `settings.seed + rank`, as a run's workers share the
     machine: in a gloo process group, so each grid cell and each training measurement starts on every process
@@ -134,14 +137,15 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
     `settings.seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
     Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
-        return _profile_rank(0, model, device, threads, drafter, settings)
+        return _profile_rank(0, model, device, threads, drafter, settings, task)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, drafter, settings, tmp, processes, free_port()),
+        mp.spawn(_profile_rank, args=(model, device, threads, drafter, settings, task, tmp, processes, free_port()),
                  nprocs=processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 
-def _profile_rank(rank, model, device, threads, drafter, settings, out_dir=None, world=1, port=0) -> pd.DataFrame:
+def _profile_rank(rank, model, device, threads, drafter, settings, task=None, out_dir=None, world=1,
+                  port=0) -> pd.DataFrame:
     torch.set_num_threads(threads)
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
@@ -149,8 +153,8 @@ def _profile_rank(rank, model, device, threads, drafter, settings, out_dir=None,
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
         target = load_target(model, device)
         start = drafter or find_shipped_drafter(model)
-        ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed)
-        df = profile(target, drafting.load(start, target) if start else None, ranked, task=load_task(model),
+        ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed, grpo=task_grpo(task))
+        df = profile(target, drafting.load(start, target) if start else None, ranked, task=load_task(model, task),
                      progress=progress)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)
@@ -205,13 +209,13 @@ def _row(kind, batch=0, context=0, tokens=0, sq_tokens=0, depth=0, topk=0, verif
             "depth": depth, "topk": topk, "verify": verify, "seconds": float(seconds)}
 
 
-def _time_training(target, drafter, sequences, rows_per_batch, repeats, rng) -> list[dict]:
+def _time_training(grpo: GRPO, drafter, sequences, rows_per_batch, repeats, rng) -> list[dict]:
     """GRPO's reward-stage forward (old log-probs) and update, and a drafter train step, as a run calls them,
     on batches of `rows` sequences whose (prompt, response) lengths are drawn from `sequences`."""
     out = []
+    target = grpo.model
     vocab = target.get_output_embeddings().weight.shape[0]
     dtype, device = next(target.parameters()).dtype, next(target.parameters()).device
-    grpo = GRPO(target)
     dopt = torch.optim.AdamW(drafter.parameters(), lr=0.0)
     for opt in (grpo.optimizer, dopt):  # time the steps, leave the weights alone
         for group in opt.param_groups:

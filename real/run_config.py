@@ -3,13 +3,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
-from real.settings import SHIPPED_TARGET, GRPOConfig, SamplingParams
+from real.settings import SHIPPED_TARGET, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto")
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
+# spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on
+# a step's 8 answers with the target fixed, went 2.72 -> 2.38 tokens per call at 1e-3, 2.61 at 1e-4, 2.81 at 1e-5
+# (benchmarks/results/NOTES.md, "Why the spot-trained drafter fell behind")
+WARM_SPOT_LR = 1e-5
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,7 @@ class RunConfig:
     workers: int = 2  # worker processes (one rollout engine each)
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
+    task: str | None = None  # one of real.settings.TASKS, e.g. longtail (None: the model's own, real.models.load_task)
     drafter: str | None = None  # drafter to start from; None: a known model's shipped one, else warm one up
     device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
@@ -25,16 +30,19 @@ class RunConfig:
     group: int = 4  # samples per prompt (GRPO group size)
     seed: int = 0  # prompts, sampling, tuners, drafter init and batches
     greedy: bool = False  # argmax decoding (every sample of a group is then the same)
-    temperature: float = 1.0  # sampling temperature when not greedy
+    temperature: float | None = None  # sampling temperature when not greedy (None: the task's, real.settings)
     max_new_tokens: int | None = None  # response cap (None: the task's default, max_response_tokens; validate sets it)
     max_running: int | None = None  # rows an engine runs at once (None: its whole share)
     knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/control/decisions.py)
-    grpo: GRPOConfig = GRPOConfig()  # the target's update
+    grpo: GRPOConfig | None = None  # the target's update (None: the task's defaults, real.settings.task_grpo)
     warmup_prompts: int = 32  # drafter warm-up (no --drafter): responses of the initial target to train on
     warmup_steps: int = 40  # ... and AdamW steps on them (short: the run's own training should matter)
     drafter_batch: int = 8  # sequences per drafter training batch (warm-up and spot training)
-    drafter_lr: float = 1e-3  # drafter AdamW learning rate
+    drafter_lr: float = 1e-3  # drafter AdamW learning rate of the warm-up (no --drafter)
+    spot_lr: float | None = None  # ... and of spot training (None: WARM_SPOT_LR from a drafter warmed up before the
+    # run, --drafter or a shipped one; drafter_lr after the run's own short warm-up, which is far from converged)
     probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
+    probe_static: bool = False  # also probe the starting drafter, never trained (steps column static_drafter_accepted)
     speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
 
     def validate(self) -> "RunConfig":
@@ -43,11 +51,19 @@ class RunConfig:
             extra = " (tlt-base needs a model-free drafter, which the real engine does not have)" \
                 if self.policy == "tlt-base" else ""
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}{extra}")
+        if self.task is not None and self.task not in TASKS:
+            raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
+        if self.grpo is None:
+            return replace(self, grpo=task_grpo(self.task)).validate()
+        if self.temperature is None:
+            return replace(self, temperature=TASK_TEMPERATURE.get(self.task or "", 1.0)).validate()
         if self.max_new_tokens is None:
-            return replace(self, max_new_tokens=self.task().max_response_tokens).validate()
+            return replace(self, max_new_tokens=self.make_task().max_response_tokens).validate()
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
+        if self.spot_lr is not None and not self.spot_lr > 0:
+            raise TltsimError(f"spot_lr={self.spot_lr}: must be > 0")
         for name in ("probe", "speed_probe"):
             if getattr(self, name) < 0:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
@@ -65,12 +81,12 @@ class RunConfig:
         self.tlt_knobs()
         return self
 
-    def task(self):
-        """The target's task (real.models.load_task: its checkpoint's task file, word problems through a chat
-        model's own template, the default task for a preset)."""
+    def make_task(self):
+        """The run's task: `task` by name, or the target's own (real.models.load_task: its checkpoint's task
+        file, word problems through a chat model's own template, the default task for a preset)."""
         from real.models import load_task  # transformers: only when a run is set up
 
-        return load_task(self.model)
+        return load_task(self.model, self.task)
 
     def tlt_knobs(self) -> DecisionKnobs | None:
         """The policy's decision knobs (None for verl); TltsimError for unknown ones (the simulator's models of

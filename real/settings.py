@@ -46,6 +46,14 @@ PRESETS = {
 SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
 
 
+# the tasks a target can run on by name (`--task`; none given: its own, real.models.load_task)
+TASKS = ("gcd", "wordproblems", "longtail")
+# a task's GRPO defaults where they differ from GRPOConfig's (real/longtail.py says why these)
+TASK_GRPO = {"longtail": {"lora_rank": 16, "skip_zero_advantage": True, "micro_batch_tokens": 2048}}
+# a task's sampling temperature where it is not 1 (at 1 SmolLM2-135M's long worked answers turn to noise)
+TASK_TEMPERATURE = {"longtail": 0.7}
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How the target's next token is chosen, in plain and in speculative decoding alike."""
@@ -82,6 +90,33 @@ RUN_SAMPLING = SamplingParams(greedy=False, temperature=1.0)
 
 
 @dataclass(frozen=True)
+class GRPOConfig:
+    lr: float = 1e-4  # AdamW learning rate of the target
+    clip: float = 0.2  # PPO ratio clip epsilon
+    kl: float = 0.0  # beta: weight of the KL to the frozen initial target (0 = no reference model)
+    mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
+    max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
+    micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
+    lora_rank: int = 0  # > 0: train rank-r LoRA adapters on the attention and MLP projections only (real.lora)
+    skip_zero_advantage: bool = False  # compute neither the old log-probs nor the update of responses whose
+    # advantage is zero (a group whose rewards agree): their gradient is exactly zero when kl is 0
+
+    def __post_init__(self):
+        if not self.lr > 0:
+            raise TltsimError(f"grpo lr={self.lr}: must be > 0")
+        if not 0 < self.clip < 1:
+            raise TltsimError(f"grpo clip={self.clip}: must be in (0, 1)")
+        if self.kl < 0:
+            raise TltsimError(f"grpo kl={self.kl}: must be >= 0")
+        if self.mini_batches < 1:
+            raise TltsimError(f"grpo mini_batches={self.mini_batches}: must be >= 1")
+        if self.micro_batch_tokens < 1:
+            raise TltsimError(f"grpo micro_batch_tokens={self.micro_batch_tokens}: must be >= 1")
+        if self.lora_rank < 0:
+            raise TltsimError(f"grpo lora_rank={self.lora_rank}: must be >= 0 (0: full fine-tuning)")
+
+
+@dataclass(frozen=True)
 class ProfileSettings:
     """The grid real.profile.profile times (`tltsim real profile`)."""
 
@@ -94,6 +129,7 @@ class ProfileSettings:
     sampling: SamplingParams = RUN_SAMPLING  # profile with the sampling of the runs you will validate
     train_seed: int | None = None  # the training batches' draws (None: `seed`)
     max_new_tokens: int = 128  # response cap of the target's own answers the training rows are as long as
+    grpo: GRPOConfig = GRPOConfig()  # the target's update timed (a task's own: task_grpo)
 
     def __post_init__(self):
         for name in ("batches", "contexts", "train_rows"):
@@ -118,6 +154,7 @@ class WarmupSettings:
     heldout: int = 16  # held-out problems tokens per call is measured on
     seed: int = 0  # problem draws and the drafter's init
     collect_batch: int = 16  # prompts decoded together while collecting
+    task: str = "wordproblems"  # the chat task whose problems the target answers (longtail: real/longtail.py)
 
     def __post_init__(self):
         if self.unroll < 1:
@@ -153,28 +190,6 @@ class SpeedSettings:
 
 
 @dataclass(frozen=True)
-class GRPOConfig:
-    lr: float = 1e-4  # AdamW learning rate of the target
-    clip: float = 0.2  # PPO ratio clip epsilon
-    kl: float = 0.0  # beta: weight of the KL to the frozen initial target (0 = no reference model)
-    mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
-    max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
-    micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
-
-    def __post_init__(self):
-        if not self.lr > 0:
-            raise TltsimError(f"grpo lr={self.lr}: must be > 0")
-        if not 0 < self.clip < 1:
-            raise TltsimError(f"grpo clip={self.clip}: must be in (0, 1)")
-        if self.kl < 0:
-            raise TltsimError(f"grpo kl={self.kl}: must be >= 0")
-        if self.mini_batches < 1:
-            raise TltsimError(f"grpo mini_batches={self.mini_batches}: must be >= 1")
-        if self.micro_batch_tokens < 1:
-            raise TltsimError(f"grpo micro_batch_tokens={self.micro_batch_tokens}: must be >= 1")
-
-
-@dataclass(frozen=True)
 class PretrainConfig:
     preset: str = "tiny-llama"  # model architecture and size (real.models.PRESETS)
     steps: int = 600  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
@@ -194,3 +209,8 @@ class PretrainConfig:
         if self.batch_tokens < 8 * self.task.max_steps + 32:
             raise TltsimError(f"batch_tokens {self.batch_tokens}: must hold the longest problem, "
                               f">= {8 * self.task.max_steps + 32}")
+
+
+def task_grpo(task: str | None, **overrides) -> GRPOConfig:
+    """The GRPO update of a run on `task`: its TASK_GRPO defaults, then `overrides` (those not None)."""
+    return GRPOConfig(**{**TASK_GRPO.get(task or "", {}), **{k: v for k, v in overrides.items() if v is not None}})

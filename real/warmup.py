@@ -119,13 +119,13 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
                  data: str | Path | None = None, command: str = "", log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
-    from real.models import load_target, load_tokenizer
+    from real.models import load_target, load_task
 
     s = settings
     t0 = time.perf_counter()
-    target, task = load_target(model), WordProblemTask(load_tokenizer(model))
-    meta = {"model": known_name(model) or str(model), "problems": s.problems, "seed": s.seed,
+    meta = {"model": known_name(model) or str(model), "task": s.task, "problems": s.problems, "seed": s.seed,
             "max_new_tokens": s.max_new_tokens, "batch": s.collect_batch}
+    target, task = load_target(model), load_task(model, s.task)
     pairs = load_pairs(data, meta) if data else None
     if pairs is None:
         train = task.sample(np.random.default_rng(s.seed), s.problems, split="train")

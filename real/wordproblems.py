@@ -68,16 +68,22 @@ class WordProblemConfig:
     heldout_percent: int = 10  # share of problems reserved for evaluation
     max_response_tokens: int = 256  # a run's default cap: an instruct model answers these in well under it,
     # its longest answers run to it (a cap few responses reach, so the tail shows)
+    ops_tail: float = 0.0  # P(n operations) proportional to n ** -ops_tail on 1 .. max_ops (0: uniform; 1: Zipf's
+    # law, a heavy tail: real.longtail)
 
     def __post_init__(self):
         if self.max_ops < 1 or self.max_start < 2:
             raise TltsimError(f"word problems: max_ops {self.max_ops} must be >= 1 and max_start {self.max_start} >= 2")
         if not 0 < self.heldout_percent < 100:
             raise TltsimError(f"word problems: heldout_percent {self.heldout_percent} must be 1..99")
+        if self.ops_tail < 0:
+            raise TltsimError(f"word problems: ops_tail {self.ops_tail} must be >= 0")
 
 
 class WordProblemTask:
     """Draws word problems, writes their chat-template prompts with `tokenizer`, and scores responses."""
+
+    instruction = INSTRUCTION  # what the user's message asks after the problem
 
     def __init__(self, tokenizer, config: WordProblemConfig = WordProblemConfig()):
         if getattr(tokenizer, "chat_template", None) is None:
@@ -113,7 +119,7 @@ class WordProblemTask:
     def _draw(self, rng: np.random.Generator) -> WordProblem:
         x = int(rng.integers(2, self.config.max_start + 1))
         start, ops = x, []
-        for _ in range(int(rng.integers(1, self.config.max_ops + 1))):
+        for _ in range(self._num_ops(rng)):
             choices = ["add", "add"] + (["sub", "sub"] if x > 1 else []) + (["mul"] if x <= 20 else [])
             choices += ["div"] if x % 2 == 0 else []
             op = choices[int(rng.integers(len(choices)))]
@@ -123,9 +129,17 @@ class WordProblemTask:
             x = {"add": x + n, "sub": x - n, "mul": x * n, "div": x // n}[op]
         return WordProblem(NAMES[int(rng.integers(len(NAMES)))], ITEMS[int(rng.integers(len(ITEMS)))], start, tuple(ops))
 
+    def _num_ops(self, rng: np.random.Generator) -> int:
+        """Operations of a new problem: 1 .. max_ops, P(n) proportional to n ** -ops_tail."""
+        if self.config.ops_tail == 0:
+            return int(rng.integers(1, self.config.max_ops + 1))
+        n = np.arange(1, self.config.max_ops + 1)
+        weights = n ** -self.config.ops_tail
+        return int(rng.choice(n, p=weights / weights.sum()))
+
     def prompt_ids(self, p: WordProblem) -> list[int]:
         """The problem as the user's message through the chat template, with the assistant's turn opened."""
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": f"{p.text} {INSTRUCTION}"}],
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": f"{p.text} {self.instruction}"}],
                                                  add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 

@@ -19,7 +19,7 @@ from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
 from real.record import Recorder, WorkerStep
-from real.run_config import RunConfig
+from real.run_config import WARM_SPOT_LR, RunConfig
 from real.settings import GenerateSettings, SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
 from real.warmup import find_shipped_drafter
@@ -42,16 +42,17 @@ class Worker:
         self.store = dist.distributed_c10d._get_default_store()
         self.knobs = config.tlt_knobs()
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None
-        self.task = config.task()  # gcd for a pretrained-here target, word problems for a chat model
+        self.task = config.make_task()  # --task, else gcd for a pretrained-here target, word problems for a chat model
         self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
         reference = self._load(config.model) if config.grpo.kl > 0 else None
-        self.grpo = GRPO(self.target, config.grpo, reference)
+        self.grpo = GRPO(self.target, config.grpo, reference, seed=config.seed)
         self.sampling = SamplingParams(config.greedy, config.temperature)
         k = self.knobs
         self.trains = k is not None and k.spot
         self.control = k.control(rank, config.seed) if k else None
         self.buffer = SampleBuffer(k.buffer_steps, k.keep_long_prev) if self.trains else None
         self.drafter = None
+        self.static_drafter = None  # --probe-static: the starting drafter, never trained, probed beside the spot one
         self.drafter_opt, self.drafter_opt_state = None, None  # spot training's optimizer, made when first needed
         self.first_step = 0
         if self.ckpt:
@@ -61,6 +62,7 @@ class Worker:
             if self.buffer:
                 self.buffer.load_state_dict(state["buffer"])
             self.drafter_opt_state = state["drafter_opt"]
+            self.grpo.resume(self.ckpt / "target")
             self.grpo.optimizer.load_state_dict(checkpoint.read(out, "optimizer.pt", self.device))
             self.first_step = checkpoint.last_step(out) + 1
         # one clock for every worker: rank 0's time.time() origin, continuing after a resumed run's last step
@@ -99,6 +101,8 @@ class Worker:
         try:
             if self.knobs is not None:
                 self.drafter = self._initial_drafter()
+                if self.trains and self.config.probe_static:
+                    self.static_drafter = self._starting_drafter()
             for step in range(self.first_step, self.config.steps):
                 self.step(step)
         finally:
@@ -135,10 +139,20 @@ class Worker:
             self.buffer.add(-1, shared[0])
         return drafter.eval()
 
+    def _starting_drafter(self) -> drafting.Trainable:
+        """The drafter the run started from, as it was then (a resumed run's own start)."""
+        start = self.config.drafter or find_shipped_drafter(self.config.model) or self.out / "drafter_init.pt"
+        if not self.ckpt and start == self.out / "drafter_init.pt":  # warmed up just now: the current one
+            copy = drafting.kind("eagle").for_target(self.target, draft_vocab=self.drafter.draft_vocab)
+            copy.load_state_dict(self.drafter.state_dict())
+            return copy.eval()
+        return drafting.load(start, self.target)
+
     def step(self, step: int) -> None:
         cfg = self.config
         speed = self._speed()
-        probe = self._probe()
+        probe = self._probe(self.drafter)
+        static = self._probe(self.static_drafter)
         dist.barrier()
         t0 = [self.clock()]
         dist.broadcast_object_list(t0, src=0)
@@ -166,12 +180,13 @@ class Worker:
         t = phases[-1][2]
         rewards = [self.task.reward(problems[pid], f.tokens) for (pid, _), f in zip(rows, finished)]
         responses = [f.tokens for f in finished]
-        old, ref = self.grpo.old_logprobs(prompts, responses)
-        phases.append(("reward", t, t := self.clock()))
         adv = group_advantages(np.reshape(rewards, (len(mine), cfg.group))).ravel() if rows else np.zeros(0)
+        old, ref = self.grpo.old_logprobs(prompts, responses, adv)
+        phases.append(("reward", t, t := self.clock()))
         stats = self.grpo.update(prompts, responses, adv, old, ref)
-        if self.drafter is not None:
-            self.drafter.target_updated()  # e.g. a reduced head copies rows of the lm_head the update just moved
+        for drafter in (self.drafter, self.static_drafter):
+            if drafter is not None:
+                drafter.target_updated()  # e.g. a reduced head copies rows of the lm_head the update just moved
         phases.append(("train", t, t := self.clock()))
         self._sync_drafter(batches)
         self._share_samples(step, samples)
@@ -186,7 +201,8 @@ class Worker:
         reports = [None] * self.world if self.rank == 0 else None
         dist.gather_object(report, reports, dst=0)
         if self.rank == 0:
-            row = self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "speed_probe_s": speed,
+            row = self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "static_drafter_accepted": static,
+                                                        "speed_probe_s": speed,
                                                         "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"]})
             self.recorder.save(self.out)
         self._checkpoint(step)
@@ -228,7 +244,10 @@ class Worker:
         """This worker's AdamW over its drafter copy, kept across steps (the weights it steps are
         averaged in place at every weight sync; its moments stay its own)."""
         if self.drafter_opt is None:
-            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=self.config.drafter_lr)
+            cfg = self.config
+            warm = cfg.drafter or find_shipped_drafter(cfg.model)
+            lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
+            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=lr)
             if self.drafter_opt_state is not None:
                 self.drafter_opt.load_state_dict(self.drafter_opt_state)
         return self.drafter_opt
@@ -270,18 +289,18 @@ class Worker:
         all_reduce_tensors([total])
         return float(total[0]) / self.world
 
-    def _probe(self) -> float:
-        """Mean accepted length (bonus included) of the current drafter with the current target, greedy,
+    def _probe(self, drafter: drafting.Drafting | None) -> float:
+        """Mean accepted length (bonus included) of `drafter` with the current target, greedy,
         on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
         decodes its share of the prompts at once (none waits at the barrier while another probes, and more
         workers probe faster) and the counts are summed: a greedy row's tokens do not depend on its batch
         mates (but for floating-point near-ties), so the mean is the one a single process would measure."""
         cfg = self.config
-        if self.drafter is None or cfg.probe == 0:
+        if drafter is None or cfg.probe == 0:
             return float("nan")
         problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")
         mine = [problems[i] for i in np.array_split(np.arange(len(problems)), self.world)[self.rank]]
-        tokens = accepted_tokens(self.target, self.drafter, self.task, mine, max_new_tokens=cfg.max_new_tokens)
+        tokens = accepted_tokens(self.target, drafter, self.task, mine, max_new_tokens=cfg.max_new_tokens)
         total = torch.tensor([tokens.sum(), len(tokens)], dtype=torch.float64, device=self.device)
         all_reduce_tensors([total])
         return float(total[0] / total[1])
@@ -295,7 +314,7 @@ class Worker:
 
     def _save_shared(self, tmp: Path) -> None:
         """Rank 0's part of the checkpoint: the target, the task, the drafter, the GRPO optimizer, the trainer."""
-        self.target.save_pretrained(tmp / "target")
+        self.grpo.save_target(tmp / "target")
         self.task.save(tmp / "target")
         if self.drafter is not None:
             self.drafter.save(tmp / "drafter.pt")

@@ -111,8 +111,8 @@ def test_validate_out_writes_the_work_domain_and_replaces_an_older_validation_wh
     assert len(work) == len(plain.work) and set(work.metric) == set(WORK_METRICS)
     doc = json.loads((out / "validation.json").read_text())
     assert len(doc["work"]) == len(plain.work) and {"step", "engine", "error"} <= set(doc["work"][0])
-    assert sorted(p.name for p in out.iterdir()) == ["overall.csv", "per_step.csv", "predicted", "validation.json",
-                                                      "work.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["divergence.csv", "overall.csv", "per_step.csv", "predicted",
+                                                      "validation.json", "work.csv"]
     # an older validation of other runs (another predicted result, a file since renamed) goes whole
     (out / "predicted" / "static-sd").mkdir()
     Result.load(out / "predicted" / "tlt").save(out / "predicted" / "static-sd")

@@ -148,8 +148,11 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
     cfg = RunConfig(workers=2, steps=3, prompts=3, group=8, max_running=2, max_new_tokens=96, warmup_steps=10,
                     warmup_prompts=16, probe=4, drafter_batch=4,
                     knobs={"threshold": 4, "patience": 2, "arms": "4_2_8,4_1_4", "buffer_steps": 2})
-    launch(cfg, tmp_path / "tlt")
+    launch(replace(cfg, probe_static=True), tmp_path / "tlt")
     tlt = Result.load(tmp_path / "tlt").steps
+    # the starting drafter, probed every step beside the spot-trained one with the same target: the same at first
+    assert tlt["static_drafter_accepted"].notna().all()
+    assert tlt["static_drafter_accepted"].iloc[0] == tlt["drafter_accepted"].iloc[0]
     assert tlt["drafter_train_batches"].sum() > 0
     assert tlt["grpo_loss"].ne(0).any()  # some group had mixed rewards: the target was updated
     assert sorted(p.name for p in (tmp_path / "tlt" / "spot").iterdir())  # the trainable part, saved when stopped

@@ -40,6 +40,7 @@ from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
+from tltsim.analysis.divergence import divergences
 from tltsim.analysis.work_domain import compare_work, relative_error
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
@@ -72,11 +73,12 @@ class Validation:
     speedup: dict | None  # measured / predicted speedup of the second run over the first (e.g. tlt over verl)
     predicted: dict  # run name -> simulated Result
     work: pd.DataFrame  # run, step, engine, metric, measured, predicted, error (tltsim.analysis.work_domain.compare_work)
+    divergence: pd.DataFrame  # where the replay decided otherwise, and why (tltsim.analysis.divergence.COLUMNS)
 
     def to_json(self) -> dict:
         """Plain JSON types; undefined cells (NaN, NA) become null, so strict JSON readers accept it."""
         return {"overall": _records(self.overall), "speedup": self.speedup, "per_step": _records(self.per_step),
-                "work": _records(self.work)}
+                "work": _records(self.work), "divergence": _records(self.divergence)}
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
@@ -193,7 +195,7 @@ def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) 
 def validate(run_dirs: list[str | Path], profile: str | Path | None = None, speed: bool = False) -> Validation:
     if not run_dirs:
         raise TltsimError("validate: name at least one run directory (written by `tltsim real run`)")
-    per_step, overall, predicted, work = [], [], {}, []
+    per_step, overall, predicted, work, diverged = [], [], {}, [], []
     runs = {}
     for d in run_dirs:
         d = Path(d)
@@ -207,6 +209,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         runs[name] = (measured, pred)
         predicted[name] = pred
         work.append(compare_work(name, measured, pred))
+        diverged.append(divergences(name, measured, pred, measured.config.get("knobs") or {}))
         m, p = step_metrics(measured), step_metrics(pred)
         for metric in METRICS:
             for step in m.index:
@@ -229,7 +232,13 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         meas = ma.summary["makespan_s"] / mb.summary["makespan_s"]
         pred_ = pa.summary["makespan_s"] / pb.summary["makespan_s"]
         speedup = {"baseline": a, "run": b, "measured": meas, "predicted": pred_, "error": pred_ / meas - 1}
-    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted, pd.concat(work, ignore_index=True))
+    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted, pd.concat(work, ignore_index=True),
+                      _concat([d for d in diverged if len(d)], diverged[0]))
+
+
+def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
+    """The frames one after another (their own dtypes), or `empty` when there are none."""
+    return pd.concat(frames, ignore_index=True) if frames else empty
 
 
 def _error(metric: str, measured: float, predicted: float) -> float:
@@ -242,7 +251,7 @@ VALIDATION_KINDS = ("validation", "calibration")
 
 
 def write(validation: Validation, out: str | Path) -> Path:
-    """per_step.csv, overall.csv, work.csv, validation.json and predicted/<policy>/ (each simulated Result) in
+    """per_step.csv, overall.csv, work.csv, divergence.csv, validation.json and predicted/<policy>/ (each simulated Result) in
     `out`, built whole beside it and swapped in: an earlier validation there goes whole, never mixed with this
     one; a directory holding anything else is refused (TltsimError) and left as it is."""
     from tltsim.io import atomic_dir, sealed, write_json, write_manifest
@@ -252,6 +261,7 @@ def write(validation: Validation, out: str | Path) -> Path:
         validation.per_step.to_csv(tmp / "per_step.csv", index=False)
         validation.overall.to_csv(tmp / "overall.csv", index=False)
         validation.work.to_csv(tmp / "work.csv", index=False)
+        validation.divergence.to_csv(tmp / "divergence.csv", index=False)
         write_json(tmp / "validation.json", validation.to_json())
         for name, res in validation.predicted.items():
             res.save(tmp / "predicted" / name.split(" ")[0])

@@ -65,8 +65,8 @@ def cmd_validate(args) -> int:
     if args.json:
         out = v.to_json()
         work = [r for r in out["work"] if r["step"] is None]  # the whole-run rows
-        print(json.dumps({"overall": out["overall"], "speedup": out["speedup"], "work": work}, default=float, indent=2,
-                         allow_nan=False))
+        print(json.dumps({"overall": out["overall"], "speedup": out["speedup"], "work": work,
+                          "divergence": out["divergence"]}, default=float, indent=2, allow_nan=False))
         return 0
     for run, g in v.per_step.groupby("run", sort=False):
         wide = g.set_index(["step", "metric"])[["measured", "predicted"]].unstack("metric")
@@ -84,6 +84,14 @@ def cmd_validate(args) -> int:
     print("\nwork domain (counted, not timed: the machine's speed does not move it; per step and engine in work.csv)")
     print(format_table(["run", "metric", "measured", "predicted", "error"],
                        [[r.run, r.metric, r.measured, r.predicted, r.error] for r in run_totals(v.work).itertuples()]))
+    if len(v.divergence):
+        print("\nwhere the replay decided otherwise (the first iteration of each step and engine; divergence.csv): "
+              "each side's switch, and its guard's plain seconds and speculative tokens/s at its batch")
+        print(format_table(["run", "step", "engine", "iter", "cause", "measured", "predicted", "batch", "plain_s",
+                            "pred", "spec_tok_s", "pred"],
+                           [[r.run, r.step, r.engine, r.iteration, r.cause, r.measured_mode, r.predicted_mode,
+                             f"{r.measured_batch}|{r.predicted_batch}", r.measured_plain_s, r.predicted_plain_s,
+                             r.measured_spec_tok_s, r.predicted_spec_tok_s] for r in v.divergence.itertuples()]))
     return 0
 
 

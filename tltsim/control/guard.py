@@ -73,6 +73,10 @@ class SpeculationGuard:
         i = min(bisect.bisect_left(self._sizes, batch), len(self._sizes) - 1)
         return batch / min(self._plain[s].median() for s in self._sizes[i:])
 
+    def spec_rate(self, batch: int) -> float:
+        """Tokens per second of speculation at `batch`, as measured (NaN when untried or expired)."""
+        return self._spec[batch][0].median() if self.tried(batch) else float("nan")
+
     def tried(self, batch: int) -> bool:
         """Whether speculation has an unexpired measurement at `batch`."""
         return batch in self._spec and self._rollout - self._spec[batch][1] < self.retry_after
