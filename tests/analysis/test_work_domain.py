@@ -111,20 +111,19 @@ def test_validate_out_writes_the_work_domain_and_replaces_an_older_validation_wh
     assert len(work) == len(plain.work) and set(work.metric) == set(WORK_METRICS)
     doc = json.loads((out / "validation.json").read_text())
     assert len(doc["work"]) == len(plain.work) and {"step", "engine", "error"} <= set(doc["work"][0])
-    assert sorted(p.name for p in out.iterdir()) == ["divergence.csv", "overall.csv", "per_step.csv", "predicted",
+    assert sorted(p.name for p in out.iterdir()) == ["divergence.csv", "manifest.json", "overall.csv", "per_step.csv", "predicted",
                                                       "validation.json", "work.csv"]
-    # an older validation of other runs (another predicted result, a file since renamed) goes whole
-    (out / "predicted" / "static-sd").mkdir()
-    Result.load(out / "predicted" / "tlt").save(out / "predicted" / "static-sd")
-    (out / "calibration.json").write_text("{}")
+    # an older validation of other runs goes whole (validate of the tlt run alone: no verl replay is left over)
+    assert sorted(p.name for p in (out / "predicted").iterdir()) == ["tlt", "verl"]
     assert main(["validate", str(RUNS[1]), "--profile", str(PROFILE), "-o", str(out)]) == 0
-    assert sorted(p.name for p in (out / "predicted").iterdir()) == ["tlt"] and not (out / "calibration.json").exists()
+    assert sorted(p.name for p in (out / "predicted").iterdir()) == ["tlt"]
     assert set(pd.read_csv(out / "work.csv").run) == {TLT}
     text = capsys.readouterr().out
     assert "work domain" in text.split("speedup")[-1] and "drafter_train_samples" in text.split("work domain")[-1]
-    # a directory that holds anything else is refused before anything is written, and left as it is
+    # a directory that holds anything its manifest does not list (a user's file) is refused before anything is
+    # written, and left as it is
     (out / "notes.txt").write_text("mine")
     before = sorted(p.name for p in out.rglob("*"))
-    with pytest.raises(TltsimError, match="holds files that are not a tltsim result"):
+    with pytest.raises(TltsimError, match="exists and is not a tltsim"):
         write(plain, out)
     assert sorted(p.name for p in out.rglob("*")) == before and not list(tmp_path.glob(".val.*"))

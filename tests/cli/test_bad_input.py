@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import CLUSTER, tltsim
+from tltsim.analysis.calibration import FORMAT
 from tltsim.cli import main
 from tltsim.io import exclusive, is_temporary
 from tltsim.trace import load, save, synth
 
 SWEEP = ('[base]\ntrace = "{}"\n[base.cluster]\ngpus = 2\ntp = 1\ngpu = "a100"\nmodel = "{}"\n'
          '[grid]\nseed = [0, 1]\n')
-FLOATS = ["rl.reward_s", "speed_factor", *(f"cost.{k}" for k in (
+FLOATS = ["rl.reward_s", "calibration.rollout", "calibration.other_s", *(f"cost.{k}" for k in (
     "eta_bw", "eta_flops", "iteration_overhead_s", "allreduce_latency_s", "per_token_s", "overlap",
     "draft_overhead_s", "mem_fraction", "train_mfu", "drafter_train_mfu", "sync_fixed_s"))]
 NON_FINITE = {"nan": "nan", "inf": "inf", "-inf": "-inf"}  # TOML spellings
@@ -59,12 +60,16 @@ def _files(root: Path, trace: Path) -> None:
     write("bigint.toml", "[cluster]\ngpus = 9223372036854775807\n")
     write("sweep.toml", SWEEP.format(trace, "qwen2.5-7b"))
     write("sweep_too_big.toml", SWEEP.format(trace, "llama-3.3-70b"))
-    cal = {"format": "tltsim.analysis.calibration/1"}
-    for name, factor in {"cal_inf": "1e400", "cal_nan": "NaN", "cal_neg": "-1", "cal_zero": "0", "cal_str": '"2"',
-                         "cal_bool": "true"}.items():
-        write(f"{name}.json", f'{{"format": "{cal["format"]}", "speed_factor": {factor}}}')
-    write("cal_noformat.json", '{"speed_factor": 1.2}')
-    write("cal_cluster.json", f'{{"format": "{cal["format"]}", "speed_factor": 1.2, "cluster": 5}}')
+    phases = {"rollout": 1.2, "logprob": 1.0, "train": 1.0, "sync": 1.0, "rollout_fixed_s": 0.0, "other_s": 0.0}
+
+    def calibration(**change):  # a saved calibration (tltsim.analysis.calibration's format) with `change` in it
+        return json.dumps({"format": FORMAT, "phases": phases, "reward_s": 1.0, **change})
+
+    for name, factor in {"cal_inf": float("inf"), "cal_nan": float("nan"), "cal_neg": -1, "cal_zero": 0, "cal_str": "2",
+                         "cal_bool": True}.items():
+        write(f"{name}.json", calibration(phases={**phases, "rollout": factor}))
+    write("cal_noformat.json", json.dumps({"phases": phases, "reward_s": 1.0}))
+    write("cal_cluster.json", calibration(cluster=5))
     write("cal_deep.json", "[" * 100_000 + "]" * 100_000)
     write("cal_text.json", "speed factor 1.3")
     step = '{{"step": {}, "data": {{"timing_s/gen": {}, "timing_s/step": 9.0}}}}\n'
@@ -221,7 +226,7 @@ CASES = {
                                 "userdir: config file not found (it is a directory)"),
     "config: negative seed": (lambda s, t: [*_sim(t), "--config", s / "seed.toml", "-o", s / "o"], "seed = -1 must be >= 0"),
     "config: steps backwards": (lambda s, t: [*_sim(t), "--config", s / "steps.toml", "-o", s / "o"],
-                                "steps = '5:2': expected A:B with 0 <= A < B"),
+                                "steps = '5:2': expected a count N >= 1 (steps 0..N-1) or A:B with 0 <= A < B"),
     "config: unknown key": (lambda s, t: [*_sim(t), "--config", s / "unknown.toml", "-o", s / "o"],
                             "[cluster] unknown key(s) gpu_count"),
     "config: wrong type": (lambda s, t: [*_sim(t), "--config", s / "typed.toml", "-o", s / "o"],
@@ -238,7 +243,8 @@ CASES = {
     "--gpu-memory-utilization 0": (lambda s, t: [*_sim(t), "--gpu-memory-utilization", "0", "-o", s / "o"],
                                    "cost.mem_fraction = 0.0 must be in (0, 1]"),
     "--steps past the trace": (lambda s, t: [*_sim(t), "--steps", "50:60", "-o", s / "o"], "steps"),
-    "--steps not a range": (lambda s, t: [*_sim(t), "--steps", "three", "-o", s / "o"], "expected A:B"),
+    "--steps not a range": (lambda s, t: [*_sim(t), "--steps", "three", "-o", s / "o"],
+                            "expected a count N >= 1 (steps 0..N-1) or A:B"),
     "--tp not dividing --gpus": (lambda s, t: ["simulate", "--trace", t, "--gpus", "6", "--tp", "4", "--no-progress",
                                                "-o", s / "o"], "is not a multiple of tp"),
     "unknown policy": (lambda s, t: ["simulate", "--trace", t, *CLUSTER, "--policy", "fastest", "-o", s / "o"],
@@ -331,7 +337,7 @@ CASES = {
         lambda s, t: [*_verl(s, t, "m_zero.jsonl"), "--save-calibration", s / "m_zero.jsonl"], "is also --verl-metrics"),
     "validate --save-calibration with nothing fitted": (
         lambda s, t: [*_verl(s, t, "m_lens.jsonl"), "--save-calibration", s / "c.json"],
-        "no speed factor to save to"),  # its notes in the line, not before it
+        "no calibration to save to"),  # its notes in the line, not before it
     "validate --verl-metrics with a run": (lambda s, t: [*_verl(s, t, "m_zero.jsonl"), s / "res"],
                                            "drop the run directories"),
     "metrics missing": (lambda s, t: _verl(s, t, "nope.jsonl"), "nope.jsonl does not exist"),
@@ -411,10 +417,10 @@ for _knob in KNOBS:
         CASES[f"--knob {_knob}={_json}"] = ((lambda k, j: lambda s, t: ["simulate", "--trace", t, *CLUSTER, "--policy",
                                                                          "tlt", "--knob", f"{k}={j}", "-o", s / "o"])(
             _knob, _json), f"{_json} is not a finite number")
-for _name, _says in {"cal_inf": "finite speed_factor > 0", "cal_nan": "finite speed_factor > 0",
-                     "cal_neg": "finite speed_factor > 0", "cal_zero": "finite speed_factor > 0",
-                     "cal_str": "finite speed_factor > 0", "cal_bool": "finite speed_factor > 0",
-                     "cal_noformat": "not a tltsim calibration", "cal_cluster": "and a cluster table", "cal_deep": "not a readable calibration file",
+for _name, _says in {"cal_inf": "reward_s are not all numbers", "cal_nan": "reward_s are not all numbers",
+                     "cal_neg": "calibration.rollout = -1 must be > 0", "cal_zero": "calibration.rollout = 0 must be > 0",
+                     "cal_str": "reward_s are not all numbers", "cal_bool": "reward_s are not all numbers",
+                     "cal_noformat": "not a tltsim calibration", "cal_cluster": "its cluster and sources are not tables", "cal_deep": "not a readable calibration file",
                      "cal_text": "not a readable calibration file", "nope": "not a readable calibration file"}.items():
     for _cmd in ("simulate", "compare"):
         CASES[f"{_cmd} --calibration {_name}"] = ((lambda n, c: lambda s, t: [

@@ -260,6 +260,8 @@ def load_calibration(path) -> dict:
     if (not isinstance(phases, dict) or sorted(phases) != sorted(names) or not all(_number(v) for v in phases.values())
             or not _number(reward)):
         raise TltsimError(f"{path}: its phases ({', '.join(names)}) and reward_s are not all numbers; {again}")
+    if not isinstance(d.get("cluster", {}), dict) or not isinstance(d.get("sources") or {}, dict):
+        raise TltsimError(f"{path}: its cluster and sources are not tables; {again}")
     PhaseCalibration(**phases).validate()
     return d
 
