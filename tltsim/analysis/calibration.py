@@ -36,7 +36,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import theilslopes
 
 from tltsim import config as configmod
 from tltsim.config import SimConfig
@@ -223,6 +222,8 @@ def _fit_rollout(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, fl
         return ratio, 0.0, f"{one} (a fixed cost beside it takes at least {MIN_FIXED_STEPS} steps)"
     if np.ptp(predicted) == 0:
         return ratio, 0.0, f"{one} (every step's predicted rollout is the same: no fixed cost can be separated)"
+    from scipy.stats import theilslopes  # scipy only when a calibration is fitted (not for --help)
+
     t = theilslopes(measured, predicted)
     spread = (t.high_slope - t.low_slope) / t.slope if t.slope > 0 else np.inf
     if spread > FACTOR_SPREAD:
