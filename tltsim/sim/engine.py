@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tltsim.control.control import EngineControl
-from tltsim.sim.schedule import admit_fifo, check_footprints, segments
+from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
 
 
 @dataclass
@@ -266,9 +266,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
     mode = "prefill"
     behind = 0  # tokens per row emitted by plain iterations since the drafter last ran
     while nxt < n or running:
-        # admit FIFO while a slot and the KV cache allow
         new = []
-        while nxt < n and len(running) + len(new) < max_running and used + footprint[nxt] <= cap:
+        while nxt < n and admits(len(running) + len(new), used, int(footprint[nxt]), max_running, cap):
             new.append(nxt)
             used += int(footprint[nxt])
             nxt += 1
