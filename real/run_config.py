@@ -1,10 +1,11 @@
 """The configuration of a `tltsim real run` (what config.json holds), checked before any worker starts."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from real.settings import SHIPPED_TARGET, GRPOConfig, SamplingParams
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
+from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
@@ -79,12 +80,7 @@ class RunConfig:
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
             return None
-        names = {f.name for f in fields(DecisionKnobs)}
-        unknown = sorted(set(self.knobs) - names)
-        if unknown:
-            raise TltsimError(f"policy {self.policy!r}: unknown knob(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(names))}")
-        k = DecisionKnobs(**{**VARIANTS[self.policy], **self.knobs}).validate(self.policy)
+        k = build(DecisionKnobs, self.policy, {**VARIANTS[self.policy], **self.knobs})
         if k.drafter == "ngram":
             raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine")
         if k.tuner == "oracle":

@@ -83,7 +83,7 @@ def test_the_knobs_are_checked():
     with pytest.raises(TltsimError, match="threshold"):
         LearnedSwitch(threshold=0)
     with pytest.raises(TltsimError, match="guard"):
-        DecisionKnobs(sd="learned", guard=False).validate("tlt-auto")
+        DecisionKnobs(sd="learned", guard=False).checked("tlt-auto")
 
 
 def test_a_real_run_offers_tlt_auto_with_no_prior():

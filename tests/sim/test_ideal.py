@@ -26,7 +26,7 @@ OVERLAPPING = {"async"}  # rollout beside training: rollout_s is the wait for re
 def plain(name: str):
     """The policy `name`, decoding plainly: speculation off (sd = never) where it has the knob."""
     parts = name.split("+")
-    speculates = any("sd" in getattr(REGISTRY[p], "knobs", {}) for p in parts)
+    speculates = any("sd" in REGISTRY[p].knob_names for p in parts)
     return make_policy(name, {"sd": "never"} if speculates else {})
 
 

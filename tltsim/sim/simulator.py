@@ -268,7 +268,7 @@ class Simulator:
         config = self.cfg.to_dict()
         config["engines"] = self.engines
         config["split"], config["split_note"] = self.split, self.split_note  # the split that ran, and why
-        config["policy_knobs"] = {**config["policy_knobs"], **getattr(self.policy, "knobs", {})}
+        config["policy_knobs"] = {**config["policy_knobs"], **self.policy.knob_values}
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
 
 
