@@ -24,10 +24,9 @@ from tltsim.control.guard import SpeculationGuard
 from tltsim.control.knobs import check_fields, knob
 from tltsim.control.learned import LearnedSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, parse_arms
-from tltsim.control.switch import SDSwitch
+from tltsim.control.switch import SD_MODES, SDSwitch
 from tltsim.control.tuner import TUNERS, make_tuner
 
-SD_MODES = ("adaptive", "always", "never", "learned")
 DRAFTERS = ("adaptive", "static", "ngram")
 
 # name -> knob defaults that differ from DecisionKnobs()
