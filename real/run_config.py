@@ -38,14 +38,14 @@ class RunConfig:
     probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
     speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
 
-    def validate(self) -> "RunConfig":
+    def checked(self) -> "RunConfig":
         """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""
         if self.policy not in POLICIES:
             extra = " (tlt-base needs a model-free drafter, which the real engine does not have)" \
                 if self.policy == "tlt-base" else ""
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}{extra}")
         if self.max_new_tokens is None:
-            return replace(self, max_new_tokens=self.task().max_response_tokens).validate()
+            return replace(self, max_new_tokens=self.task().max_response_tokens).checked()
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")

@@ -13,7 +13,7 @@ import pytest
 from tests.sim.conftest import make_trace
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import REGISTRY, make_policy, policy_names
-from tltsim.policies.base import alone_times, work_time
+from tltsim.policies.ideal import alone_times, work_time
 from tltsim.sim.engine import fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load

@@ -260,7 +260,7 @@ def load_calibration(path) -> dict:
     if (not isinstance(phases, dict) or sorted(phases) != sorted(names) or not all(_number(v) for v in phases.values())
             or not _number(reward)):
         raise TltsimError(f"{path}: its phases ({', '.join(names)}) and reward_s are not all numbers; {again}")
-    PhaseCalibration(**phases).validate()
+    PhaseCalibration(**phases).checked()
     return d
 
 

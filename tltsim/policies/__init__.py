@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tltsim.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
-from tltsim.policies.base import Ideal
+from tltsim.policies.ideal import Ideal
 from tltsim.policies.compose import Composite
 from tltsim.policies.length_aware import LongestFirst
 from tltsim.policies.migrate import Migrate

@@ -26,14 +26,14 @@ from tltsim.hardware import load_gpu, load_model
 from tltsim.records import STEP_COLUMNS, Result, TimelineRow
 from tltsim.sim.engine import exact_rollout, fast_rollout
 from tltsim.sim.hooks import Policy
-from tltsim.sim.recording import SimRecorder
+from tltsim.sim.recorder import SimRecorder
 from tltsim.summary import summarize
 from tltsim.trace import Trace
 
 
 class Simulator:
     def __init__(self, trace: Trace, cfg: SimConfig, policy: Policy | None = None, cost=None):
-        self.cfg = cfg.validate()
+        self.cfg = cfg.checked()
         c = cfg.cluster
         self.model = load_model(c.model)
         self.gpu = load_gpu(c.gpu)
