@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from real.adaptive import EngineCall
-from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow
+from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow, merge_states
 from tltsim.summary import summarize
 from tltsim.trace import Trace, TraceMeta, save as save_trace
 
@@ -45,24 +45,10 @@ class WorkerStep:
 
 
 def intervals(step: int, worker: int, calls: list[EngineCall]) -> list[TimelineRow]:
-    """The timeline rows of a worker's rollout in step `step`.
-
-    Consecutive calls in one state at one batch size with one strategy merge into one interval;
-    `tokens` adds up, `accepted` is the mean over the merged speculative calls.
-    """
-    out: list[TimelineRow] = []
-    n_acc = 0
-    for c in calls:
-        last = out[-1] if out else None
-        if last is not None and (last.state, last.batch_size, last.strategy) == (c.mode, c.batch_size, c.strategy):
-            n_acc += c.mode == "spec_decode"
-            accepted = last.accepted + (c.accepted - last.accepted) / n_acc if c.mode == "spec_decode" else last.accepted
-            out[-1] = last._replace(t_end=c.t_end, tokens=last.tokens + c.tokens, accepted=accepted)
-            continue
-        n_acc = 1
-        out.append(TimelineRow(step, worker, c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted,
-                               c.strategy))
-    return out
+    """The timeline rows of a worker's rollout in step `step`: its calls merged as the simulator merges its
+    iterations (tltsim.records.merge_states: consecutive calls in one state make one row)."""
+    return merge_states([TimelineRow(step, worker, c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted,
+                                     c.strategy) for c in calls], [int(c.mode == "spec_decode") for c in calls])
 
 
 class Recorder:

@@ -53,7 +53,7 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     workers are spawned here. Raises TltsimError for bad input, before any worker starts. Rank 0 reports
     every step on stderr: a progress bar if `bar`, else a line per step (real/progress.py).
     """
-    config = config.validate()
+    config = config.checked()
     out = Path(out)
     resume = _check_run_dir(config, out, resume)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:

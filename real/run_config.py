@@ -1,10 +1,11 @@
 """The configuration of a `tltsim real run` (what config.json holds), checked before any worker starts."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from real.settings import SHIPPED_TARGET, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
+from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
@@ -45,7 +46,7 @@ class RunConfig:
     probe_static: bool = False  # also probe the starting drafter, never trained (steps column static_drafter_accepted)
     speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
 
-    def validate(self) -> "RunConfig":
+    def checked(self) -> "RunConfig":
         """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""
         if self.policy not in POLICIES:
             extra = " (tlt-base needs a model-free drafter, which the real engine does not have)" \
@@ -54,11 +55,11 @@ class RunConfig:
         if self.task is not None and self.task not in TASKS:
             raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
         if self.grpo is None:
-            return replace(self, grpo=task_grpo(self.task)).validate()
+            return replace(self, grpo=task_grpo(self.task)).checked()
         if self.temperature is None:
-            return replace(self, temperature=TASK_TEMPERATURE.get(self.task or "", 1.0)).validate()
+            return replace(self, temperature=TASK_TEMPERATURE.get(self.task or "", 1.0)).checked()
         if self.max_new_tokens is None:
-            return replace(self, max_new_tokens=self.make_task().max_response_tokens).validate()
+            return replace(self, max_new_tokens=self.make_task().max_response_tokens).checked()
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
@@ -95,12 +96,7 @@ class RunConfig:
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
             return None
-        names = {f.name for f in fields(DecisionKnobs)}
-        unknown = sorted(set(self.knobs) - names)
-        if unknown:
-            raise TltsimError(f"policy {self.policy!r}: unknown knob(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(sorted(names))}")
-        k = DecisionKnobs(**{**VARIANTS[self.policy], **self.knobs}).validate(self.policy)
+        k = build(DecisionKnobs, self.policy, {**VARIANTS[self.policy], **self.knobs})
         if k.drafter == "ngram":
             raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine")
         if k.tuner == "oracle":

@@ -71,7 +71,8 @@ class SimConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def validate(self) -> "SimConfig":
+    def checked(self) -> "SimConfig":
+        """This config, checked (TltsimError for a bad value)."""
         c = self.cluster
         if c.gpus < 1 or c.tp < 1:
             raise TltsimError(f"cluster: gpus = {c.gpus} and tp = {c.tp} must be >= 1")
@@ -88,8 +89,8 @@ class SimConfig:
             raise TltsimError(f"rl: reward_s = {self.rl.reward_s} must be >= 0")
         if self.rl.micro_batch_tokens < 0:
             raise TltsimError(f"rl: micro_batch_tokens = {self.rl.micro_batch_tokens} must be >= 0 (0: no padding)")
-        self.cost.validate()
-        self.calibration.validate()
+        self.cost.checked()
+        self.calibration.checked()
         if self.seed < 0:
             raise TltsimError(f"seed = {self.seed} must be >= 0")
         parse_steps(self.steps)
@@ -118,7 +119,7 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
 
 def from_dict(data: dict, origin: str = "config") -> SimConfig:
     """Build a SimConfig from nested dicts (a parsed TOML file), rejecting unknown keys and wrong types."""
-    return _build(SimConfig, data, origin).validate()
+    return _build(SimConfig, data, origin).checked()
 
 
 def load(path: str | Path) -> SimConfig:

@@ -7,6 +7,11 @@ validation read only these, so they work on either side.
 timeline: one row per interval a worker spent in one state
     step, worker, state, t_start, t_end            (seconds since the run began)
     batch_size, tokens, accepted, strategy         (optional; NaN / "" when not applicable)
+    A row is a run of consecutive work in one state (`merge_states`, for the simulator and `real/` alike): a
+    change of batch or strategy within it does not start a new row. batch_size is the running batch when the
+    row began, tokens its tokens, accepted the mean accepted length of its speculative iterations, strategy
+    the one it ran most. Per-iteration batches and strategies are the iterations frame's (exact runs and real
+    runs), which the validation's work domain and the tuner chart read.
 steps: one row per RL step
     step, t_start, rollout_s, reward_s, train_s, sync_s, total_s, ... (policy-specific extras)
 requests: one row per response
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +56,30 @@ class TimelineRow(NamedTuple):
 
 
 TIMELINE_COLUMNS = list(TimelineRow._fields)
+
+
+def merge_states(rows: list[TimelineRow], weights: list[float]) -> list[TimelineRow]:
+    """One worker's rows in time order, consecutive rows of one state merged into one (the schema's meaning of a
+    timeline row): t_start and batch_size of the first, t_end of the last, tokens summed, accepted the mean over
+    the merged speculative iterations (`weights[i]`: how many row i holds; 0 for a row that did not speculate),
+    strategy the one of most weight."""
+    out: list[TimelineRow] = []
+    counts: list[Counter] = []
+    for row, w in zip(rows, weights):
+        if out and out[-1].state == row.state:
+            last = out[-1]._replace(t_end=row.t_end, tokens=out[-1].tokens + row.tokens)
+        else:
+            last = row._replace(accepted=math.nan, strategy="")
+            out.append(last)
+            counts.append(Counter())
+        if w > 0:
+            c = counts[-1]
+            total = sum(c.values())
+            c[row.strategy] += w
+            last = last._replace(accepted=row.accepted if total == 0 else (last.accepted * total + row.accepted * w)
+                                 / (total + w), strategy=c.most_common(1)[0][0])
+        out[-1] = last
+    return out
 STEP_COLUMNS = ["step", "t_start", "rollout_s", "reward_s", "train_s", "sync_s", "total_s"]
 REQUEST_COLUMNS = ["step", "prompt_id", "sample", "engine", "prompt_len", "response_len", "admitted_at", "finished_at"]
 # A real run's steps column speed_probe_s: seconds of one plain decode iteration at batch SPEED_BATCH after

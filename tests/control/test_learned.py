@@ -83,7 +83,7 @@ def test_the_knobs_are_checked():
     with pytest.raises(TltsimError, match="threshold"):
         LearnedSwitch(threshold=0)
     with pytest.raises(TltsimError, match="guard"):
-        DecisionKnobs(sd="learned", guard=False).validate("tlt-auto")
+        DecisionKnobs(sd="learned", guard=False).checked("tlt-auto")
 
 
 def test_a_real_run_offers_tlt_auto_with_no_prior():
@@ -91,7 +91,7 @@ def test_a_real_run_offers_tlt_auto_with_no_prior():
     cost model to take a prior from)."""
     from real.run_config import POLICIES, RunConfig
 
-    knobs = RunConfig(policy="tlt-auto", max_new_tokens=8, knobs={"threshold": 4}).validate().tlt_knobs()
+    knobs = RunConfig(policy="tlt-auto", max_new_tokens=8, knobs={"threshold": 4}).checked().tlt_knobs()
     control = knobs.control(0, seed=0)
     assert "tlt-auto" in POLICIES and knobs.sd == "learned"
     assert isinstance(control.switch, LearnedSwitch) and control.guard is control.switch

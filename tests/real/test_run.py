@@ -243,9 +243,9 @@ def checkpoint_step(out: Path) -> int:
 def test_the_default_cap_is_the_tasks_longest_response(tmp_path):
     from real.settings import SHIPPED_TARGET
 
-    assert RunConfig().validate().max_new_tokens == GcdTask.load(SHIPPED_TARGET).max_response_tokens
-    assert RunConfig(model="test-llama").validate().max_new_tokens == GcdTask().max_response_tokens
-    assert RunConfig(max_new_tokens=48).validate().max_new_tokens == 48
+    assert RunConfig().checked().max_new_tokens == GcdTask.load(SHIPPED_TARGET).max_response_tokens
+    assert RunConfig(model="test-llama").checked().max_new_tokens == GcdTask().max_response_tokens
+    assert RunConfig(max_new_tokens=48).checked().max_new_tokens == 48
 
 
 @pytest.mark.slow
@@ -255,7 +255,7 @@ def test_the_default_run_has_a_long_tail_that_few_responses_cut():
     from real.settings import SHIPPED_TARGET
     from tltsim.trace.stats import tail_share
 
-    cfg = RunConfig().validate()
+    cfg = RunConfig().checked()
     model, task = load_target(SHIPPED_TARGET), GcdTask.load(SHIPPED_TARGET)
     problems = task.sample(np.random.default_rng(3), cfg.prompts)
     prompts = [task.prompt_ids(p) for p in problems for _ in range(cfg.group)]

@@ -13,7 +13,7 @@ import pytest
 from tests.sim.conftest import make_trace
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import REGISTRY, make_policy, policy_names
-from tltsim.policies.base import alone_times, work_time
+from tltsim.policies.ideal import alone_times, work_time
 from tltsim.sim.engine import fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
@@ -26,7 +26,7 @@ OVERLAPPING = {"async"}  # rollout beside training: rollout_s is the wait for re
 def plain(name: str):
     """The policy `name`, decoding plainly: speculation off (sd = never) where it has the knob."""
     parts = name.split("+")
-    speculates = any("sd" in getattr(REGISTRY[p], "knobs", {}) for p in parts)
+    speculates = any("sd" in REGISTRY[p].knob_names for p in parts)
     return make_policy(name, {"sd": "never"} if speculates else {})
 
 

@@ -57,7 +57,7 @@ def test_drop_throws_unfinished_tokens_away():
 
 
 def test_knob_errors():
-    with pytest.raises(TltsimError, match="policy 'partial': ratio = 0.5 must be in \\[1.0, 16.0\\]"):
+    with pytest.raises(TltsimError, match="policy 'partial': ratio = 0.5 must be a number in \\[1.0, 16.0\\]"):
         make_policy("partial", {"ratio": 0.5})
     with pytest.raises(TltsimError, match="unfinished = 'keep' must be one of resume, drop"):
         make_policy("partial", {"unfinished": "keep"})
@@ -83,4 +83,4 @@ def test_knobs_from_flags_and_config_file(tmp_path, capsys):
     assert out["dropped_fraction"] > 0 and out["resumed_fraction"] == 0
     assert main(["simulate", "--policy", "partial", "--knob", "ratio=0", "-o", str(tmp_path / "c"), *common]) == 2
     err = capsys.readouterr().err
-    assert "policy 'partial': ratio = 0 must be in [1.0, 16.0]" in err and err.count("\n") == 1
+    assert "policy 'partial': ratio = 0 must be a number in [1.0, 16.0]" in err and err.count("\n") == 1

@@ -129,8 +129,8 @@ def test_migration_frees_gpus_only_after_the_threshold_on_a_shipped_trace():
 def test_migrate_knob_errors():
     with pytest.raises(TltsimError, match="release = 'drafter' needs a drafter to train; use migrate\\+tlt"):
         run(make_trace([[1]]), "migrate", release="drafter")
-    with pytest.raises(TltsimError, match="remaining = 1.5 must be in \\[0.0, 1.0\\]"):
+    with pytest.raises(TltsimError, match="remaining = 1.5 must be a number in \\[0.0, 1.0\\]"):
         make_policy("migrate", {"remaining": 1.5})
-    with pytest.raises(TltsimError, match="to_engines = 0 must be in \\[1, inf\\]"):
+    with pytest.raises(TltsimError, match="to_engines = 0 must be an integer >= 1"):
         make_policy("migrate", {"to_engines": 0})
     assert make_policy("migrate+tlt").parts[0].k.release == "drafter"

@@ -8,7 +8,7 @@ from tests.sim.conftest import ConstantCost
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.errors import TltsimError
-from tltsim.policies import make_policy
+from tltsim.policies import make_policy, policy_names
 from tltsim.control import EngineControl, FixedTuner, SDSwitch, SpeculationGuard
 from tltsim.sim.engine import Speculation, fast_rollout
 from tltsim.sim.simulator import Simulator
@@ -193,6 +193,19 @@ def test_policy_knob_errors():
         make_policy("static-sd", {"spot": True})
     with pytest.raises(TltsimError, match="expected depth_topk_verify"):
         make_policy("tlt", {"arms": ["8-4-48"]})
+    with pytest.raises(TltsimError, match="eps = nan must be a number in \\[0.0, 1.0\\]"):
+        make_policy("tlt", {"eps": float("nan")})
+
+
+@pytest.mark.parametrize("name", policy_names())
+def test_a_policy_names_the_knobs_it_takes_and_holds_their_values(name):
+    """The registry's factory and the policy it makes name the same knobs (`knob_names`); the policy holds a value
+    for each (`knob_values`), the defaults where none was given."""
+    from tltsim.policies import REGISTRY
+    policy = make_policy(name)
+    factories = [REGISTRY[p] for p in name.split("+")]
+    assert set(policy.knob_names) == {k for f in factories for k in f.knob_names}
+    assert set(policy.knob_values) == set(policy.knob_names)
 
 
 def test_compare_json_has_speedup_vs_the_first(tmp_path, capsys):

@@ -60,7 +60,8 @@ def _fake_run(path, accepted, batches):
 
 
 def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tmp_path):
-    from tltsim.analysis.validate import PROBE_STRATEGY, calibrate_staleness
+    from tltsim.analysis.validate import calibrate_staleness
+    from tltsim.control import DEFAULT_STRATEGY
 
     model = AcceptanceModel()
     q0, q_max, drift, tau = 0.80, 0.90, 0.02, 300.0
@@ -70,7 +71,7 @@ def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tm
         q = q_ad[-1]
         q_ad.append(q + (q_max - q) * (1 - np.exp(-8 * n / tau)) - drift)
     q_st = [q0 - drift * s for s in range(len(batches))]
-    acc = lambda qs: [model.mean(PROBE_STRATEGY, q) for q in qs]  # noqa: E731
+    acc = lambda qs: [model.mean(DEFAULT_STRATEGY, q) for q in qs]  # noqa: E731
     fit = calibrate_staleness(_fake_run(tmp_path / "ad", acc(q_ad), batches), _fake_run(tmp_path / "st", acc(q_st), [0] * 7))
     assert fit.drift == pytest.approx(drift, rel=1e-6)
     assert fit.q_max == pytest.approx(q_max, rel=1e-3) and fit.tau_samples == pytest.approx(tau, rel=1e-2)

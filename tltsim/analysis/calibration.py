@@ -263,7 +263,7 @@ def load_calibration(path) -> dict:
         raise TltsimError(f"{path}: its phases ({', '.join(names)}) and reward_s are not all numbers; {again}")
     if not isinstance(d.get("cluster", {}), dict) or not isinstance(d.get("sources") or {}, dict):
         raise TltsimError(f"{path}: its cluster and sources are not tables; {again}")
-    PhaseCalibration(**phases).validate()
+    PhaseCalibration(**phases).checked()
     return d
 
 

@@ -71,7 +71,7 @@ def tune(result, trace=None, label: str | None = None) -> Tuning | None:
     ran = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
     trace = trace.select_steps(ran[:SEARCH_STEPS])  # the run's first steps
     cfg = replace(cfg, steps="", exact=False)
-    knobs = {k: v for k, v in c["policy_knobs"].items() if k in make_policy(policy).knobs}
+    knobs = {k: v for k, v in c["policy_knobs"].items() if k in make_policy(policy).knob_names}
     if knobs.get("sd") not in ("adaptive", "learned"):  # speculation always or never: no switch to tune
         return None
     auto = knobs["sd"] == "learned"

@@ -35,7 +35,7 @@ from tltsim.cost.scaled import StepScaled
 from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
-from tltsim.control import Strategy
+from tltsim.control import DEFAULT_STRATEGY, Strategy
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
@@ -269,7 +269,6 @@ def write(validation: Validation, out: str | Path) -> Path:
     return out
 
 
-PROBE_STRATEGY = Strategy.parse("4_1_4")  # real runs probe their drafter with a chain of 4 (real.generate)
 
 
 @dataclass
@@ -309,7 +308,7 @@ def calibrate_staleness(adaptive_run: str | Path, static_run: str | Path, drafte
                               f"`tltsim real run --probe N` (N > 0) of a speculative policy")
         if len(res.steps) < 2:
             raise TltsimError(f"{d}: {len(res.steps)} step(s); calibration needs at least 2")
-        q = np.array([invert_quality(model, PROBE_STRATEGY, a) for a in res.steps["drafter_accepted"]])
+        q = np.array([invert_quality(model, DEFAULT_STRATEGY, a) for a in res.steps["drafter_accepted"]])
         batch = drafter_batch or int(res.config.get("drafter_batch", 8))
         samples = res.steps.get("drafter_train_batches", pd.Series(0, index=res.steps.index)).to_numpy(float) * batch
         runs[name] = (q, samples)

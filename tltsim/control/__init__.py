@@ -10,14 +10,14 @@ from tltsim.control.control import EngineControl
 from tltsim.control.coordinator import (
     CHECKPOINT_S, DataBuffer, SpotTrainer, TrainingData, WorkerState)
 from tltsim.control.guard import SpeculationGuard
-from tltsim.control.strategy import DEFAULT_ARMS, Strategy, parse_arms
+from tltsim.control.strategy import DEFAULT_ARMS, DEFAULT_STRATEGY, Strategy, parse_arms
 from tltsim.control.switch import SDSwitch
 from tltsim.control.tuner import (
     TUNERS, BEGTuner, EpsilonGreedyTuner, FixedTuner, OracleTuner, Tuner, UCB1Tuner, make_tuner)
 
 __all__ = [
     "SpotTrainer", "WorkerState", "DataBuffer", "TrainingData", "CHECKPOINT_S",
-    "Strategy", "DEFAULT_ARMS", "parse_arms",
+    "Strategy", "DEFAULT_ARMS", "DEFAULT_STRATEGY", "parse_arms",
     "SDSwitch", "SpeculationGuard", "EngineControl",
     "Tuner", "BEGTuner", "EpsilonGreedyTuner", "UCB1Tuner", "FixedTuner", "OracleTuner",
     "TUNERS", "make_tuner",

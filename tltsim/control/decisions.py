@@ -21,12 +21,12 @@ from tltsim.errors import TltsimError
 from tltsim.control.control import EngineControl
 from tltsim.control.coordinator import DataBuffer, SpotTrainer
 from tltsim.control.guard import SpeculationGuard
+from tltsim.control.knobs import check_fields, knob
 from tltsim.control.learned import LearnedSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, parse_arms
-from tltsim.control.switch import SDSwitch
-from tltsim.control.tuner import make_tuner
+from tltsim.control.switch import SD_MODES, SDSwitch
+from tltsim.control.tuner import TUNERS, make_tuner
 
-SD_MODES = ("adaptive", "always", "never", "learned")
 DRAFTERS = ("adaptive", "static", "ngram")
 
 # name -> knob defaults that differ from DecisionKnobs()
@@ -41,53 +41,36 @@ VARIANTS = {
 
 @dataclass(frozen=True)
 class DecisionKnobs:
-    sd: str = "adaptive"  # adaptive (TLT switch), always (from the first token), never, learned (the switch point
-    # learned per batch bucket, starting from `threshold` or the cost model's estimate: tltsim.control.learned)
-    threshold: int = 32  # SD may switch on once the running batch is at or below this (TLT default)
-    patience: int = 10  # ... for this many consecutive decode iterations (TLT default)
-    tuner: str = "beg"  # beg, egreedy, ucb, fixed, oracle
+    sd: str = knob("adaptive", choices=SD_MODES)  # adaptive (TLT switch), always (from the first token), never,
+    # learned (the switch point learned per batch bucket, starting from `threshold` or the cost model's estimate:
+    # tltsim.control.learned)
+    threshold: int = knob(32, lo=1)  # SD may switch on once the running batch is at or below this (TLT default)
+    patience: int = knob(10, lo=0)  # ... for this many consecutive decode iterations (TLT default)
+    tuner: str = knob("beg", choices=tuple(TUNERS))  # beg, egreedy, ucb, fixed, oracle
     arms: tuple = tuple(str(a) for a in DEFAULT_ARMS)  # depth_topk_verify strategies the tuner picks from
-    eps: float = 0.1  # exploration rate of beg / egreedy
-    drafter: str = "adaptive"  # adaptive (trained online), static (trained once), ngram (model-free)
-    spot: bool = True  # train the drafter on workers idle in the rollout tail
-    min_idle: int = 1  # idle workers needed before spot training starts
-    cadence: int = 1  # spot-train during every k-th step's rollout
-    buffer_steps: int = 1  # drafter trains on samples of the last N steps
-    keep_long_prev: float = 0.25  # plus this share of the step before's longest samples
-    guard: bool = True  # decode plainly at batches where speculating measured slower (tltsim.control.SpeculationGuard)
+    eps: float = knob(0.1, lo=0.0, hi=1.0)  # exploration rate of beg / egreedy
+    drafter: str = knob("adaptive", choices=DRAFTERS)  # adaptive (trained online), static (trained once), ngram
+    # (model-free)
+    spot: bool = knob(True)  # train the drafter on workers idle in the rollout tail
+    min_idle: int = knob(1, lo=1)  # idle workers needed before spot training starts
+    cadence: int = knob(1, lo=1)  # spot-train during every k-th step's rollout
+    buffer_steps: int = knob(1, lo=1)  # drafter trains on samples of the last N steps
+    keep_long_prev: float = knob(0.25, lo=0.0, hi=1.0)  # plus this share of the step before's longest samples
+    guard: bool = knob(True)  # decode plainly at batches where speculating measured slower
+    # (tltsim.control.SpeculationGuard)
 
-    POSITIVE = ("threshold", "min_idle", "cadence", "buffer_steps")  # integers >= 1
-    NON_NEGATIVE = ("patience",)  # integers >= 0
-    FLAGS = ("spot", "guard")
-
-    def validate(self, name: str):
-        """This, checked; TltsimError naming policy `name`, the knob, its value and what is allowed."""
-        def bad(knob, why):
-            return TltsimError(f"policy {name!r}: {knob} = {getattr(self, knob)!r} {why}")
-
-        if self.sd not in SD_MODES:
-            raise bad("sd", f"must be one of {', '.join(SD_MODES)}")
-        if self.drafter not in DRAFTERS:
-            raise bad("drafter", f"must be one of {', '.join(DRAFTERS)}")
-        for k in self.POSITIVE:
-            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
-                raise bad(k, "must be an integer >= 1")
-        for k in self.NON_NEGATIVE:
-            if not isinstance(getattr(self, k), int) or getattr(self, k) < 0:
-                raise bad(k, "must be an integer >= 0")
-        for k in self.FLAGS:
-            if not isinstance(getattr(self, k), bool):
-                raise bad(k, "must be true or false")
-        if not 0 <= self.eps <= 1:
-            raise bad("eps", "must be in [0, 1]")
-        if not 0 <= self.keep_long_prev <= 1:
-            raise bad("keep_long_prev", "must be in [0, 1]")
-        if self.spot and self.drafter != "adaptive":
-            raise bad("spot", f"needs drafter = 'adaptive' (a {self.drafter} drafter does not train)")
-        if self.sd == "learned" and not self.guard:
-            raise bad("guard", "must be true with sd = 'learned' (the learned switch is its own guard)")
-        parse_arms(self.arms)
-        return self
+    def checked(self, name: str) -> "DecisionKnobs":
+        """This, checked (each knob by tltsim.control.knobs, then the knobs together); TltsimError naming policy
+        `name`, the knob, its value and what is allowed."""
+        k = check_fields(self, name)
+        if k.spot and k.drafter != "adaptive":
+            raise TltsimError(f"policy {name!r}: spot = {k.spot!r} needs drafter = 'adaptive' (a {k.drafter} "
+                              f"drafter does not train)")
+        if k.sd == "learned" and not k.guard:
+            raise TltsimError(f"policy {name!r}: guard = {k.guard!r} must be true with sd = 'learned' (the learned "
+                              f"switch is its own guard)")
+        parse_arms(k.arms)
+        return k
 
     def control(self, engine: int, seed: int, expected_reward=None, prior: dict | None = None) -> EngineControl:
         """Engine `engine`'s control: its switch, its tuner (seeded seed * 1000 + engine) and its guard.

@@ -52,6 +52,11 @@ class Strategy:
         return f"{self.depth}_{self.topk}_{self.verify}"
 
 
+# The strategy an engine speculates with when no tuner picks one: a chain of 4 drafts. A real run probes its
+# drafter with it (the per-step accepted length the validation reads), and a real engine's speed and warm-up
+# measurements, and `real generate` without --strategy, use it.
+DEFAULT_STRATEGY: Strategy = Strategy.chain(4)
+
 # TLT's default arms (FastRL): one per batch-size bucket of the BEG tuner.
 DEFAULT_ARMS: tuple[Strategy, ...] = tuple(
     Strategy.parse(s) for s in ("8_4_48", "8_4_32", "8_4_16", "8_4_8"))

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 from tltsim.errors import TltsimError
 
-MODES = ("adaptive", "always", "never")
+# the `sd` knob (tltsim.control.decisions): when an engine speculates. "adaptive": this switch (TLT's rule);
+# "always": from the first token; "never"; "learned": the switch point learned per batch bucket
+# (tltsim.control.learned.LearnedSwitch, this switch in mode "adaptive" with a threshold it learns)
+SD_MODES = ("adaptive", "always", "never", "learned")
+SWITCH_MODES = tuple(m for m in SD_MODES if m != "learned")  # the modes SDSwitch itself runs
 
 
 class SDSwitch:
     """The SD on/off rule of one rollout engine; call `reset()` at each rollout start."""
 
     def __init__(self, mode: str = "adaptive", threshold: int = 32, patience: int = 10):
-        if mode not in MODES:
-            raise TltsimError(f"sd switch mode {mode!r}: expected one of {', '.join(MODES)}")
+        if mode not in SWITCH_MODES:
+            raise TltsimError(f"sd switch mode {mode!r}: expected one of {', '.join(SWITCH_MODES)}")
         if not isinstance(threshold, int) or threshold < 1:
             raise TltsimError(f"sd switch threshold={threshold!r}: expected an integer >= 1 "
                               "(the largest running batch at which SD may run)")

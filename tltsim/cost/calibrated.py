@@ -43,12 +43,14 @@ class PhaseCalibration:
         """Whether it changes any time (a default one does not)."""
         return any(getattr(self, f.name) != f.default for f in fields(self) if f.name != "source")
 
-    def validate(self) -> None:
+    def checked(self) -> "PhaseCalibration":
+        """This calibration, checked (TltsimError for a bad factor)."""
         if not self.rollout > 0:
             raise TltsimError(f"calibration.rollout = {self.rollout} must be > 0 (1 = the cost model as it is)")
         for name in FACTORS[1:] + FIXED:
             if not getattr(self, name) >= 0:
                 raise TltsimError(f"calibration.{name} = {getattr(self, name)} must be >= 0")
+        return self
 
 
 class Calibrated(StepScaled):

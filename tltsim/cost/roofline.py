@@ -52,7 +52,8 @@ class CostParams:
     drafter_train_mfu: float = 0.2  # a small model trains far below peak
     sync_fixed_s: float = 1.0  # weight sync: resharding and engine reload besides the bytes
 
-    def validate(self) -> None:
+    def checked(self) -> "CostParams":
+        """These parameters, checked (TltsimError for a bad value)."""
         for name in ("eta_bw", "eta_flops", "mem_fraction", "train_mfu", "drafter_train_mfu", "overlap"):
             v = getattr(self, name)
             if not 0 < v <= 1 and not (name == "overlap" and v == 0):
@@ -60,6 +61,7 @@ class CostParams:
         for name in ("iteration_overhead_s", "allreduce_latency_s", "per_token_s", "draft_overhead_s", "sync_fixed_s"):
             if getattr(self, name) < 0:
                 raise TltsimError(f"cost.{name} = {getattr(self, name)} must be >= 0")
+        return self
 
 
 class Roofline:
@@ -69,8 +71,7 @@ class Roofline:
 
     def __init__(self, model: ModelSpec, gpu: GPU, tp: int = 1, params: CostParams | None = None):
         self.model, self.gpu, self.tp = model, gpu, tp
-        self.p = params or CostParams()
-        self.p.validate()
+        self.p = (params or CostParams()).checked()
         if tp < 1:
             raise TltsimError(f"tp = {tp} must be >= 1")
         m, g, p = model, gpu, self.p

@@ -1,6 +1,6 @@
 """Named policies: what `--policy` / `--policies` accept.
 
-A name maps to a factory `(**knobs) -> Policy` whose `knobs` attribute lists the knob names.
+A name maps to a factory `(**knobs) -> Policy` whose `knob_names` attribute lists its knobs.
 Combinations are written `A+B` and built by composing the two policy objects
 (`tltsim.policies.compose.Composite`); knobs go to every part that has them. Any two
 registered single policies may be combined; the combinations that make sense are
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tltsim.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
-from tltsim.policies.base import Ideal
+from tltsim.policies.ideal import Ideal
 from tltsim.policies.compose import Composite
 from tltsim.policies.length_aware import LongestFirst
 from tltsim.policies.migrate import Migrate
@@ -19,7 +19,7 @@ from tltsim.policies.tail_batching import TailBatching
 from tltsim.policies.tlt import VARIANTS, variant_factory
 from tltsim.sim.hooks import Policy, StepOutcome
 
-REGISTRY: dict = {  # single policies: name -> factory(**knobs) with a `knobs` list
+REGISTRY: dict = {  # single policies: name -> factory(**knobs) with `knob_names`
     "verl": Policy,
     **{name: variant_factory(name) for name in VARIANTS},
     "ideal": Ideal,
@@ -53,7 +53,7 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
     if len(parts) == 1:
         return _single(key, knobs, name)
     preset = {**COMBINATIONS.get(key, {}), **knobs}
-    allowed = {p: set(getattr(REGISTRY[p], "knobs", {})) for p in parts}
+    allowed = {p: set(REGISTRY[p].knob_names) for p in parts}
     unknown = sorted(set(knobs) - set().union(*allowed.values()))
     if unknown:
         raise TltsimError(f"policy {name!r}: unknown knob(s) {', '.join(unknown)}; "
@@ -64,7 +64,7 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
 
 def _single(key: str, knobs: dict, name: str) -> Policy:
     cls = REGISTRY[key]
-    allowed = set(getattr(cls, "knobs", {}))
+    allowed = set(cls.knob_names)
     unknown = sorted(set(knobs) - allowed)
     if unknown:
         raise TltsimError(

@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tltsim.errors import TltsimError
-from tltsim.policies.knobs import KnobbedPolicy, knob
+from tltsim.control.knobs import knob
+from tltsim.policies.knobs import KnobbedPolicy
 from tltsim.sim.async_loop import AsyncRun
 
 

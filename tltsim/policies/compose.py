@@ -25,7 +25,8 @@ class Composite(Policy):
     def __init__(self, a: Policy, b: Policy):
         self.parts = (a, b)
         self.name = f"{a.name}+{b.name}"
-        self.knobs = {**getattr(b, "knobs", {}), **getattr(a, "knobs", {})}
+        self.knob_names = tuple(dict.fromkeys([*a.knob_names, *b.knob_names]))
+        self.knob_values = {**b.knob_values, **a.knob_values}
         loops = [p.name for p in self.parts if type(p).loop is not Policy.loop]
         if loops:
             raise TltsimError(f"policy {self.name!r}: {loops[0]!r} runs its own step loop and does not combine "

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tltsim.sim.hooks import StepOutcome
-from tltsim.policies.knobs import KnobbedPolicy, knob
+from tltsim.control.knobs import knob
+from tltsim.policies.knobs import KnobbedPolicy
 
 
 @dataclass(frozen=True)

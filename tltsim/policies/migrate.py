@@ -29,7 +29,8 @@ import numpy as np
 from tltsim.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.sim.hooks import StepOutcome
-from tltsim.policies.knobs import KnobbedPolicy, knob
+from tltsim.control.knobs import knob
+from tltsim.policies.knobs import KnobbedPolicy
 from tltsim.sim.rollout import StepRollout, truncate
 
 RELEASE = ("idle", "next-stage", "drafter")

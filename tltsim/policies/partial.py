@@ -29,7 +29,8 @@ import numpy as np
 
 from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
-from tltsim.policies.knobs import KnobbedPolicy, knob
+from tltsim.control.knobs import knob
+from tltsim.policies.knobs import KnobbedPolicy
 from tltsim.sim.prompts import PromptStream
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from tltsim.control import CHECKPOINT_S, parse_arms
 from tltsim.control.decisions import VARIANTS as DECISION_VARIANTS
 from tltsim.control.decisions import DecisionKnobs
+from tltsim.control.knobs import build, knob, knob_names
 from tltsim.control.learned import bucket_label, prior_from
 from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
@@ -39,24 +40,19 @@ class TLTKnobs(DecisionKnobs):
     """The decision knobs (tltsim.control.decisions) and the simulator's own: its model of the drafter and of
     spot training, and its fast path's chunking."""
 
-    dedicated_gpus: int = 0  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple of tp
-    drift: float = DrafterConfig.drift  # drafter quality lost per policy update
-    tau_samples: float = DrafterConfig.tau_samples  # samples that close 63% of the quality gap
-    q_start: float = DrafterConfig.q_start  # drafter quality when RL starts
-    q_max: float = DrafterConfig.q_max  # best quality training reaches (learning-curve asymptote; >= q_start used)
-    load_s: float = DrafterConfig.load_s  # seconds to load the drafter and its optimizer when training starts
-    checkpoint_s: float = CHECKPOINT_S  # seconds of a training span spent saving the drafter when preempted
-    chunk_iters: int = 32  # fast path: speculative iterations per tuner decision
-    drafter_batch: int = 0  # sequences a spot-training batch: a trainer stops at the end of the batch in progress
-    # when the rollout ends, which holds the next stage back (0: it stops at once)
-
-    POSITIVE = DecisionKnobs.POSITIVE + ("chunk_iters",)
-    NON_NEGATIVE = DecisionKnobs.NON_NEGATIVE + ("dedicated_gpus", "drafter_batch")
-
-    def validate(self, name: str):
-        if not self.checkpoint_s >= 0:  # NaN too
-            raise TltsimError(f"policy {name!r}: checkpoint_s = {self.checkpoint_s!r} must be >= 0 (seconds)")
-        return super().validate(name)
+    dedicated_gpus: int = knob(0, lo=0)  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple
+    # of tp
+    drift: float = knob(DrafterConfig.drift)  # drafter quality lost per policy update
+    tau_samples: float = knob(DrafterConfig.tau_samples)  # samples that close 63% of the quality gap
+    q_start: float = knob(DrafterConfig.q_start)  # drafter quality when RL starts
+    q_max: float = knob(DrafterConfig.q_max)  # best quality training reaches (learning-curve asymptote; >= q_start
+    # used)
+    load_s: float = knob(DrafterConfig.load_s)  # seconds to load the drafter and its optimizer when training starts
+    checkpoint_s: float = knob(CHECKPOINT_S, lo=0.0)  # seconds of a training span spent saving the drafter when
+    # preempted
+    chunk_iters: int = knob(32, lo=1)  # fast path: speculative iterations per tuner decision
+    drafter_batch: int = knob(0, lo=0)  # sequences a spot-training batch: a trainer stops at the end of the batch
+    # in progress when the rollout ends, which holds the next stage back (0: it stops at once)
 
 
 # name -> knob defaults that differ from TLTKnobs()
@@ -64,11 +60,13 @@ VARIANTS = {
     **DECISION_VARIANTS,
     "tlt-dedicated": {"spot": False, "dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind
 }
-KNOB_NAMES = [f.name for f in fields(TLTKnobs)]
+KNOB_NAMES = knob_names(TLTKnobs)
 
 
 class TLTPolicy(Policy):
     """Speculative rollout with a drafter-quality model; see the module docstring for the variants."""
+
+    knob_names = KNOB_NAMES
 
     @property
     def trains_drafter(self) -> bool:
@@ -84,8 +82,8 @@ class TLTPolicy(Policy):
         self._dedicated_default = preset.get("dedicated_gpus") == -1
         if self._dedicated_default:
             preset["dedicated_gpus"] = 0  # placeholder until bind knows tp
-        self.k = TLTKnobs(**preset).validate(name)
-        self.knobs = {k: v for k, v in asdict(self.k).items()}
+        self.k = build(TLTKnobs, name, preset)
+        self.knob_values = asdict(self.k)
 
     # --- set-up ------------------------------------------------------------------------------
     def reserved_gpus(self, cluster) -> int:
@@ -228,7 +226,7 @@ def variant_factory(name: str):
     def make(**knobs) -> TLTPolicy:
         return TLTPolicy(name, **knobs)
 
-    make.knobs = KNOB_NAMES
+    make.knob_names = KNOB_NAMES
     make.__doc__ = f"{name}: TLT variant ({VARIANTS[name] or 'defaults'})"
     return make
 

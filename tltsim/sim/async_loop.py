@@ -29,7 +29,7 @@ import numpy as np
 from tltsim.padding import padded_tokens
 from tltsim.records import TimelineRow
 from tltsim.sim.prompts import PromptStream
-from tltsim.sim.schedule import check_footprints
+from tltsim.sim.schedule import admits, check_footprints
 
 NAN = np.nan
 
@@ -96,6 +96,10 @@ class AsyncRun:
             self.pending.extend(ids)
             self.started_groups += 1
 
+    def _footprint(self, i: int) -> int:
+        """Sample i's final KV footprint (prompt + response tokens)."""
+        return self.s_plen[i] + self.s_rlen[i]
+
     # --- processes ---------------------------------------------------------------------------
     def process(self):
         for e in range(self.R):
@@ -130,12 +134,11 @@ class AsyncRun:
         while not self.over:
             self._refill()
             new = []
-            while self.pending and len(rows) + len(new) < max_running:
-                i = self.pending[0]
-                if used + self.s_plen[i] + self.s_rlen[i] > self.cap:
-                    break
-                new.append(self.pending.pop(0))
-                used += self.s_plen[i] + self.s_rlen[i]
+            while self.pending and admits(len(rows) + len(new), used, self._footprint(self.pending[0]), max_running,
+                                          self.cap):
+                i = self.pending.pop(0)
+                new.append(i)
+                used += self._footprint(i)
                 self._refill()
             if new:
                 p = np.array([self.s_plen[i] for i in new], dtype=float)
@@ -166,7 +169,7 @@ class AsyncRun:
             for j in np.flatnonzero(done):
                 i = int(rows[j])
                 self.s_finish[i] = env.now
-                used -= self.s_plen[i] + self.s_rlen[i]
+                used -= self._footprint(i)
                 gid = self.s_group[i]
                 self.group_left[gid] -= 1
                 if self.group_left[gid] == 0:

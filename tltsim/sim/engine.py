@@ -34,7 +34,8 @@ from typing import NamedTuple
 import numpy as np
 
 from tltsim.control.control import EngineControl
-from tltsim.sim.schedule import admit_fifo, check_footprints, segments
+from tltsim.records import TimelineRow, merge_states
+from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
 
 
 @dataclass
@@ -270,7 +271,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         # admit FIFO while a slot and the KV cache allow (an aborted request, of no tokens, needs a free slot and
         # gives it back at once: the fast path's admission on the token clock does the same)
         new, live = [], 0
-        while nxt < n and len(running) + live < max_running and used + footprint[nxt] <= cap:
+        while nxt < n and admits(len(running) + live, used, int(footprint[nxt]), max_running, cap):
             new.append(nxt)
             if response_len[nxt] > 0:
                 live += 1
@@ -343,24 +344,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
 
 
 def _merge(log: list[Entry]) -> list[Interval]:
-    """Merge consecutive entries of one state into intervals: batch is the batch at the interval's start,
-    accepted the weight-averaged accepted length (weight = speculative iterations), strategy the one with
-    the most weight."""
-    out: list[Interval] = []
-    weights: list[Counter] = []
-    for state, a, b, batch, tokens, acc, strat, w in log:
-        if out and out[-1].state == state:
-            last, wc = out[-1], weights[-1]
-            last.t_end = b
-            last.tokens += tokens
-        else:
-            last, wc = Interval(state, a, b, batch, 0.0), Counter()
-            last.tokens = tokens
-            out.append(last)
-            weights.append(wc)
-        if w > 0:
-            total = sum(wc.values())
-            last.accepted = acc if total == 0 else (last.accepted * total + acc * w) / (total + w)
-            wc[strat] += w
-            last.strategy = wc.most_common(1)[0][0]
-    return out
+    """The log's entries as intervals, merged as timeline rows are (tltsim.records.merge_states)."""
+    rows = merge_states([TimelineRow(0, 0, e.state, e.t_start, e.t_end, e.batch_size, e.tokens, e.accepted, e.strategy)
+                         for e in log], [e.weight for e in log])
+    return [Interval(r.state, r.t_start, r.t_end, r.batch_size, r.tokens, r.accepted, r.strategy) for r in rows]

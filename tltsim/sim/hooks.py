@@ -38,7 +38,8 @@ class Policy:
     """Baseline synchronous RL as verl runs it: no speculation, idle engines wait at the barrier."""
 
     name = "verl"
-    knobs: dict = {}
+    knob_names: tuple = ()  # the knobs it takes (tltsim.control.knobs)
+    knob_values: dict = {}  # an instance's values of them
 
     def reserved_gpus(self, cluster) -> int:
         """GPUs the policy keeps out of rollout (multiple of tp); they are extra workers after the engines."""

@@ -23,6 +23,12 @@ import numpy as np
 from tltsim.errors import TltsimError
 
 
+def admits(running: int, used: int, footprint: int, max_running: int, kv_capacity: int) -> bool:
+    """The FIFO rule: the head request, of final KV footprint `footprint` tokens, is admitted when a slot is free
+    (`running` < `max_running`) and the KV cache, `used` tokens of `kv_capacity` reserved, holds it."""
+    return running < max_running and used + footprint <= kv_capacity
+
+
 def admit_fifo(prompt_len: np.ndarray, response_len: np.ndarray, max_running: int, kv_capacity: int) -> np.ndarray:
     """Return tau_a (token-clock admission time) of each request, in the given order."""
     n = len(prompt_len)
@@ -38,7 +44,7 @@ def admit_fifo(prompt_len: np.ndarray, response_len: np.ndarray, max_running: in
     now = 0
     resp = response_len.astype(np.int64)
     while nxt < n:
-        while nxt < n and len(running) < max_running and used + footprint[nxt] <= kv_capacity:
+        while nxt < n and admits(len(running), used, int(footprint[nxt]), max_running, kv_capacity):
             tau_a[nxt] = now
             heapq.heappush(running, (now + int(resp[nxt]), nxt))
             used += int(footprint[nxt])

@@ -26,14 +26,14 @@ from tltsim.hardware import load_gpu, load_model
 from tltsim.records import STEP_COLUMNS, Result, TimelineRow
 from tltsim.sim.engine import exact_rollout, fast_rollout
 from tltsim.sim.hooks import Policy
-from tltsim.sim.recording import SimRecorder
+from tltsim.sim.recorder import SimRecorder
 from tltsim.summary import summarize
 from tltsim.trace import Trace
 
 
 class Simulator:
     def __init__(self, trace: Trace, cfg: SimConfig, policy: Policy | None = None, cost=None):
-        self.cfg = cfg.validate()
+        self.cfg = cfg.checked()
         c = cfg.cluster
         self.model = load_model(c.model)
         self.gpu = load_gpu(c.gpu)
@@ -272,7 +272,7 @@ class Simulator:
         config = self.cfg.to_dict()
         config["engines"] = self.engines
         config["split"], config["split_note"] = self.split, self.split_note  # the split that ran, and why
-        config["policy_knobs"] = {**config["policy_knobs"], **getattr(self.policy, "knobs", {})}
+        config["policy_knobs"] = {**config["policy_knobs"], **self.policy.knob_values}
         return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
 
 

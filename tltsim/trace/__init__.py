@@ -6,8 +6,8 @@
     synth(family, ...) -> Trace  seeded synthetic traces (families in FAMILIES)
 """
 from tltsim.trace.formats import load, save
-from tltsim.trace.schema import OPTIONAL, REQUIRED, Trace, TraceMeta, validate
+from tltsim.trace.schema import OPTIONAL, REQUIRED, Trace, TraceMeta, checked
 from tltsim.trace.stats import stats, tail_share
 from tltsim.trace.synth import FAMILIES, synth
 
-__all__ = ["Trace", "TraceMeta", "validate", "REQUIRED", "OPTIONAL", "load", "save", "stats", "tail_share", "synth", "FAMILIES"]
+__all__ = ["Trace", "TraceMeta", "checked", "REQUIRED", "OPTIONAL", "load", "save", "stats", "tail_share", "synth", "FAMILIES"]

@@ -77,7 +77,7 @@ class Trace:
         Raises TltsimError naming `path`, the row and the column of the first problem.
         """
         meta = replace(meta) if meta is not None else TraceMeta()
-        df = validate(df, meta, path=path)
+        df = checked(df, meta, path=path)
         if meta.group_size is None:
             meta.group_size = int(df.groupby(["step", "prompt_id"]).size().iloc[0])
         return cls(df=df, meta=meta)
@@ -96,8 +96,8 @@ class Trace:
         return Trace(keep, TraceMeta(**self.meta.to_dict()))
 
 
-def validate(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
-    """Check the schema; return a copy with canonical dtypes, sorted by step, prompt, sample."""
+def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
+    """The trace's frame, its schema checked: a copy with canonical dtypes, sorted by step, prompt, sample."""
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise TltsimError(

@@ -1,5 +1,5 @@
-"""The lower bound on plain synchronous decoding (`ideal`); the baseline `Policy` and its hooks live in
-tltsim/sim/hooks.py.
+"""The lower bound on plain synchronous decoding (`ideal`: a bound, not a policy, run through the policy hooks of
+tltsim/sim/hooks.py).
 
 A step's rollout, decoded plainly (no speculation) on `engines` engines of at most `max_running` running
 requests each, with every response generated to its end, takes at least

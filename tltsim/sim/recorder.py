@@ -1,4 +1,5 @@
-"""What a simulated run records as it goes, in the record schema (tltsim.records), for `Result`.
+"""The simulator's recorder: what a simulated run writes as it goes, in the record schema (tltsim.records), for
+`Result`.
 
 The synchronous step loop (simulator.py) and the asynchronous one (async_loop.py) both write through
 a `SimRecorder`: timeline rows (`TimelineRow`), one dict per step, the request columns of each step,
