@@ -234,11 +234,15 @@ def _comparison_charts(runs, pngs: dict) -> list[str]:
                  "runs beside training)." if waits else "")
     out = [_figure(plots.speedup(results), "Speedup over the baseline, fastest on top: end to end, and rollout "
                    "alone." + wait_note, "speedup", pngs),
-           _figure(plots.step_breakdown(results), "Mean time per step, by phase." + wait_note, "step_breakdown", pngs),
+           _figure(plots.step_breakdown(results), "Mean time per step, by phase, fastest on top (as the speedups)."
+                   + wait_note, "step_breakdown", pngs),
            _collapsed(_figure(plots.gantt(results), "Each engine's states during the baseline's slowest rollout "
-                              "step, per run.", "gantt", pngs),
+                              "step, per run." + (f" {', '.join(waits)}: what lies left of 0 is the step's rollout, "
+                                                  "begun beside the previous step's training." if waits else ""),
+                              "gantt", pngs),
                       f"Timelines: each engine's states in one step, per run ({len(runs)} panels)", len(runs) <= 4),
-           _figure(plots.idle_per_step(results), "GPU-seconds spent idle in each step.", "idle_per_step", pngs)]
+           _figure(plots.idle_per_step(results), "GPU-seconds spent idle in each step, for the runs that idle (those "
+                   "that never do are named under the axis).", "idle_per_step", pngs)]
     if any(_speculates(r) for r in results):
         out.append(_figure(plots.drafter(results), "Speculative decoding over steps (runs that speculate).",
                            "drafter", pngs))
