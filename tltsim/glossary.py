@@ -21,10 +21,10 @@ import textwrap
 
 # Columns of the comparison tables (the report's and compare's), in the report's order.
 COLUMNS: dict[str, str] = {
-    "run": "one execution of a policy over the trace, named by its policy (repeats of a policy get #2, #3); the "
-           "first run is the baseline speedups are measured against.",
-    "policy": "the named decision rules a run executed (`--policy`: verl, tlt, ...; `tltsim simulate --help` lists "
-              "them).",
+    "run": "a row of the tables: one execution of the trace and cluster, labelled by its policy (a second run of "
+           "a policy gets #2, #3); the first run is the baseline speedups are measured against.",
+    "policy": "the decision rules a run executed: what to admit, when to speculate, where the drafter trains, when "
+              "a step ends (`--policy`; `tltsim simulate --help` lists verl, tlt, ...).",
     "speedup": "baseline makespan_s / this run's makespan_s: how many times faster the whole run is "
                "end to end (above 1 is faster).",
     "makespan_s": "wall-clock seconds from the first step's start to the last step's end.",
