@@ -12,11 +12,15 @@ import sys
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """Appends `(default: X)` to an option's help where it has a default its help does not already state."""
+    """Appends `(default: X)` to an option's help where it has a default its help does not already state.
+
+    The one style of a default in every `tltsim` help: `(default: X)` at the end of the option's help. An option
+    whose argparse default is None (so that a config file can set it) states what it falls back to in that
+    same form, written by hand (tests/cli/test_help_text.py checks both)."""
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if ("default" in text or not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS)
+        if ("(default: " in text or not action.option_strings or action.default in (None, False, [], argparse.SUPPRESS)
                 or isinstance(action, argparse._VersionAction)):
             return text
         return text + " (default: %(default)s)"

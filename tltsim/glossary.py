@@ -7,7 +7,9 @@ made from COLUMNS, so they use the same words:
     BOUNDS["ideal"]               what a bound bounds (a run that is not a realisable policy)
     RANKING[name]                 the columns of the report's ranking that are not summary keys
     DEFINITIONS[key]              any of them, or a key of a run's summary only
+    TRACE_STATS[column]           the columns of `tltsim trace stats` (and its --json keys)
     epilog()                      the plain-text glossary of compare --help
+    trace_stats_epilog()          the plain-text glossary of trace stats --help
     markdown()                    the README's glossary (tests check the README holds it verbatim)
 
 Times are seconds summed over a run's steps unless a definition says otherwise; "GPU-seconds"
@@ -19,10 +21,10 @@ import textwrap
 
 # Columns of the comparison tables (the report's and compare's), in the report's order.
 COLUMNS: dict[str, str] = {
-    "run": "one execution of a policy over the trace, named by its policy (repeats of a policy get #2, #3); the "
-           "first run is the baseline speedups are measured against.",
-    "policy": "the named decision rules a run executed (`--policy`: verl, tlt, ...; `tltsim simulate --help` lists "
-              "them).",
+    "run": "a row of the tables: one execution of the trace and cluster, labelled by its policy (a second run of "
+           "a policy gets #2, #3); the first run is the baseline speedups are measured against.",
+    "policy": "the decision rules a run executed: what to admit, when to speculate, where the drafter trains, when "
+              "a step ends (`--policy`; `tltsim simulate --help` lists verl, tlt, ...).",
     "speedup": "baseline makespan_s / this run's makespan_s: how many times faster the whole run is "
                "end to end (above 1 is faster).",
     "makespan_s": "wall-clock seconds from the first step's start to the last step's end.",
@@ -79,8 +81,8 @@ RANKING: dict[str, str] = {
     "rollout speedup": "baseline rollout_s / this run's rollout_s; not comparable where rollout runs beside "
                        "training (rollout_s is then only the wait for responses).",
     "off-policy cost": "what the speed costs the training data: staleness, resumed and dropped responses, and a "
-                       "changed length mix (trained_len_ratio); none for a run whose every trained response "
-                       "was generated whole by the weights that train on it.",
+                       "changed length mix (trained_len_ratio); none for an on-policy run: every trained response "
+                       "generated whole by the weights that train on it, and no generated response dropped.",
 }
 
 DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}
@@ -97,6 +99,24 @@ BOUNDS: dict[str, str] = {
              "rollout ends (migrate's release = next-stage).",
 }
 
+# Columns of `tltsim trace stats`'s table, as it heads them, with the --json key each comes from.
+TRACE_STATS: dict[str, str] = {
+    "step": "the RL step; `all` pools every response of the trace.",
+    "responses": "responses generated in the step (--json: responses).",
+    "mean": "mean response length in tokens (--json: mean).",
+    "median": "median response length in tokens, linearly interpolated (--json: median).",
+    "p90": "90th percentile of response length, linearly interpolated (--json: p90).",
+    "p99": "99th percentile of response length, linearly interpolated (--json: p99).",
+    "max": "the longest response in tokens: a synchronous step waits for it (--json: max).",
+    "max/med": "max / median: how much longer the longest response is than the typical one (--json: "
+               "max_over_median).",
+    "trunc%": "percent of responses cut at the generation cap (unfinished), `-` where the trace says neither "
+              "(--json: truncated_fraction, a fraction).",
+    "tail%": "percent of the step's makespan (one slot a response, all starting together, a token a unit of time) "
+             "spent after 90% of its responses finished: (max - t90) / max, t90 the ceil(0.9 n)-th shortest "
+             "length; for `all`, summed over steps (--json: tail_share, a fraction).",
+}
+
 _WIDTH = 100
 
 
@@ -107,6 +127,11 @@ def epilog() -> str:
     lines += ["", "bounds (runs that are not realisable policies):"]
     lines += _entries(BOUNDS)
     return "\n".join(lines)
+
+
+def trace_stats_epilog() -> str:
+    """The columns of `tltsim trace stats` as plain text for its --help."""
+    return "\n".join(["columns of the table:", *_entries(TRACE_STATS)])
 
 
 def _entries(defs: dict[str, str]) -> list[str]:
@@ -121,5 +146,7 @@ def markdown() -> str:
     """The glossary as a Markdown list (the README's)."""
     out = [f"- `{name}`: {text}" for name, text in COLUMNS.items()]
     out += [f"- `{name}` (a bound, not a policy): {text}" for name, text in BOUNDS.items()]
+    out += ["", "Columns of `tltsim trace stats`:", ""]
+    out += [f"- `{name}`: {text}" for name, text in TRACE_STATS.items()]
     return "\n".join(out)
 

@@ -57,7 +57,8 @@ def test_off_policy_cost_is_read_from_staleness_resumed_dropped_and_length_mix(b
     assert not f.on_policy
     assert "carries unfinished responses into the next step (25% of trained responses resumed)" in f.why
     dropped_only = edited(tlt, dropped_fraction=0.1)
-    assert by_label(findings.rank([base, dropped_only]))["tlt"].on_policy  # dropping trains nothing stale
+    f = by_label(findings.rank([base, dropped_only]))["tlt"]
+    assert not f.on_policy and f.cost == "10% of generated responses dropped"  # on-policy: none stale, none dropped
 
 
 def test_headline_names_the_fastest_and_the_fastest_on_policy(base, tlt):
@@ -66,7 +67,19 @@ def test_headline_names_the_fastest_and_the_fastest_on_policy(base, tlt):
         "off-policy cost: none (on-policy).")
     stale = edited(tlt, staleness_mean=1.0, staleness_max=1)
     text = findings.headline(findings.rank([base, stale]), "verl")
-    assert "off-policy cost: staleness 1.00 versions (max 1)" in text and "Fastest on-policy: verl, 1.00×" in text
+    assert "off-policy cost: staleness 1.00 versions (max 1)" in text and "Fastest on-policy: verl, 1.00×." in text
+    assert "))" not in text  # an on-policy run's cost is not repeated in parentheses
+
+
+def test_the_fastest_on_policy_run_drops_no_responses(base, tlt):
+    """A run that aborts its tail (tail-batching) is fast but not on-policy: the headline passes over it."""
+    stale = edited(tlt, staleness_mean=1.0, staleness_max=1, makespan_s=base.summary["makespan_s"] / 3)
+    dropping = replace(edited(tlt, dropped_fraction=0.17, makespan_s=base.summary["makespan_s"] / 2),
+                       summary={**tlt.summary, "policy": "tail-batching", "dropped_fraction": 0.17,
+                                "makespan_s": base.summary["makespan_s"] / 2})
+    text = findings.headline(findings.rank([base, stale, dropping]), "verl")
+    assert text.startswith("Fastest here: tlt,")
+    assert "Fastest on-policy: verl, 1.00×." in text and "Fastest on-policy: tail-batching" not in text
 
 
 def test_a_bound_is_ranked_apart_and_its_explanation_says_who_beats_it(base, tlt):

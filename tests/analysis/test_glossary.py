@@ -9,7 +9,7 @@ import numpy as np
 from tltsim import glossary
 from tltsim.cli import build_parser
 from tltsim.policies import policy_names
-from tltsim.analysis.plots.style import run_color
+from tltsim.analysis.plots.style import policy_color
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -47,7 +47,7 @@ def _lab(colour: str) -> np.ndarray:
 
 
 def test_every_shipped_policy_gets_its_own_distinguishable_colour():
-    colours = [run_color(i) for i in range(len(policy_names()))]
+    colours = [policy_color(name) for name in policy_names()]
     assert len(set(colours)) == len(colours) >= 16
     closest = min(np.linalg.norm(_lab(a) - _lab(b)) for a, b in itertools.combinations(colours, 2))
     assert closest > 25  # CIELAB distance: 2.3 is just noticeable; 25+ tells lines apart at a glance

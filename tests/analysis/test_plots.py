@@ -1,6 +1,7 @@
 """Every figure renders on small results and carries the labels, series and bars it should."""
 from dataclasses import replace
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,6 +9,7 @@ import pytest
 from tltsim.analysis import plots
 from tltsim.errors import TltsimError
 from tltsim.analysis.plots.steps import parse_strategies, tuner_table
+from tltsim.analysis.plots.style import labelled
 from tltsim.analysis.plots.timeline import _occupancy, running_batch, switch_points
 from tltsim.records import STATES
 
@@ -130,16 +132,20 @@ def test_length_distribution_from_result_trace_and_frame(base, tmp_path):
         plots.length_distribution(base.requests, steps=[42])
 
 
-def test_step_breakdown_has_a_bar_per_run_and_phase(base, tlt, tmp_path):
+def test_step_breakdown_has_a_bar_per_run_and_phase_fastest_on_top(base, tlt, tmp_path):
     fig = saved(plots.step_breakdown([base, tlt]), tmp_path)
     ax = fig.axes[0]
     assert len(ax.patches) == 2 * 4
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["verl", "tlt"]  # the baseline on top
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["tlt", "verl"]  # ranked as the speedup chart
     assert ax.get_ylim()[0] > ax.get_ylim()[1]
     assert ax.get_xlabel() == "mean time per step (s)"
     assert legend_texts(fig) == ["rollout", "reward", "train", "weight sync"]
     ends = [p.get_x() + p.get_width() for p in ax.patches[-2:]]
-    assert ends == pytest.approx([base.steps["total_s"].mean(), tlt.steps["total_s"].mean()])
+    assert ends == pytest.approx([tlt.steps["total_s"].mean(), base.steps["total_s"].mean()])
+    slow = replace(tlt, summary={**tlt.summary, "makespan_s": 2 * base.summary["makespan_s"]})
+    assert [t.get_text() for t in plots.step_breakdown([base, slow]).axes[0].get_yticklabels()] == ["verl", "tlt"]
+    assert ([t.get_text() for t in plots.step_breakdown([base, slow]).axes[0].get_yticklabels()]
+            == [t.get_text() for t in plots.speedup([base, slow]).axes[0].get_yticklabels()])
 
 
 def test_speedup_panels_rank_runs_end_to_end_and_by_rollout(base, tlt, tmp_path):
@@ -164,13 +170,59 @@ def test_speedup_leaves_out_a_rollout_that_overlaps_training_and_goes_log_past_t
     assert plots.speedup([base, slow]).axes[1].get_xscale() == "log"  # 1x and 0.05x: tenfold apart
 
 
-def test_idle_per_step_one_line_per_run(base, tlt, tmp_path):
-    fig = saved(plots.idle_per_step([base, tlt]), tmp_path)
+def never_idle(result, policy):
+    """`result` renamed `policy`, with no idle time (neither in its timeline nor in its summary)."""
+    tl = result.timeline
+    return replace(result, timeline=tl[tl["state"] != "idle"].reset_index(drop=True),
+                   summary={**result.summary, "policy": policy, "idle_fraction": 0.0, "idle_gpu_seconds": 0.0})
+
+
+def test_idle_per_step_draws_only_the_runs_that_idle_each_its_own_look(base, tlt, tmp_path):
+    assert base.summary["idle_fraction"] > 0.01
+    other = replace(base, summary={**base.summary, "policy": "migrate"})
+    quiet = [never_idle(tlt, p) for p in ("tlt", "sd-always", "tlt-auto", "partial", "tail-batching")]
+    fig = saved(plots.idle_per_step([base, other, *quiet]), tmp_path)
     ax = fig.axes[0]
-    assert ax.get_xlabel() == "RL step" and ax.get_ylabel() == "idle GPU-seconds"
-    verl_line = ax.get_lines()[0]
-    assert verl_line.get_ydata().sum() == pytest.approx(base.summary["idle_gpu_seconds"])
+    lines = ax.get_lines()
+    assert len(lines) == 2  # five of the seven runs never idle: not drawn as lines flat on 0
+    looks = {(line.get_color(), line.get_marker()) for line in lines}
+    assert len(looks) == 2
+    assert ax.get_ylabel() == "idle GPU-seconds"
+    assert ax.get_xlabel() == "RL step\nnever idle (not drawn): tlt, sd-always, tlt-auto, partial, tail-batching"
+    assert lines[0].get_ydata().sum() == pytest.approx(base.summary["idle_gpu_seconds"])
     assert legend_texts(fig)[0].startswith("verl (")
+    alone = plots.idle_per_step([base])
+    assert len(alone.axes[0].get_lines()) == 1 and alone.axes[0].get_xlabel() == "RL step"
+    none = plots.idle_per_step(quiet[:2]).axes[0]
+    assert not none.get_lines() and any("no run left GPUs idle" in t.get_text() for t in none.texts)
+
+
+def test_a_policy_has_one_colour_whichever_runs_are_drawn(base, tlt):
+    """The report draws every policy, a notebook a few: each policy keeps its colour (tltsim.analysis.plots.style)."""
+    from tltsim.analysis.plots.style import policy_color, run_colors
+
+    ours = plots.speedup([base, tlt]).axes[0]
+    assert {p.get_facecolor()[:3] for p in ours.patches} == {
+        mpl.colors.to_rgb(policy_color("verl")), mpl.colors.to_rgb(policy_color("tlt"))}
+    other = replace(base, summary={**base.summary, "policy": "partial"})
+    assert run_colors(labelled([base, other, tlt]))["tlt"] == run_colors(labelled([tlt]))["tlt"] == policy_color("tlt")
+    twice = run_colors(labelled([base, tlt, tlt]))
+    assert twice["tlt #2"] not in {policy_color("verl"), policy_color("tlt")}  # a repeat gets a colour of its own
+
+
+def test_gantt_says_where_a_step_began_before_its_start(base):
+    """Async generates a step's responses beside the previous step's training: those rows start before the step;
+    its panel marks the step's start and says what lies left of it."""
+    early = base.timeline.copy()
+    t0 = float(base.steps.loc[base.steps["step"] == 1, "t_start"].iloc[0])
+    first = early.index[(early["step"] == 1) & (early["state"] == "decode")][0]
+    early.loc[first, "t_start"] = t0 - 2.5
+    fig = plots.gantt([base, replace(base, timeline=early)], step=1)
+    plain, shifted = fig.axes[:2]
+    assert plain.get_title(loc="right") == ""
+    assert shifted.get_title(loc="right").startswith("left of the dashed line (the step's start): the step's rollout")
+    assert "begun 2.5 s earlier" in shifted.get_title(loc="right")
+    assert any(list(line.get_xdata()) == [0, 0] for line in shifted.get_lines())
 
 
 def test_drafter_panels_follow_the_columns_present(base, tlt, tmp_path):

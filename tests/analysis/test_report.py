@@ -67,6 +67,13 @@ def test_summary_ranks_by_speedup_with_the_bounds_apart(base, tlt):
     assert "ideal is a bound, not a policy: " in unescape(page)  # explained, with what it bounds
 
 
+def test_the_title_counts_policies_not_bounds(base, tlt):
+    named = [replace(tlt, summary={**tlt.summary, "policy": p}) for p in ("static-sd", "partial", "migrate")]
+    ideal = replace(base, summary={**base.summary, "policy": "ideal"})
+    title = re.search(r"<h1>(.*?)</h1>", build_report([base, tlt, *named, ideal])).group(1)
+    assert title == "Comparison of 5 policies against verl"  # six runs, one of them the bound
+
+
 def test_every_table_column_has_a_glossary_entry(base, tlt):
     page = build_report([base, tlt])
     glossary = page[page.index('<dl class="glossary">'):page.index("</dl>")]

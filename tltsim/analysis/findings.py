@@ -3,7 +3,9 @@ that look wrong explained.
 
     rank(results)             -> [Finding, ...]: realisable policies by speedup (or, by="saved_per_step_s", by
                                  the seconds they save a step), best first, then the bounds
+    ranking(values, bounds)   -> that order as indices, for a table of plain rows (compare's)
     headline(findings, base)  -> the fastest policy and its cost, the fastest on-policy one, the bounds
+    bound(result)             -> what the run bounds (tltsim.glossary.BOUNDS), None for a policy
     explanations(results)     -> [str, ...]: what a bound bounds and who beats it, speculation that pays
                                  beyond the adaptive switch, zero idle time that went to drafter training,
                                  rollout times that are not comparable
@@ -18,17 +20,18 @@ import math
 from dataclasses import dataclass
 
 from tltsim.glossary import BOUNDS
+from tltsim.analysis.plots.steps import NO_IDLE  # idle_fraction at or below which a run had no idle time
 from tltsim.analysis.plots.style import labelled
 from tltsim.summary import OVERLAPS, rollout_overlap
 
 SAME = 0.02  # speedups within 2% of 1 are "no faster" / "no slower"
 SPECULATES = 0.01  # sd_share above which a run counts as speculating
-NO_IDLE = 0.001  # idle_fraction at or below which a run had no idle time
 IDLE = 0.05  # idle_fraction above which idle time is worth a word
 PHASE = 0.02  # a change of reward/train/sync time worth a word: this share of the baseline's makespan
 WEAK_DRAFTER = 0.8  # mean_accepted below this x the best speculating run's is a weak drafter
 LEN_CHANGE = 0.005  # trained_len_ratio further than this from 1 is a changed sample mix
 MORE_SD = 0.1  # sd_share this much above another run's: speculates in more of its engine time
+ON_POLICY = "none (on-policy)"  # the off-policy cost of a run with none
 NO_BETTER_DRAFTER = 0.95  # another run's mean_accepted at least this x a run's: that run's drafter is no better
 
 
@@ -41,7 +44,7 @@ class Finding:
     saved_per_step_s: float  # baseline mean_step_s - mean_step_s
     rollout_speedup: float  # baseline rollout_s / rollout_s; nan where rollout_s is not a rollout (overlap)
     cost: str  # off-policy cost, "none (on-policy)" when there is none
-    on_policy: bool  # every trained response generated whole by the weights that train on it
+    on_policy: bool  # every trained response generated whole by the weights that train on it, none dropped
     why: str  # one sentence, from the data
     bound: str | None = None  # what the run bounds (tltsim.glossary.BOUNDS), None for a policy
 
@@ -52,8 +55,14 @@ def rank(results, by: str = "speedup") -> list[Finding]:
     runs = labelled(results)
     ctx = _Context(runs)
     findings = [_finding(label, r, ctx) for label, r in runs]
-    order = sorted(range(len(findings)), key=lambda i: (findings[i].bound is not None, -_num(getattr(findings[i], by))))
-    return [findings[i] for i in order]
+    return [findings[i] for i in ranking([getattr(f, by) for f in findings], [f.bound is not None for f in findings])]
+
+
+def ranking(values, bounds) -> list[int]:
+    """The order of the report's ranking (and of compare's table): the indices of the runs that are policies by
+    `values` (speedup or saved_per_step_s), highest first (nan last, ties in run order), then those of the
+    bounds (`bounds[i]`: run i is a bound), the same way."""
+    return sorted(range(len(values)), key=lambda i: (bool(bounds[i]), -_num(values[i])))
 
 
 def headline(findings: list[Finding], baseline: str) -> str:
@@ -66,7 +75,8 @@ def headline(findings: list[Finding], baseline: str) -> str:
     if not best.on_policy:
         on = next((f for f in policies if f.on_policy), None)
         if on is not None:
-            out += f" Fastest on-policy: {on.label}, {on.speedup:.2f}× (cost: {on.cost})."
+            cost = "" if on.cost == ON_POLICY else f" (off-policy cost: {on.cost})"
+            out += f" Fastest on-policy: {on.label}, {on.speedup:.2f}×{cost}."
     for f in findings:
         if f.bound is not None:
             out += f" {f.label} ({f.speedup:.2f}×) is a bound, not a policy."
@@ -97,12 +107,13 @@ def _finding(label: str, r, ctx: _Context) -> Finding:
     speedup = b["makespan_s"] / s["makespan_s"] if s["makespan_s"] else math.nan
     overlaps = ctx.overlap[label] > OVERLAPS
     roll = math.nan if overlaps or not s["rollout_s"] else b["rollout_s"] / s["rollout_s"]
-    on_policy = not s.get("staleness_mean", 0) and not s.get("resumed_fraction", 0)
+    on_policy = (not s.get("staleness_mean", 0) and not s.get("resumed_fraction", 0)
+                 and not s.get("dropped_fraction", 0))
     return Finding(label, speedup, b["mean_step_s"] - s["mean_step_s"], roll, _cost(s), on_policy,
-                   _why(label, r, speedup, ctx), _bound(r))
+                   _why(label, r, speedup, ctx), bound(r))
 
 
-def _bound(r) -> str | None:
+def bound(r) -> str | None:
     """What the run bounds, None for a realisable policy (by the policy its summary names)."""
     return BOUNDS.get(str(r.summary.get("policy", "")))
 
@@ -120,7 +131,7 @@ def _cost(s: dict) -> str:
         parts.append(f"trained responses {_pct(abs(1 - ratio))} {'shorter' if ratio < 1 else 'longer'} "
                      "than the trace's")
     if not parts:
-        return "none (on-policy)"
+        return ON_POLICY
     return ", ".join(parts)
 
 
@@ -197,10 +208,10 @@ def _phase_changes(r, ctx: _Context) -> list[str]:
 def _bounds(runs, ctx: _Context) -> list[str]:
     out = []
     for label, r in runs:
-        what = _bound(r)
+        what = bound(r)
         if what is None:
             continue
-        policies = [(lab, x) for lab, x in runs if _bound(x) is None]
+        policies = [(lab, x) for lab, x in runs if bound(x) is None]
         beat = [(lab, x) for lab, x in policies if x.summary["makespan_s"] < r.summary["makespan_s"]]
         text = f"{label} is a bound, not a policy: {what}"
         if beat:

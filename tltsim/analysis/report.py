@@ -28,7 +28,7 @@ from tltsim.analysis import findings, plots
 from tltsim.analysis.tuning import tune
 from tltsim.glossary import BOUNDS, COLUMNS, DEFINITIONS, RANKING
 from tltsim.io import atomic_path, write_text
-from tltsim.analysis.plots.style import labelled, run_color
+from tltsim.analysis.plots.style import labelled, run_colors
 from tltsim.cost import PhaseCalibration
 from tltsim.records import Result
 from tltsim.summary import OVERLAPS, rollout_overlap
@@ -116,8 +116,9 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
     single = len(runs) == 1
     if title is None:
         names = [label for label, _ in runs]
+        policies = [label for label, r in runs if findings.bound(r) is None]  # a bound is not a policy
         title = names[0] if single else ("Comparison: " + ", ".join(names) if len(names) <= 4
-                                         else f"Comparison of {len(names)} policies against {names[0]}")
+                                         else f"Comparison of {len(policies)} policies against {names[0]}")
     sections = []  # (anchor, heading, html parts)
     if not single:
         sections += [("summary", "Summary: which policy, at what cost", _summary(runs)),
@@ -179,7 +180,7 @@ def _summary(runs) -> list[str]:
     bounds, each with its cost and reason."""
     calibrated = bool(calibration(runs[0][1]))
     ranked = findings.rank([r for _, r in runs], by="saved_per_step_s" if calibrated else "speedup")
-    colour = {label: run_color(i) for i, (label, _) in enumerate(runs)}
+    colour = run_colors(runs)
     rows = []
     place = 0
     for f in ranked:
@@ -233,11 +234,15 @@ def _comparison_charts(runs, pngs: dict) -> list[str]:
                  "runs beside training)." if waits else "")
     out = [_figure(plots.speedup(results), "Speedup over the baseline, fastest on top: end to end, and rollout "
                    "alone." + wait_note, "speedup", pngs),
-           _figure(plots.step_breakdown(results), "Mean time per step, by phase." + wait_note, "step_breakdown", pngs),
+           _figure(plots.step_breakdown(results), "Mean time per step, by phase, fastest on top (as the speedups)."
+                   + wait_note, "step_breakdown", pngs),
            _collapsed(_figure(plots.gantt(results), "Each engine's states during the baseline's slowest rollout "
-                              "step, per run.", "gantt", pngs),
+                              "step, per run." + (f" {', '.join(waits)}: what lies left of 0 is the step's rollout, "
+                                                  "begun beside the previous step's training." if waits else ""),
+                              "gantt", pngs),
                       f"Timelines: each engine's states in one step, per run ({len(runs)} panels)", len(runs) <= 4),
-           _figure(plots.idle_per_step(results), "GPU-seconds spent idle in each step.", "idle_per_step", pngs)]
+           _figure(plots.idle_per_step(results), "GPU-seconds spent idle in each step, for the runs that idle (those "
+                   "that never do are named under the axis).", "idle_per_step", pngs)]
     if any(_speculates(r) for r in results):
         out.append(_figure(plots.drafter(results), "Speculative decoding over steps (runs that speculate).",
                            "drafter", pngs))

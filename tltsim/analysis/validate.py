@@ -304,7 +304,7 @@ def calibrate_staleness(adaptive_run: str | Path, static_run: str | Path, drafte
     for name, d in (("adaptive", adaptive_run), ("static", static_run)):
         res = Result.load(d)
         if "drafter_accepted" not in res.steps or res.steps["drafter_accepted"].isna().all():
-            raise TltsimError(f"{d}: no drafter_accepted per step; calibrate from runs made with "
+            raise TltsimError(f"{d}: no drafter_accepted per step; `tltsim fit-drafter` fits runs made with "
                               f"`tltsim real run --probe N` (N > 0) of a speculative policy")
         if len(res.steps) < 2:
             raise TltsimError(f"{d}: {len(res.steps)} step(s); calibration needs at least 2")

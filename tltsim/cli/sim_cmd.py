@@ -42,13 +42,13 @@ def cluster_flags(p) -> None:
                    help="share of GPU memory the rollout engine fills with weights and KV cache (verl's rollout key)"
                    f"{_default('cost.mem_fraction')}")
     p.add_argument("--steps", help="N: the first N steps (0..N-1), as `real run --steps` counts them; A:B: "
-                   "steps A..B-1, either side may be empty (default: all; a range past the trace's end is clipped, "
-                   "with a warning)")
+                   "steps A..B-1, either side may be empty; a range past the trace's end is clipped, with a warning "
+                   "(default: all)")
     p.add_argument("--exact", action="store_true", default=None, help="run every decode iteration (reference path)")
-    p.add_argument("--seed", type=int, help="seed of the random draws (default: 0): --exact's accepted lengths, the "
+    p.add_argument("--seed", type=int, help="seed of the random draws: --exact's accepted lengths, the "
                    "tuner's exploration, longest-first's oracle noise. The default fast path uses expected accepted "
                    "lengths and the default arms leave the tuner one strategy per batch size, so there the seed "
-                   "changes nothing")
+                   f"changes nothing{_default('seed')}")
 
 
 def _cluster_flags(p) -> None:
@@ -75,8 +75,9 @@ def _default(key: str) -> str:
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="replay a trace over a modelled cluster under one policy")
     _cluster_flags(p)
-    p.add_argument("--policy", help=f"policy name ({', '.join(policy_names())}, or A+B); default: the config "
-                   "file's policy, else verl, the baseline every speedup is measured against")
+    p.add_argument("--policy", help=f"policy name ({', '.join(policy_names())}, or A+B); the config file's policy "
+                   f"where it names one (default: {configmod.SimConfig().policy}, the baseline every speedup is "
+                   "measured against)")
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report",
                        epilog=glossary.epilog(), formatter_class=PreformattedHelpFormatter)
@@ -236,16 +237,22 @@ def cmd_compare(args) -> int:
         write_manifest(tmp, kind="comparison")  # every file of every run, and the report
     if args.json:
         print(json.dumps({"policies": rows}, indent=2, default=float))
-    elif args.calibration:
+        return 0
+    from tltsim.analysis.findings import ranking
+
+    by = "saved_per_step_s" if args.calibration else "speedup"
+    ranked = [rows[i] for i in ranking([r[by] for r in rows], [r["policy"] in glossary.BOUNDS for r in rows])]
+    if args.calibration:
         columns = COMPARE_COLUMNS[:2] + ["saved_per_step_s"] + COMPARE_COLUMNS[2:]
         print(f"calibrated with {cfg.calibration.source}")
-        print(f"predicted on your cluster, by seconds saved a step over {rows[0]['policy']} (saved_per_step_s):")
-        ranked = rows[:1] + sorted(rows[1:], key=lambda r: -r["saved_per_step_s"])
-        print(format_table(columns, [[r[c] for c in columns] for r in ranked]))
+        print(f"predicted on your cluster, by seconds saved a step over {rows[0]['policy']} (saved_per_step_s), "
+              "as the report ranks them (bounds last):")
     else:
-        print(format_table(COMPARE_COLUMNS, [[r[c] for c in COMPARE_COLUMNS] for r in rows]))
-        if not args.no_report:
-            print(f"wrote {Path(args.out) / 'report.html'}")
+        columns = COMPARE_COLUMNS
+        print(f"by speedup over {rows[0]['policy']}, as the report ranks them (bounds last):")
+    print(format_table(columns, [[r[c] for c in columns] for r in ranked]))
+    if not args.no_report:
+        print(f"wrote {Path(args.out) / 'report.html'}")
     return 0
 
 

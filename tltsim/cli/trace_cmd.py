@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import json
 
+from tltsim import glossary
+from tltsim.argparser import PreformattedHelpFormatter
 from tltsim.errors import TltsimError
 from tltsim.io import check_apart, check_output
 from tltsim.trace import FAMILIES, load, save, stats, synth
+from tltsim.trace.synth import COMMON
 from tltsim.trace.formats import SUFFIXES, sidecar
 from tltsim.trace.schema import Trace, TraceMeta
 from tltsim.trace.tokens import token_counter
@@ -16,7 +19,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("trace", help="inspect, generate and convert response-length traces")
     sub = p.add_subparsers(dest="trace_command")
 
-    s = sub.add_parser("stats", help="per-step and overall length statistics, tail share")
+    s = sub.add_parser("stats", help="per-step and overall length statistics, tail share",
+                       epilog=glossary.trace_stats_epilog(), formatter_class=PreformattedHelpFormatter)
     s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; verl-style JSONL and Vidur CSV too)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_stats)
@@ -33,7 +37,8 @@ def register(subparsers) -> None:
     g.add_argument("--group", type=int, required=True, help="samples per prompt (GRPO n)")
     g.add_argument("--max-len", type=int, required=True, help="generation cap; longer responses are truncated")
     g.add_argument("--seed", type=int, required=True, help="seed of the generator")
-    g.add_argument("--drift", type=float, help="relative growth of lengths per step (0.02 = +2%% a step)")
+    g.add_argument("--drift", type=float, help="relative growth of lengths per step (0.02 = +2%% a step), the family's drift parameter "
+                   f"(default: {COMMON['drift']:g})")
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="override a family parameter (repeatable), e.g. --param rho=0.3")
     g.add_argument("-o", "--output", required=True, help=f"output file ({', '.join(SUFFIXES)})")
@@ -60,6 +65,7 @@ def _stats(args) -> int:
     print(f"{args.file}: source {m.source}, model {m.model}, cap {cap}, group {m.group_size}, "
           f"{st['steps']} steps, {st['responses']} responses")
     print(_table(st))
+    print("(columns: `tltsim trace stats --help`)")
     return 0
 
 

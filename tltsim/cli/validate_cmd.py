@@ -29,7 +29,7 @@ def register(sub) -> None:
                    "speed probe (how fast the machine ran then; for a machine whose speed drifts)")
     p.add_argument("--json", action="store_true", help="print the overall figures as JSON")
     p.set_defaults(func=cmd_validate)
-    register_calibrate(sub)
+    register_fit_drafter(sub)
 
 
 def cmd_validate(args) -> int:
@@ -146,15 +146,16 @@ def _print_calibration(cal) -> None:
           f"calibrated{step}")
 
 
-def register_calibrate(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit the simulator's drafter drift and recovery to two real runs")
+def register_fit_drafter(sub) -> None:
+    p = sub.add_parser("fit-drafter", help="fit the simulator's drafter drift and recovery (its quality knobs) to two "
+                       "real runs; a cluster's speed is calibrated by `validate --verl-metrics ... --save-calibration`")
     p.add_argument("--adaptive", required=True, metavar="RUN_DIR", help="a run whose drafter was spot-trained (tlt)")
     p.add_argument("--static", required=True, metavar="RUN_DIR", help="the same config without drafter training (static-sd)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=cmd_calibrate)
+    p.add_argument("--json", action="store_true", help="print the fitted knobs and their RMS error as JSON")
+    p.set_defaults(func=cmd_fit_drafter)
 
 
-def cmd_calibrate(args) -> int:
+def cmd_fit_drafter(args) -> int:
     from tltsim.analysis.validate import calibrate_staleness
 
     if Path(args.adaptive).resolve() == Path(args.static).resolve():

@@ -1,21 +1,32 @@
 """Per-step figures: where a step's time goes, speedups, idle GPU-seconds, the drafter and the strategy tuner."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import FuncFormatter
 
 from tltsim.analysis.plots.style import (PAGE_WIDTH_IN, PHASES, gpus_per_worker, labelled, legend_right, new_figure, note,
-                                 run_color, step_axis, styled)
+                                         run_colors, run_style, step_axis, styled)
 from tltsim.summary import OVERLAPS, rollout_overlap
+
+
+NO_IDLE = 0.001  # idle_fraction at or below which a run never idled: the idle chart leaves it out (findings' too)
+
+
+def fastest_first(runs) -> list[tuple]:
+    """(label, Result) pairs by end-to-end speed, fastest first (ties in run order): the order of the speedup and
+    step-time charts, as the report's ranking puts them."""
+    return sorted(runs, key=lambda p: p[1].summary["makespan_s"] if p[1].summary["makespan_s"] else np.inf)
 
 
 @styled
 def step_breakdown(results):
-    """Mean time per step of each run as stacked horizontal bars (the baseline on top): rollout, reward,
-    train, weight sync."""
-    runs = labelled(results)
+    """Mean time per step of each run as stacked horizontal bars, fastest on top (as the speedup chart): rollout,
+    reward, train, weight sync."""
+    runs = fastest_first(labelled(results))
     fig, ax = new_figure(PAGE_WIDTH_IN, 0.32 * len(runs) + 1.3)
     y = np.arange(len(runs))
     left = np.zeros(len(runs))
@@ -46,11 +57,10 @@ def speedup(results):
     """
     runs = labelled(results)
     base_label, base = runs[0]
-    colors = {label: run_color(i) for i, (label, _) in enumerate(runs)}
+    colors = run_colors(runs)
+    runs = fastest_first(runs)
     end = np.array([base.summary["makespan_s"] / r.summary["makespan_s"] if r.summary["makespan_s"] else np.nan
                     for _, r in runs])
-    order = np.argsort(-np.nan_to_num(end, nan=-np.inf), kind="stable")
-    runs, end = [runs[i] for i in order], end[order]
     comparable = [rollout_overlap(r.timeline) <= OVERLAPS for _, r in runs]
     roll = np.array([base.summary["rollout_s"] / r.summary["rollout_s"] if ok and r.summary["rollout_s"] else np.nan
                      for ok, (_, r) in zip(comparable, runs)])
@@ -91,18 +101,32 @@ def idle_by_step(result) -> pd.Series:
     return secs.reindex(result.steps["step"], fill_value=0.0)
 
 
+def idles(result) -> bool:
+    """Whether the run left GPUs idle for more than NO_IDLE of its GPU time (the idle chart draws it)."""
+    return result.summary["idle_fraction"] > NO_IDLE
+
+
 @styled
 def idle_per_step(results):
-    """Idle GPU-seconds in each step, one line per run."""
+    """Idle GPU-seconds in each step, one line per run that idles (its policy's colour and marker), the most idle
+    first in the legend; the runs that never idled are named under the axis, not drawn."""
     runs = labelled(results)
+    style = run_style(runs)
     fig, ax = new_figure(10, 3.8)
-    for i, (label, r) in enumerate(runs):
-        idle = idle_by_step(r)
-        ax.plot(idle.index, idle.to_numpy(), "o-", ms=3.5, lw=1.4, color=run_color(i),
+    drawn = sorted(((label, r, idle_by_step(r)) for label, r in runs if idles(r)), key=lambda d: -d[2].sum())
+    for label, r, idle in drawn:
+        colour, marker = style[label]
+        ax.plot(idle.index, idle.to_numpy(), marker=marker, ms=5, lw=1.5, color=colour,
                 label=f"{label} ({idle.sum():,.0f} GPU-s in all)")
-    ax.set_ylim(bottom=0)
     ax.set_title("Idle GPU time per step", loc="left")
+    if not drawn:
+        note(ax, "no run left GPUs idle")
+        return fig
+    ax.set_ylim(bottom=0)
     step_axis(ax)
+    never = [label for label, r in runs if not idles(r)]
+    if never:
+        ax.set_xlabel("RL step\n" + "\n".join(textwrap.wrap(f"never idle (not drawn): {', '.join(never)}", 110)))
     ax.set_ylabel("idle GPU-seconds")
     legend_right(fig, ax)
     return fig
@@ -129,10 +153,12 @@ def drafter(results):
     if not panels:
         note(axes[0, 0], "no speculative decoding in these runs")
         return fig
+    style = run_style(runs)
     for ax, (col, ylabel, title) in zip(axes[0], panels):
-        for i, (label, r) in enumerate(runs):
+        for label, r in runs:
             if has_data(r, col):
-                ax.plot(r.steps["step"], r.steps[col], "o-", ms=3, lw=1.3, color=run_color(i), label=label)
+                colour, marker = style[label]
+                ax.plot(r.steps["step"], r.steps[col], marker=marker, ms=4, lw=1.3, color=colour, label=label)
         ax.set_title(title, loc="left")
         step_axis(ax)
         ax.set_ylabel(ylabel)

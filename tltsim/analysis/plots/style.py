@@ -1,4 +1,8 @@
-"""One look for every figure: fixed colours per worker state and per run, sizes, and atomic PNG output.
+"""One look for every figure: fixed colours per worker state and per policy, sizes, and atomic PNG output.
+
+A policy has one colour everywhere (the report, its charts, the notebooks): `policy_color(name)`; a
+comparison's runs take `run_colors(runs)`, their policies' colours (a second run of one policy the first
+palette colour no policy of the comparison has).
 
 Figures are built with `matplotlib.figure.Figure` directly (no pyplot): nothing
 global is switched, nothing has to be closed, and rendering uses the Agg
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
+import zlib
 from pathlib import Path
 
 import matplotlib as mpl
@@ -17,6 +22,7 @@ from matplotlib.ticker import MaxNLocator
 from PIL import Image
 
 from tltsim.io import atomic_path
+from tltsim.policies import policy_names
 from tltsim.records import STATES
 
 # One colour per worker state, in records.STATES order; the same in every plot.
@@ -47,7 +53,7 @@ PHASES = [
 DPI = 110  # PNG resolution: a 10-inch-wide figure is 1100 px, sharp in a browser, small on disk
 PAGE_WIDTH_IN = 10.6  # the widest figure: the report's column (1,166 px at DPI), where it is shown unscaled
 
-# Run colours, in order: the 10 of matplotlib's tab10, then 10 more picked greedily (from the
+# Policy colours, in the order of tltsim.policies.policy_names() (and series colours of a sweep, in order): the 10 of matplotlib's tab10, then 10 more picked greedily (from the
 # Trubetskoy 20, tab20b and Dark2) for the largest smallest CIELAB distance to those before, none
 # darker than L* 25 (black lines look alike) nor lighter than L* 80 (to show on white): any two of
 # the 20 differ by a CIELAB distance of 27 or more, so a comparison of every shipped policy draws each
@@ -73,9 +79,45 @@ STYLE = {
 }
 
 
+# Markers of the lines of a comparison, one a policy (in the order of its colour), so that two lines whose colours
+# are near (or a print in grey) still tell apart.
+MARKERS = ["o", "s", "D", "^", "v", "<", ">", "p", "h", "X", "P", "*", "d", "8", "H", "1", "2", "3", "4", "+"]
+
+
 def run_color(i: int) -> str:
-    """Colour of the i-th run of a comparison (the baseline is 0); distinct for 20 runs, then repeating."""
+    """Colour of the i-th series of a figure (a sweep's); distinct for 20, then repeating."""
     return PALETTE[i % len(PALETTE)]
+
+
+def _policy_index(name: str) -> int:
+    """The place of policy `name` among the registered ones; another name (a label of a notebook's) by a stable
+    hash of it."""
+    names = policy_names()
+    return names.index(name) if name in names else len(names) + zlib.crc32(name.encode()) % len(PALETTE)
+
+
+def policy_color(name: str) -> str:
+    """The colour of policy `name` in every figure and table of the report and the notebooks."""
+    return PALETTE[_policy_index(name) % len(PALETTE)]
+
+
+def run_style(runs) -> dict[str, tuple[str, str]]:
+    """label -> (colour, marker) for the (label, Result) pairs of a comparison: each run its policy's
+    (Result.name's), a second run of one policy the first palette colour (and marker) that no policy of the
+    comparison has."""
+    own = {r.name: _policy_index(r.name) for _, r in runs}
+    spare = (i for i in range(10 * len(PALETTE)) if i % len(PALETTE) not in {j % len(PALETTE) for j in own.values()})
+    out, seen = {}, set()
+    for label, r in runs:
+        i = own[r.name] if r.name not in seen else next(spare)
+        seen.add(r.name)
+        out[label] = (PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)])
+    return out
+
+
+def run_colors(runs) -> dict[str, str]:
+    """label -> colour for the (label, Result) pairs of a comparison (run_style's colours)."""
+    return {label: colour for label, (colour, _) in run_style(runs).items()}
 
 
 def styled(fn):

@@ -31,7 +31,9 @@ def _step_start(result, step: int) -> float:
 def gantt(results, step: int | None = None):
     """Per-engine timeline of one RL step, coloured by state; one panel per result, stacked, same time axis.
 
-    `step` defaults to the first result's slowest rollout step. Times are seconds since the step began.
+    `step` defaults to the first result's slowest rollout step. Times are seconds since the step began; a run
+    whose rollout runs beside training (async) generated part of the step's responses before the step began,
+    drawn left of 0 and said so above its panel.
     """
     runs = labelled(results)
     step = slowest_step(runs[0][1]) if step is None else step
@@ -50,6 +52,11 @@ def gantt(results, step: int | None = None):
             ax.barh(rows["worker"], rows["t_end"] - rows["t_start"], left=rows["t_start"] - t0, height=0.8,
                     color=STATE_COLORS[state], linewidth=0)
         total = float(r.steps.loc[r.steps["step"] == step, "total_s"].iloc[0])
+        early = float(t0 - tl["t_start"].min()) if len(tl) else 0.0
+        if early > 0:  # rows of this step that began before it: its rollout ran beside the step before (async)
+            ax.axvline(0, color="k", lw=1, ls="--")
+            ax.set_title(f"left of the dashed line (the step's start): the step's rollout, begun {early:.1f} s "
+                         "earlier beside the previous step's training", loc="right", fontsize=8, fontweight="normal")
         ax.set_title(f"{label}: step {step}, {total:.1f} s", loc="left")
         ax.set_ylabel(f"engine ({gpus_per_worker(r)} GPUs)")
         ax.set_ylim(engines - 0.5, -0.5)
