@@ -11,7 +11,11 @@ per step the rollout's share of the step (target: >= 70% with the defaults; the 
 with the load average before and after (the machine is shared: the share moves with it). First, from the
 task generator and SmolLM2's tokenizer alone (no model): the worked reference answers' lengths over 200
 seeded steps of 8 problems x 4 samples, which is the shape the task asks for (the model's own answers are
-what the run then measures); `--reference-only` stops there.
+what the run then measures); `--reference-only` stops there. `--update-only` instead measures one process's
+peak RSS (getrusage) over the workload's GRPO update (old log-probs and the LoRA update) of 2 sequences that
+fill one micro-batch (micro_batch_tokens padded tokens, 400 of each a prompt) with non-zero advantages: the
+largest forward and backward it ever computes (a sequence longer than the budget, at most a prompt and CAP
+tokens, is shorter than it). A run whose groups all agree computes no update, so its own peak may not include one.
 """
 from __future__ import annotations
 
@@ -74,6 +78,33 @@ def reference_shape(steps: int = 200, prompts: int = 8, group: int = 4) -> dict:
             "answer_tokens_p50_p90_p99_max": pct(answers), "prompt_tokens_p50_p90_p99_max": pct(prompt)}
 
 
+def update_peak() -> dict:
+    """Peak RSS of this process around the workload's update on the largest micro-batches it computes."""
+    import resource
+
+    import numpy as np
+    import torch
+
+    from real.grpo import GRPO
+    from real.models import load_target
+    from real.settings import task_grpo
+
+    torch.set_num_threads(1)
+    target = load_target("smollm2-135m")
+    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    grpo = GRPO(target, task_grpo("longtail"))
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, 40000, size=400).tolist() for _ in range(2)]
+    responses = [rng.integers(3, 40000, size=grpo.config.micro_batch_tokens // 2 - 400).tolist() for _ in range(2)]
+    t = time.perf_counter()
+    old, ref = grpo.old_logprobs(prompts, responses, np.array([1.0, -1.0]))
+    grpo.update(prompts, responses, np.array([1.0, -1.0]), old, ref)
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"rows": 2, "tokens_per_row": grpo.config.micro_batch_tokens // 2, "micro_batch_tokens": grpo.config.micro_batch_tokens,
+            "peak_rss_gib_after_load": round(loaded / 2**20, 3), "peak_rss_gib": round(kib / 2**20, 3),
+            "update_s": round(time.perf_counter() - t, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--policy", default="verl", choices=("verl", "tlt"))
@@ -81,7 +112,13 @@ def main() -> None:
     ap.add_argument("-o", "--out", default="out/bench_longtail", help="run directory (replaced)")
     ap.add_argument("--run-args", default="", help="more `tltsim real run` options, e.g. \"--prompts 4\"")
     ap.add_argument("--reference-only", action="store_true", help="the reference answers' shape alone, no run")
+    ap.add_argument("--update-only", action="store_true", help="one process's peak RSS over the update alone")
     args = ap.parse_args()
+    if args.update_only:
+        print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        print(f"update: {json.dumps(update_peak())}")
+        print(f"# load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        return
     print(f"reference answers: {json.dumps(reference_shape())}", flush=True)
     if args.reference_only:
         return

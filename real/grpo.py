@@ -110,6 +110,8 @@ class GRPO:
         if config.kl > 0 and reference is None:
             raise TltsimError("grpo kl > 0 needs a reference model")
         self.model = lora.add_lora(model, config.lora_rank, seed) if config.lora_rank else model
+        if config.gradient_checkpointing:  # transformers' own: active in training mode with gradients only
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         self.config = config
         self.reference = reference
         self.params = [p for p in model.parameters() if p.requires_grad]  # what the update trains

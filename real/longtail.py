@@ -18,8 +18,10 @@ word problems' own: 1.0 when the response's last number is the answer. The cap i
 
 The workload's GRPO update (real.settings.TASK_GRPO["longtail"]) is sized as a run of a pretrained model on
 small hardware sizes it: LoRA adapters (real.lora) rather than all 135M weights, micro-batches of at most
-`micro_batch_tokens` padded tokens, and no computation for groups whose rewards agree (their gradient is exactly
-zero without a KL term; DAPO drops them from the batch for the same reason).
+`micro_batch_tokens` padded tokens with activation checkpointing (a 1024-token answer's attention, kept for
+every layer, would hold GBs), and no computation for groups whose rewards agree (their gradient is exactly
+zero without a KL term; DAPO drops them from the batch for the same reason). benchmarks/bench_longtail.py
+measures a run's shape, share and memory.
 """
 from __future__ import annotations
 

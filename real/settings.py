@@ -49,7 +49,8 @@ SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
 # the tasks a target can run on by name (`--task`; none given: its own, real.models.load_task)
 TASKS = ("gcd", "wordproblems", "longtail")
 # a task's GRPO defaults where they differ from GRPOConfig's (real/longtail.py says why these)
-TASK_GRPO = {"longtail": {"lora_rank": 16, "skip_zero_advantage": True, "micro_batch_tokens": 2048}}
+TASK_GRPO = {"longtail": {"lora_rank": 16, "skip_zero_advantage": True, "micro_batch_tokens": 2048,
+                          "gradient_checkpointing": True}}
 # a task's sampling temperature where it is not 1 (at 1 SmolLM2-135M's long worked answers turn to noise)
 TASK_TEMPERATURE = {"longtail": 0.7}
 
@@ -100,6 +101,8 @@ class GRPOConfig:
     lora_rank: int = 0  # > 0: train rank-r LoRA adapters on the attention and MLP projections only (real.lora)
     skip_zero_advantage: bool = False  # compute neither the old log-probs nor the update of responses whose
     # advantage is zero (a group whose rewards agree): their gradient is exactly zero when kl is 0
+    gradient_checkpointing: bool = False  # keep each decoder layer's input only and recompute the layer in the
+    # backward pass: a long sequence's attention (heads x length^2 floats a layer) is then held one layer at a time
 
     def __post_init__(self):
         if not self.lr > 0:

@@ -118,6 +118,23 @@ def test_lora_trains_only_the_adapters_and_decodes_with_them_merged(tmp_path):
         GRPO(load_target(tmp_path / "t").double(), GRPOConfig(lora_rank=2)).resume(tmp_path / "t")
 
 
+def test_gradient_checkpointing_gives_the_same_update():
+    out = []
+    for checkpointing in (False, True):
+        model = build_target("test-llama", seed=0).double()
+        grpo = GRPO(model, GRPOConfig(lr=1e-2, lora_rank=4, gradient_checkpointing=checkpointing))
+        adv = np.array([1.0, -1.0, 0.5, -0.5])
+        grpo.update(PROMPTS, RESPONSES, adv, *grpo.old_logprobs(PROMPTS, RESPONSES))
+        out.append(torch.cat([p.detach().ravel() for p in model.parameters()]))
+    assert torch.allclose(out[0], out[1], atol=1e-12) and not torch.equal(out[0], _params_flat_start())
+
+
+def _params_flat_start() -> torch.Tensor:
+    model = build_target("test-llama", seed=0).double()
+    GRPO(model, GRPOConfig(lora_rank=4))  # the same adapters, untrained
+    return torch.cat([p.detach().ravel() for p in model.parameters()])
+
+
 def test_skipping_zero_advantage_groups_gives_the_same_update():
     adv = np.array([0.0, 1.0, 0.0, -1.0])
     out = []
