@@ -22,6 +22,7 @@
 # * the word-problem task through the model's chat template, and the lengths of the answers it writes,
 # * the shipped drafter (how it was made) and plain against speculative decoding side by side, with
 #   the outputs checked token-identical and an iteration's time split into drafter, target and the rest,
+# * the shipped drafter, history drafting and their hybrid on a GRPO group of sampled siblings,
 # * a recorded TLT/verl pair of RL runs on this model, and the simulator's prediction of it, in time
 #   and in work (iterations, switch points, accepted tokens, drafter-training samples).
 #
@@ -35,6 +36,7 @@ MAX_NEW = 128  # answer cap in tokens of the live answers (the shipped drafter w
 SPEED_TOKENS = 32  # tokens per row of the speed comparison (64 or more for steadier ratios)
 BATCHES = [1, 4]  # batch sizes of the speed comparison (add 16 on a quiet machine)
 ROUNDS = 1  # timed runs of each mode per batch size (3 for steadier ratios)
+GROUP = 4  # sibling rows of the drafters' comparison (a GRPO group; 8 on a quiet machine)
 RUNS = ["../traces/real_verl_smollm2", "../traces/real_tlt_smollm2"]  # the recorded pair, baseline first
 PROFILE = "../traces/smollm2_cpu_profile.csv"  # `tltsim real profile` of the machine the pair ran on
 SEED = 0
@@ -57,6 +59,7 @@ from real.generate import generate
 from real import hub, speed
 from real.drafter import Drafter
 from real.models import load_target, load_tokenizer
+from real.settings import GenerateSettings, SpeedSettings
 from real.warmup import shipped_drafter
 from real.wordproblems import WordProblemTask
 
@@ -88,7 +91,7 @@ print(f"{type(target).__name__}: {config.num_hidden_layers} layers, hidden {conf
 task = WordProblemTask(tokenizer)
 problems = task.sample(np.random.default_rng(SEED), PROBLEMS, split="test")
 print(tokenizer.decode(task.prompt_ids(problems[0])))
-gen = generate(target, [task.prompt_ids(p) for p in problems], max_new_tokens=MAX_NEW)
+gen = generate(target, [task.prompt_ids(p) for p in problems], settings=GenerateSettings(max_new_tokens=MAX_NEW))
 print(task.response_text(gen.tokens[0]))
 answers = pd.DataFrame({"answer": [p.answer for p in problems],
                         "said": [task.final_number(task.response_text(t)) for t in gen.tokens],
@@ -123,8 +126,9 @@ pd.Series(meta)
 # outputs. (`tltsim real speed --model smollm2-135m --batches 1,4,16` prints the same rows.)
 
 # %%
-rows = pd.DataFrame(speed.measure(target, drafter, speed.heldout_prompts(task, max(BATCHES), SEED), BATCHES,
-                                  "4_1_4", SPEED_TOKENS, ROUNDS))
+prompts = speed.heldout_prompts(task, max(BATCHES), SEED)
+rows = pd.DataFrame(speed.measure(target, {"shipped": lambda: drafter}, prompts,
+                                  SpeedSettings(batches=tuple(BATCHES), max_new_tokens=SPEED_TOKENS, rounds=ROUNDS)))
 print(rows.to_string(index=False))  # timings: printed (they differ from run to run), not a result
 
 # %%
@@ -141,6 +145,22 @@ plt.show()
 best = spec.loc[spec.speedup.idxmax()]
 print(f"best speedup {best.speedup:.2f}x at batch {best.batch} ({best.tokens_per_call:.2f} tokens per target "
       f"call); outputs identical in every row: {bool(rows.identical.all())}")
+
+# %% [markdown]
+# The three drafters side by side on a GRPO group: `GROUP` sampled siblings of one prompt decoded together
+# (temperature 0.7), with the shipped drafter, history drafting (`suffix`: the prompt and the siblings' own
+# text, no model) and their `hybrid` (history where its match is long and sure, else the shipped drafter).
+# (`tltsim real speed --model smollm2-135m --batches 8 --group 8 --temperature 0.7 --drafters
+# shipped,suffix,hybrid` prints the same rows; benchmarks/results/bench_drafters.txt has them recorded.)
+
+# %%
+from real.hybrid import HybridDrafter
+from real.suffix import SuffixDrafter
+
+drafters = {"shipped": lambda: drafter, "suffix": SuffixDrafter, "hybrid": lambda: HybridDrafter(drafter, SuffixDrafter())}
+group = pd.DataFrame(speed.measure(target, drafters, prompts, SpeedSettings(
+    batches=(GROUP,), group=GROUP, temperature=0.7, max_new_tokens=SPEED_TOKENS, rounds=ROUNDS)))
+print(group[["drafter", "tok_s", "speedup", "tokens_per_call", "draft_ms", "target_ms"]].to_string(index=False))
 
 # %% [markdown]
 # ## 4. A recorded TLT/verl pair on this model, and the simulator's prediction
