@@ -26,7 +26,7 @@ def add_pretrain(sub) -> None:
                                    "with the task file beside it. Deterministic by --seed unless --seconds cuts it short.")
     p.add_argument("-o", "--out", required=True, help="checkpoint directory to write (replaced atomically)")
     p.add_argument("--preset", default=defaults["preset"], choices=sorted(PRESETS), help="model architecture and size")
-    p.add_argument("--steps", type=whole(1), default=defaults["steps"], help="optimizer steps (default %(default)s)")
+    p.add_argument("--steps", type=whole(1), default=defaults["steps"], help="optimizer steps")
     p.add_argument("--seconds", type=number(above=0), default=None, help="also stop after this many seconds of training")
     p.add_argument("--batch-tokens", type=whole(1), default=defaults["batch_tokens"], help="padded tokens per batch")
     p.add_argument("--lr", type=number(above=0), default=defaults["lr"], help="peak learning rate")
@@ -39,7 +39,7 @@ def add_pretrain(sub) -> None:
 def add_evaluate(sub) -> None:
     p = sub.add_parser("evaluate", help="accuracy and response lengths of a target on held-out problems")
     p.add_argument("target", help="a checkpoint directory written by `tltsim real pretrain`")
-    p.add_argument("--problems", type=whole(1), default=200, help="held-out problems (default %(default)s)")
+    p.add_argument("--problems", type=whole(1), default=200, help="held-out problems")
     p.add_argument("--samples", type=whole(1), default=8, help="sampled responses per problem at --temperature")
     p.add_argument("--temperature", type=number(above=0), default=1.0, help="sampling temperature")
     p.add_argument("--max-new-tokens", type=whole(1), default=None, help="response cap (default: the task's longest)")
@@ -54,7 +54,7 @@ def add_profile(sub) -> None:
                                    "(tltsim validate --profile). Run it on a quiet machine.")
     p.add_argument("-o", "--out", required=True, help="profile CSV to write")
     p.add_argument("--model", default="tiny-llama", help="a save_pretrained directory, a known model (e.g. "
-                   "smollm2-135m) or a preset (default %(default)s)")
+                   "smollm2-135m) or a preset")
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
                    "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
                    "real/longtail.py)")
@@ -69,11 +69,11 @@ def add_profile(sub) -> None:
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
     p.add_argument("--repeats", type=whole(1), default=3, help="timed iterations per cell")
     p.add_argument("--train-rows", default="4,16,64", help="comma-separated sequences per timed training batch "
-                   "(default %(default)s; a large model on a CPU: rows about a run's per-worker batch, e.g. 2,4,8)")
-    p.add_argument("--seed", type=whole(0), default=0)
+                   "(a large model on a CPU: rows about a run's per-worker batch, e.g. 2,4,8)")
+    p.add_argument("--seed", type=whole(0), default=0, help="prompts and sampling of the timed iterations")
     p.add_argument("--greedy", action="store_true", help="decode greedily (default: sample at --temperature, as "
                    "`tltsim real run` does by default; profile with the sampling of the runs you will validate)")
-    p.add_argument("--temperature", type=number(above=0), default=1.0, help="sampling temperature (default %(default)s)")
+    p.add_argument("--temperature", type=number(above=0), default=1.0, help="sampling temperature")
     p.add_argument("--processes", type=whole(1), default=1,
                    help="profile in this many processes at once, as a run's --workers share one machine (on a CPU "
                         "they contend for cores and memory); every process's timings go into the CSV")
@@ -128,10 +128,10 @@ def add_run(sub) -> None:
                                    "simulator's schema in RUN_DIR (Result files + trace.parquet) after every step, "
                                    "with a checkpoint to --resume from. Under torchrun each process is one worker.")
     p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
-    p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="(default %(default)s)")
-    p.add_argument("--workers", type=whole(1), default=d["workers"], help="worker processes (default %(default)s)")
-    p.add_argument("--steps", type=whole(1), default=d["steps"], help="RL steps (default %(default)s)")
-    p.add_argument("--model", default=d["model"], help="target: a `tltsim real pretrain` directory (gcd task), a "
+    p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="the policy the run executes")
+    p.add_argument("--workers", type=whole(1), default=d["workers"], help="worker processes")
+    p.add_argument("--steps", type=whole(1), default=d["steps"], help="RL steps")
+    p.add_argument("--model", default=None, help="target: a `tltsim real pretrain` directory (gcd task), a "
                    "known model (e.g. smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word "
                    "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
@@ -139,11 +139,13 @@ def add_run(sub) -> None:
                    "real/longtail.py)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: the one shipped "
                    "for a known --model, else warm one up on the target's own answers)")
-    p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"))
-    p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"))
-    p.add_argument("--prompts", type=whole(1), default=d["prompts"], help="prompts per step (default %(default)s)")
-    p.add_argument("--group", type=whole(1), default=d["group"], help="samples per prompt (default %(default)s)")
-    p.add_argument("--seed", type=whole(0), default=d["seed"])
+    p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"), help="torch device of every worker")
+    p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"),
+                   help="target and drafter dtype")
+    p.add_argument("--prompts", type=whole(1), default=d["prompts"], help="prompts per step")
+    p.add_argument("--group", type=whole(1), default=d["group"], help="samples per prompt")
+    p.add_argument("--seed", type=whole(0), default=d["seed"], help="prompts, sampling, tuners, drafter init and "
+                   "batches")
     p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
     p.add_argument("--temperature", type=number(above=0), default=None,
                    help="sampling temperature (default: the task's: 0.7 for longtail, else 1.0)")
@@ -155,17 +157,17 @@ def add_run(sub) -> None:
     p.add_argument("--lr", type=number(above=0), default=g.lr, help="GRPO learning rate")
     p.add_argument("--kl", type=number(minimum=0), default=g.kl, help="KL weight to the initial target")
     p.add_argument("--lora-rank", type=whole(0), default=None, help="train LoRA adapters of this rank instead of every "
-                   "weight (0: every weight; default: the task's, 16 for longtail, else 0)")
+                   "weight (0: every weight) (default: the task's, 16 for longtail, else 0)")
     p.add_argument("--warmup-steps", type=whole(0), default=d["warmup_steps"],
-                   help="drafter warm-up AdamW steps without --drafter (default %(default)s)")
+                   help="drafter warm-up AdamW steps without --drafter")
     p.add_argument("--probe", type=whole(0), default=d["probe"],
-                   help="held-out prompts the drafter's accepted length is measured on per step (default %(default)s)")
+                   help="held-out prompts the drafter's accepted length is measured on per step")
     p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
                    "the current target (steps column static_drafter_accepted; a spot-training policy only)")
     p.add_argument("--spot-lr", type=number(above=0), default=None, help="spot training's drafter learning rate "
                    "(default: 1e-5 from a drafter warmed up before the run, the warm-up's 1e-3 after a warm-up in the run)")
     p.add_argument("--speed-probe", type=whole(0), default=d["speed_probe"], help="plain decode iterations that time the "
-                   "machine before each step, for `tltsim validate --speed` (0: off; default %(default)s)")
+                   "machine before each step, for `tltsim validate --speed` (0: off)")
     p.add_argument("--resume", action="store_true",
                    help="continue RUN_DIR from its last checkpoint (from step 0 if it was stopped before the first)")
     p.add_argument("--no-progress", action="store_true",
@@ -192,6 +194,10 @@ def _run_command(args) -> str:
 
 
 def _run(args) -> int:
+    if args.model is None:  # the shipped target, spelled out in the run's provenance
+        from real.settings import SHIPPED_TARGET
+
+        args.model = str(SHIPPED_TARGET)
     from real.settings import task_grpo
     from real.run import RunConfig, launch
     from tltsim.control.decisions import knobs_from_text
@@ -248,7 +254,7 @@ def add_drafter(sub) -> None:
                                    "word problems, picks a reduced draft vocabulary (the most frequent tokens), fits an "
                                    "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
-    p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory (default %(default)s)")
+    p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory")
     d = {f.name: f.default for f in fields(WarmupSettings)}
     p.add_argument("--problems", type=whole(1), default=d["problems"], help="training problems answered")
     p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
@@ -363,7 +369,7 @@ def build_parser() -> Parser:
         add(sub)
     for p in sub.choices.values():  # on every subcommand: `tltsim real` passes only what follows its name
         default = p.get_default("threads") or min(2, os.cpu_count() or 1)
-        p.add_argument("--threads", type=whole(1), default=default, help=f"torch CPU threads (default {default})")
+        p.add_argument("--threads", type=whole(1), default=default, help="torch CPU threads")
     return parser
 
 

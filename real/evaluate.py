@@ -14,6 +14,7 @@ import torch
 
 from real.generate import DEFAULT_STRATEGY, generate
 from real.settings import GenerateSettings
+from tltsim.errors import TltsimError
 from real.task import GcdTask, Problem
 
 
@@ -74,18 +75,24 @@ def evaluate(model, task: GcdTask, problems: list[Problem], greedy: bool = True,
 
 
 @torch.no_grad()
-def accepted_tokens(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,
-                    max_new_tokens: int | None = None) -> np.ndarray:
+def accepted_tokens(target, drafter, task, problems: list, strategy: str = DEFAULT_STRATEGY,
+                    max_new_tokens: int | None = None, batch: int | None = None) -> np.ndarray:
     """Tokens per row of every speculative iteration (accepted drafts + the target's own) when `target` decodes
-    `problems` greedily with `drafter` and `strategy` on every iteration (empty for no problems)."""
+    `problems` of `task` (any task with prompt_ids and max_response_tokens) greedily with `drafter` and `strategy`
+    on every iteration, `batch` prompts at a time (None: all at once); empty for no problems."""
+    out: list[float] = []
+    step = batch or max(len(problems), 1)
+    for start in range(0, len(problems), step):
+        gen = generate(target, [task.prompt_ids(p) for p in problems[start: start + step]], drafter,
+                       GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens or task.max_response_tokens))
+        out += [a + 1 for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
+    return np.array(out, dtype=float)
+
+
+def accepted_length(target, drafter, task, problems: list, strategy: str = DEFAULT_STRATEGY,
+                    max_new_tokens: int | None = None, batch: int | None = None) -> float:
+    """Mean of `accepted_tokens`: the drafter's mean accepted length (bonus token included); TltsimError for no
+    problems."""
     if not problems:
-        return np.zeros(0)
-    gen = generate(target, [task.prompt_ids(p) for p in problems], drafter,
-                   GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens or task.max_response_tokens))
-    return np.array([a + 1 for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted], dtype=float)
-
-
-def accepted_length(target, drafter, task: GcdTask, problems: list[Problem], strategy: str = DEFAULT_STRATEGY,
-                    max_new_tokens: int | None = None) -> float:
-    """Mean of `accepted_tokens`: the drafter's mean accepted length (bonus token included)."""
-    return float(np.mean(accepted_tokens(target, drafter, task, problems, strategy, max_new_tokens)))
+        raise TltsimError("accepted_length: no problems")
+    return float(np.mean(accepted_tokens(target, drafter, task, problems, strategy, max_new_tokens, batch)))

@@ -30,9 +30,9 @@ from real.drafting import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
-from tltsim.control.strategy import Strategy
+from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 
-DEFAULT_STRATEGY = "4_1_4"
+DEFAULT_STRATEGY = str(STRATEGY)  # a chain of 4 drafts (tltsim.control.strategy.DEFAULT_STRATEGY)
 
 
 @dataclass
@@ -259,7 +259,7 @@ def generate(target, prompts: list[list[int]], drafter: Drafting | None = None,
              settings: GenerateSettings = GenerateSettings()) -> Generation:
     """Generate for every prompt (token-id lists) until EOS or `settings.max_new_tokens`.
 
-    With a drafter, every iteration speculates with `settings.strategy` (default "4_1_4"); without, it
+    With a drafter, every iteration speculates with `settings.strategy` (default DEFAULT_STRATEGY, a chain of 4); without, it
     decodes plainly. Either way the output has the target's distribution (greedy: the same tokens).
     `settings.eos_token_id` defaults to `default_eos(target)`.
     """

@@ -53,7 +53,7 @@ from real.warmup import find_shipped_drafter
 from tltsim.errors import TltsimError
 from tltsim.padding import padded_tokens
 from tltsim.control import EngineControl, FixedTuner, SDSwitch
-from tltsim.control.strategy import DEFAULT_ARMS, Strategy
+from tltsim.control.strategy import DEFAULT_ARMS, DEFAULT_STRATEGY, Strategy
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT
 
 ANSWERS = 32  # problems the target answers for the training rows' lengths when its task has no reference solutions
@@ -68,7 +68,7 @@ def profile(target, drafter: drafting.Trainable | None = None, settings: Profile
     `progress(i, n)` after each of the n (batch, context) cells."""
     cfg = settings
     seed, sampling, repeats = cfg.seed, cfg.sampling, cfg.repeats
-    strategies = cfg.strategies or tuple(str(a) for a in DEFAULT_ARMS) + ("4_1_4",)
+    strategies = cfg.strategies or tuple(str(a) for a in DEFAULT_ARMS) + (str(DEFAULT_STRATEGY),)
     rng = np.random.default_rng(seed)
     trainer = GRPO(target, cfg.grpo, seed=seed)  # a LoRA update's adapters are on the target, merged, from the start
     drafter = drafter or drafting.kind("eagle").for_target(target, seed=seed)
@@ -186,7 +186,7 @@ def _catchups(target, drafter, prompts, repeats: int, seed: int, sampling, behin
     """Catch-up rows: the drafter's state built over every token (the first speculative iteration after the
     prefill, as at the SD switch), then `repeats` times, after each k in `behind` plain iterations, its catch-up
     over the k tokens a row those emitted. Each is the engine's own `catchup_s` of that iteration."""
-    strategy = Strategy.parse("4_1_4")
+    strategy = DEFAULT_STRATEGY
     per_row = (strategy.depth + 1) * (1 + repeats * len(behind)) + repeats * sum(behind)
     engine = Engine(target, drafter, sampling=sampling, max_new_tokens=per_row, eos_token_id=[], seed=seed)
     engine.add(prompts)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from real.task import TaskConfig
+from tltsim.control.strategy import DEFAULT_STRATEGY
 from tltsim.errors import TltsimError
 
 
@@ -169,7 +170,7 @@ class SpeedSettings:
     """What real.speed.measure decodes (`tltsim real speed`)."""
 
     batches: tuple[int, ...] = (1, 4, 16)  # rows decoded at once
-    strategy: str = "4_1_4"  # depth_topk_verify of every speculative iteration
+    strategy: str = str(DEFAULT_STRATEGY)  # depth_topk_verify of every speculative iteration (a chain of 4)
     max_new_tokens: int = 64  # answer cap
     rounds: int = 3  # timed generations of each mode per batch size, interleaved
     group: int = 1  # siblings of each prompt (GRPO's group): a batch decodes ceil(batch / group) prompts' groups

@@ -6,7 +6,7 @@ tokens and the target's final hidden states, which are what the EAGLE drafter re
 in): the drafter proposes among them only (EAGLE-3's reduced draft vocabulary), so a draft step's
 head is a `size`-row slice of the target's lm_head instead of all of it; verification is untouched
 and stays exact against the target's full distribution. `warm_up` fits a fresh drafter with that
-vocabulary on the pairs. `accepted_length` measures tokens per target call on held-out problems.
+vocabulary on the pairs. `real.evaluate.accepted_length` measures tokens per target call on held-out problems.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 
 from real.generate import generate
 from real.drafter import Drafter, DrafterLoss
+from real.evaluate import accepted_length
 from real.hub import known_name
 from real.settings import GenerateSettings, WarmupSettings
 from real.wordproblems import WordProblemTask
@@ -102,19 +103,6 @@ def warm_up(target, pairs, vocab: torch.Tensor | None, steps: int, batch_size: i
     return drafter, losses
 
 
-def accepted_length(target, drafter, task: WordProblemTask, problems, strategy: str = "4_1_4",
-                    max_new_tokens: int = 128, batch: int = 8) -> float:
-    """Mean tokens per target call (accepted drafts + 1) over the speculative iterations, greedy."""
-    if not problems:
-        raise TltsimError("accepted_length: no problems")
-    accepted = []
-    for start in range(0, len(problems), batch):
-        gen = generate(target, [task.prompt_ids(p) for p in problems[start: start + batch]], drafter,
-                       GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens))
-        accepted += [a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
-    return 1 + float(np.mean(accepted))
-
-
 def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupSettings(),
                  data: str | Path | None = None, command: str = "", log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
@@ -143,7 +131,7 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
                   "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": s.steps, "unroll": s.unroll,
                   "batch_size": s.batch_size, "lr": s.lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
                   "heldout_problems": s.heldout, "heldout_tokens_per_call_4_1_4":
-                      round(accepted_length(target, drafter, task, test, "4_1_4", s.max_new_tokens), 3),
+                      round(accepted_length(target, drafter, task, test, max_new_tokens=s.max_new_tokens, batch=8), 3),
                   "collect_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "command": command}
     drafter.save(out, dtype=torch.bfloat16, meta=provenance)
     return provenance

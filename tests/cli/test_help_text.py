@@ -1,6 +1,6 @@
 """Every option of every `tltsim` (sub)command has help, and every default shows in one style, `(default: X)` at
 the end of the option's help (tltsim.argparser.HelpFormatter appends it; an option whose argparse default is None
-states its fallback by hand, in the same form). `tltsim real`'s own parsers (real/cli.py) are not walked."""
+states its fallback by hand, in the same form), `tltsim real`'s commands (real/cli.py) as the rest."""
 from __future__ import annotations
 
 import argparse
@@ -8,18 +8,20 @@ import re
 
 import pytest
 
+from real.cli import build_parser as real_parser
 from tltsim.cli import build_parser
 
 DEFAULT = re.compile(r"\(default: [^\n]+\)$")
 
 
 def _parsers(parser, path=("tltsim",)):
-    """(command path, parser) of `parser` and every subcommand under it, the `real` group left out."""
+    """(command path, parser) of `parser` and every subcommand under it; the `real` group is real/cli's parser."""
     yield path, parser
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 if path == ("tltsim",) and name == "real":
+                    yield from _parsers(real_parser(), ("tltsim", "real"))
                     continue
                 yield from _parsers(sub, (*path, name))
 
@@ -40,12 +42,12 @@ def _options():
 OPTIONS = _options()
 
 
-def test_the_walk_reaches_every_command_group_but_real():
+def test_the_walk_reaches_every_command_group():
     commands = {cmd for cmd, *_ in OPTIONS}
     assert {"tltsim simulate", "tltsim compare", "tltsim trace stats", "tltsim trace synth", "tltsim fit-drafter",
             "tltsim validate", "tltsim sweep", "tltsim report"} <= commands
-    assert not any(cmd.startswith("tltsim real") for cmd in commands)
-    assert len(OPTIONS) > 40
+    assert {"tltsim real run", "tltsim real speed", "tltsim real profile", "tltsim real drafter"} <= commands
+    assert len(OPTIONS) > 100
 
 
 @pytest.mark.parametrize("cmd, flag, action, text", OPTIONS, ids=[f"{c} {f}" for c, f, *_ in OPTIONS])
