@@ -65,7 +65,8 @@ def _read_jsonl(path: Path) -> dict[int, dict]:
             raise TltsimError(f"{path}, line {n}: expected {{\"step\": k, \"data\": {{...}}}} as verl's file logger "
                               f"writes it; is this VERL_FILE_LOGGER_PATH's file?")
         step = _step(rec["step"], f"{path}, line {n}, key 'step'")
-        row = {KEYS[k]: _number(rec["data"][k], f"{path}, line {n}, key {k!r}") for k in KEYS if k in rec["data"]}
+        row = {KEYS[k]: _number(rec["data"][k], f"{path}, line {n}, key {k!r}", KEYS[k]) for k in KEYS
+               if k in rec["data"]}
         if "gen_s" in row and not math.isnan(row["gen_s"]):
             rows.setdefault(step, {}).update(row)  # a step logged twice: the later values win
     return rows
@@ -88,7 +89,7 @@ def _read_csv(path: Path) -> dict[int, dict]:
             cols[name] = found[0]
     rows: dict[int, dict] = {}
     for i, rec in enumerate(df.to_dict("records"), start=2):  # line 1 is the header
-        row = {name: _number(rec[c], f"{path}, line {i}, column {c!r}") for name, c in cols.items()}
+        row = {name: _number(rec[c], f"{path}, line {i}, column {c!r}", name) for name, c in cols.items()}
         if "gen_s" in row and not math.isnan(row["gen_s"]):
             rows[_step(rec[step_col], f"{path}, line {i}, column {step_col!r}")] = row
     return rows
@@ -102,7 +103,12 @@ def _step(v, where: str) -> int:
     return int(v)
 
 
-def _number(v, where: str) -> float:
+# a step's rollout and the step itself take time, and a response has a token; another phase may take none (a
+# reference model's forward where there is no reference model: verl logs 0.0)
+POSITIVE = ("gen_s", "step_s", "len_mean", "len_max")
+
+
+def _number(v, where: str, name: str) -> float:
     if v is None:
         return math.nan
     if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -111,6 +117,7 @@ def _number(v, where: str) -> float:
         v = float(v)
     except OverflowError:  # an integer of hundreds of digits
         v = math.inf
-    if math.isinf(v) or v <= 0:  # a step's rollout takes time, and a response has a token
-        raise TltsimError(f"{where}: {v!r} is not a time or length (a finite number > 0)")
+    if math.isinf(v) or v < 0 or (v == 0 and name in POSITIVE):
+        low = "> 0" if name in POSITIVE else ">= 0"
+        raise TltsimError(f"{where}: {v!r} is not a time or length (a finite number {low})")
     return v

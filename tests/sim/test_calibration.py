@@ -188,7 +188,7 @@ def test_unrelated_metrics_cannot_be_saved(run, tmp_path, capsys):
     assert main(["validate", "--verl-metrics", str(mpath), "--trace", str(tpath), "--gpus", "16", "--tp", "4",
                  "--save-calibration", str(tmp_path / "cal.json")]) == 2
     captured = capsys.readouterr()
-    assert "no calibration" in captured.out and "not of one run" in captured.err
+    assert "no calibration" in captured.err and "not of one run" in captured.err
     assert not (tmp_path / "cal.json").exists()
 
 

@@ -87,7 +87,7 @@ def test_aborted_requests_are_kept_marked_and_counted(tmp_path, capsys):
     assert load(out).df["aborted"].tolist() == trace.df["aborted"].tolist()
     assert main(["trace", "stats", str(out)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[1].split()[-1] == "aborted%" and table[-1].split()[-1] == f"{100 * len(empty) / 12:.1f}"
+    assert table[1].split()[-1] == "aborted%" and table[-2].split()[-1] == f"{100 * len(empty) / 12:.1f}"
     # a group short of a line for another cause (a line lost) still names the prompt
     del lines[4]
     with pytest.raises(TltsimError, match=r"1\.jsonl, line \d+, key 'input': this prompt has 3 samples but"):
