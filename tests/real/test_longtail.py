@@ -63,10 +63,10 @@ def test_worked_answers_have_reasoning_rls_shape_within_a_step():
 
 def test_the_task_by_name_and_its_update():
     with pytest.raises(TltsimError, match="task 'nope'"):
-        RunConfig(task="nope", model="test-llama").validate()
+        RunConfig(task="nope", model="test-llama").checked()
     with pytest.raises(TltsimError, match="spot_lr"):
-        RunConfig(spot_lr=0.0, model="test-llama").validate()
-    cfg = RunConfig(task="gcd", model="test-llama").validate()
+        RunConfig(spot_lr=0.0, model="test-llama").checked()
+    cfg = RunConfig(task="gcd", model="test-llama").checked()
     assert cfg.grpo == GRPOConfig()  # a task without defaults of its own gets GRPOConfig's
     assert task_grpo("longtail") == GRPOConfig(**TASK_GRPO["longtail"]) and task_grpo("longtail").lora_rank > 0
     assert task_grpo("longtail", lora_rank=0, lr=None).lora_rank == 0  # an option given wins; None is not given

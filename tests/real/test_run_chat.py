@@ -133,6 +133,8 @@ def test_drafter_cli_warms_up_on_the_models_own_answers_and_records_how(chat_mod
     drafter = Drafter.load(out, load_target(chat_model))
     assert len(drafter.draft_vocab) == meta["draft_vocab"]
     capsys.readouterr()
-    assert main(args[:-2] + ["--unroll", "0", "-o", str(tmp_path / "bad.pt")]) == 2
+    with pytest.raises(SystemExit) as exit_:  # refused by the parser, before any work
+        main(args[:-2] + ["--unroll", "0", "-o", str(tmp_path / "bad.pt")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--unroll 0" in err[0] and not (tmp_path / "bad.pt").exists()
+    assert exit_.value.code == 2 and len(err) == 1 and "argument --unroll: 0 is out of range" in err[0]
+    assert not (tmp_path / "bad.pt").exists()
