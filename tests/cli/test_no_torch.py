@@ -7,21 +7,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Walks every (sub)command of both command lines, asks each for --help, then runs a simulator command, all in
+# Walks every (sub)command of both command lines (test_help_text's walk), asks each for --help, then runs a simulator command, all in
 # one fresh interpreter, and prints which heavy modules were imported along the way.
 CODE = r"""
 import contextlib, io, json, sys
+from tests.cli.test_help_text import _parsers  # the walk over both command lines' (sub)commands
 from tltsim.cli import build_parser, main
-from real.cli import build_parser as real_parser
 
-def paths(parser, prefix):
-    yield prefix
-    sub = getattr(parser, "commands", None)
-    for name, child in (sub.choices.items() if sub else ()):
-        yield from paths(child, prefix + [name])
-
-commands = [p for p in paths(build_parser(), []) if p[:1] != ["real"]]
-commands += [["real"] + p for p in paths(real_parser(), [])]
+commands = [list(path[1:]) for path, _ in _parsers(build_parser())]
 for argv in commands:
     with contextlib.redirect_stdout(io.StringIO()):
         try:
