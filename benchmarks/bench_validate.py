@@ -52,9 +52,10 @@ def main() -> None:
     p.add_argument("--pretrain", action="store_true", help="pretrain the target (3 min) instead of the shipped one")
     p.add_argument("--model", default=None, help="target of every command (default: the shipped gcd target)")
     p.add_argument("--order", default="verl-a,tlt-a,tlt-b,verl-b",
-                   help="runs in the order they are made: POLICY-PAIR, each pair a verl and a tlt run")
+                   help="runs in the order they are made: POLICY-PAIR, each pair a verl run and one of another "
+                        "speculative policy (tlt, tlt-auto, das ...)")
     p.add_argument("--run-args", default="", help="more `tltsim real run` arguments (one shell-quoted string)")
-    p.add_argument("--tlt-args", default="", help="more arguments of the tlt runs only (e.g. --knob threshold=4)")
+    p.add_argument("--tlt-args", default="", help="more arguments of the non-verl runs only (e.g. --knob threshold=4)")
     p.add_argument("--profile-args", default="", help="more `tltsim real profile` arguments")
     p.add_argument("--profile", default=None, help="an existing profile CSV of this machine to use instead of "
                    "measuring one (e.g. the one an earlier, interrupted call wrote)")
@@ -65,7 +66,9 @@ def main() -> None:
     if args.pretrain:
         sh(["real", "pretrain", "-o", str(target)])
     order = [name.strip() for name in args.order.split(",") if name.strip()]
-    pairs = sorted({name.split("-")[1] for name in order})
+    policy = {name: name.rsplit("-", 1)[0] for name in order}  # tlt-auto-a: policy tlt-auto, pair a
+    pairs = sorted({name.rsplit("-", 1)[1] for name in order})
+    other = {name.rsplit("-", 1)[1]: name for name in order if policy[name] != "verl"}  # pair -> its non-verl run
     # as many processes as the runs have workers: on a CPU they share the cores and the memory bandwidth
     if args.profile:
         out.mkdir(parents=True, exist_ok=True)
@@ -79,24 +82,24 @@ def main() -> None:
     for name in order:
         run = out / name
         shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
-        sh(["real", "run", "--policy", name.split("-")[0], "--workers", str(args.workers), "--steps", str(args.steps),
+        sh(["real", "run", "--policy", policy[name], "--workers", str(args.workers), "--steps", str(args.steps),
             "--model", str(target), "--device", args.device, "--prompts", str(args.prompts), "--group", str(args.group),
             "--seed", "0", *shlex.split(args.run_args),
-            *(shlex.split(args.tlt_args) if name.startswith("tlt") else []), "-o", str(run)])
+            *(shlex.split(args.tlt_args) if policy[name] != "verl" else []), "-o", str(run)])
     # each pair twice: the profile as measured, and scaled step by step by the runs' speed probes (--speed)
     for pair in pairs:
         for speed in ("", "-speed"):
-            sh(["validate", str(out / f"verl-{pair}"), str(out / f"tlt-{pair}"), "--profile", str(out / "profile.csv"),
+            sh(["validate", str(out / f"verl-{pair}"), str(out / other[pair]), "--profile", str(out / "profile.csv"),
                 "-o", str(out / f"validation-{pair}{speed}")] + (["--speed"] if speed else []))
     print("\nA-B-B-A summary (pair a: verl then tlt; pair b: tlt then verl; profile: as measured, or x speed probe)")
-    print("pair  profile  verl per-step |err|  tlt per-step |err|  speedup measured  predicted  error")
+    print("pair  profile  verl per-step |err|  other per-step |err|  speedup measured  predicted  error")
     for pair in pairs:  # what each validate command wrote
         for speed in ("", "-speed"):
             v = json.loads((out / f"validation-{pair}{speed}" / "validation.json").read_text())
             per = {(r["run"], r["metric"]): r["error"] for r in v["overall"]}
             s = v["speedup"]
             errs = [per[(r, "median |error| of per-step rollout")] for r in (s["baseline"], s["run"])]
-            print(f"{pair:>4}  {'x speed' if speed else 'as is':>7}  {errs[0]:19.3f}  {errs[1]:18.3f}  "
+            print(f"{pair:>4}  {'x speed' if speed else 'as is':>7}  {errs[0]:19.3f}  {errs[1]:20.3f}  "
                   f"{s['measured']:16.3f}  {s['predicted']:9.3f}  {s['error']:+.3f}")
     print("\nwork domain, whole runs (counted, not timed: the same with and without --speed)")
     print("pair  run                       metric                  measured  predicted   error")

@@ -64,6 +64,8 @@ def add_profile(sub) -> None:
                    "that training rows are as long as, for a chat model's word problems (default: the task's cap, "
                    "as `tltsim real run`'s)")
     p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"),
+                   help="target and drafter dtype (profile with the --dtype of the runs you will validate)")
     p.add_argument("--batches", default="1,2,4,8,16", help="comma-separated batch sizes")
     p.add_argument("--contexts", default="32,128,256", help="comma-separated prompt lengths (tokens per request)")
     p.add_argument("--strategies", default=None, help="comma-separated depth_topk_verify (default: TLT's arms and 4_1_4)")
@@ -110,7 +112,8 @@ def _profile(args) -> int:
         load_task(args.model, args.task)
         if args.drafter:
             drafting.load(args.drafter, load_target(args.model, args.device))
-    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings, task=args.task)
+    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings, task=args.task,
+                           dtype=args.dtype)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")

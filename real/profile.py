@@ -125,10 +125,10 @@ def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingPa
 
 def profile_processes(processes: int, model: str, device: str = "cpu", threads: int = 1,
                       drafter: str | None = None, settings: ProfileSettings = ProfileSettings(),
-                      task: str | None = None) -> pd.DataFrame:
+                      task: str | None = None, dtype: str = "float32") -> pd.DataFrame:
     """`profile` (with `settings`) of target `model` (a preset, a save_pretrained directory or a known model) on
     `task` (by name, with its GRPO update, real.settings.task_grpo; default: the model's own, real.models.load_task)
-    with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
+    in `dtype` (a torch dtype's name, as a run's --dtype) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
     starts from, else a fresh one) in `processes`
     processes at once, each with `threads` torch threads and seed `settings.seed + rank`, as a run's workers share the
     machine: in a gloo process group, so each grid cell and each training measurement starts on every process
@@ -137,21 +137,21 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
     `settings.seed`), so none waits in the all-reduce for a larger one and each row's time is its own size's.
     Every process's rows, rank 0's first; rank 0 prints its progress."""
     if processes == 1:
-        return _profile_rank(0, model, device, threads, drafter, settings, task)
+        return _profile_rank(0, model, device, threads, drafter, settings, task, dtype=dtype)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, drafter, settings, task, tmp, processes, free_port()),
+        mp.spawn(_profile_rank, args=(model, device, threads, drafter, settings, task, tmp, processes, free_port(), dtype),
                  nprocs=processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 
 def _profile_rank(rank, model, device, threads, drafter, settings, task=None, out_dir=None, world=1,
-                  port=0) -> pd.DataFrame:
+                  port=0, dtype="float32") -> pd.DataFrame:
     torch.set_num_threads(threads)
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
     try:
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
-        target = load_target(model, device)
+        target = load_target(model, device).to(getattr(torch, dtype))  # as a run's worker loads it
         start = drafter or find_shipped_drafter(model)
         ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed, grpo=task_grpo(task))
         df = profile(target, drafting.load(start, target) if start else None, ranked, task=load_task(model, task),
