@@ -52,6 +52,9 @@ class RLConfig:
     # last as long as the engine with the most tokens needs (`tltsim real run`'s data-parallel GRPO)
     micro_batch_tokens: int = 0  # > 0: the phases process length-sorted micro-batches of at most this many padded
     # tokens and pay for the padding (`tltsim real run`'s GRPO); 0: every token once (verl removes padding)
+    skip_zero_advantage: bool = False  # the phases skip the responses of prompt groups whose rewards all agree
+    # (their advantage, and so gradient, is zero: DAPO drops them; `tltsim real run --task longtail`'s GRPO does);
+    # needs the trace's reward column
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The RL-step simulator: whole timelines by hand, conservation, fast vs exact, scaling, determinism."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ from tltsim.padding import padded_tokens
 from tltsim.errors import TltsimError
 from tltsim.records import Result
 from tltsim.sim.simulator import Simulator, simulate
-from tltsim.trace import load
+from tltsim.trace import Trace, load
 
 SHIPPED = "traces/dapo_like.parquet"
 
@@ -170,3 +171,43 @@ def test_config_file_with_flag_override(tmp_path, capsys):
     f.write_text("[cluster]\ngpus = 'many'\n")
     assert main(["simulate", "--config", str(f), "--trace", SHIPPED, "-o", str(tmp_path / "o")]) == 2
     assert "cluster.gpus = 'many' should be an integer" in capsys.readouterr().err
+
+
+class TokenCost(ConstantCost):
+    """ConstantCost whose log-prob and train phases take a second per 100 tokens: what they process shows."""
+
+    def train_time(self, tokens, gpus, sq_tokens=0.0):
+        return float(tokens) / 100.0
+
+    def logprob_time(self, tokens, gpus, sq_tokens=0.0):
+        return float(tokens) / 100.0
+
+
+def rewarded_trace(rewards, lengths=(4, 6, 2, 8)):
+    """One step, two prompts of two samples, with these rewards (prompt 0's two, then prompt 1's)."""
+    t = make_trace([list(lengths)], group=2)
+    return Trace.from_frame(t.df.assign(reward=rewards), t.meta)
+
+
+def test_skip_zero_advantage_trains_only_the_groups_whose_rewards_differ():
+    # prompt 0 (rows 4, 6 tokens + 10 prompt each) agrees on its reward; prompt 1 (rows 2, 8) does not
+    trace = rewarded_trace([0.0, 0.0, 1.0, 0.0])
+    def step(skip):
+        c = replace(cfg(), rl=RLConfig(reward_s=0.5, skip_zero_advantage=skip))
+        return Simulator(trace, c, cost=TokenCost()).run().steps.iloc[0]
+    every, informative = step(False), step(True)
+    assert every.train_s == pytest.approx((14 + 16 + 12 + 18) / 100)
+    assert informative.train_s == pytest.approx((12 + 18) / 100)  # prompt 1's two rows only
+    assert informative.reward_s == pytest.approx(0.5 + (12 + 18) / 100)  # its log-probs too
+    assert informative.rollout_s == every.rollout_s  # the rollout is the same
+
+
+def test_skip_zero_advantage_trains_nothing_when_every_group_agrees():
+    s = Simulator(rewarded_trace([1.0, 1.0, 0.0, 0.0]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)),
+                  cost=TokenCost()).run().steps.iloc[0]
+    assert s.train_s == 0.0
+
+
+def test_skip_zero_advantage_needs_rewards():
+    with pytest.raises(TltsimError, match="reward column"):
+        Simulator(make_trace([[4, 2]]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)), cost=TokenCost())

@@ -135,7 +135,8 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
         policy=cfg.get("policy", "verl"),
         cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine), split="trace"),
         rl=RLConfig(reward_s=0.0, balance_train=False,
-                    micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0))),
+                    micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0)),
+                    skip_zero_advantage=bool((cfg.get("grpo") or {}).get("skip_zero_advantage", False))),
         seed=int(cfg.get("seed", 0)),
         exact=True,
     )

@@ -47,6 +47,9 @@ class Simulator:
         lo, hi = parse_steps(cfg.steps)
         steps = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
         self.trace = trace.select_steps(steps)
+        if cfg.rl.skip_zero_advantage and "reward" not in self.trace.df:
+            raise TltsimError(f"rl: skip_zero_advantage needs the trace's reward column, which {cfg.trace or 'the trace'} "
+                              f"lacks; set it false or give a trace with rewards (a real run's trace.parquet)")
         self.split, self.split_note = choose_split(self.trace, c.split, self.engines)
         self.policy.bind(self)
 
@@ -69,6 +72,8 @@ class Simulator:
             cols["engine"] = df["engine"].to_numpy()
         if "aborted" in df:
             cols["aborted"] = df["aborted"].to_numpy()
+        if self.cfg.rl.skip_zero_advantage:
+            cols["reward"] = df["reward"].to_numpy(dtype=float)
         bounds = np.flatnonzero(np.diff(cols["step"])) + 1
         starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(df)]])
         return [(int(cols["step"][a]), {c: v[a:b] for c, v in cols.items()}) for a, b in zip(starts, ends)]
@@ -92,6 +97,8 @@ class Simulator:
         settled = outcome.trained if outcome.trained is not None else sr.finished
         aborted = settled & df["aborted"] if "aborted" in df else np.zeros(len(settled), bool)  # the trace's aborted
         trained = settled & ~aborted  # rows: admitted, aborted, nothing to train on (thrown away: dropped)
+        if self.cfg.rl.skip_zero_advantage:
+            trained &= rewards_disagree(df)
         logprob, train = self._train_phases(df, trained, sr)
         phases = [
             ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / self.cfg.cluster.gpus)),
@@ -317,3 +324,15 @@ def _id_range(ids: list[int]) -> str:
 def simulate(trace: Trace, cfg: SimConfig, policy: Policy | None = None, progress: bool = False) -> Result:
     """Run `trace` through the simulator under `cfg` (and `policy`, default from cfg.policy)."""
     return Simulator(trace, cfg, policy).run(progress=progress)
+
+
+def rewards_disagree(df: dict) -> np.ndarray:
+    """Per row of one step's columns: whether its prompt group's rewards differ (a group whose rewards all agree
+    has a GRPO advantage, and so a gradient, of zero: rl.skip_zero_advantage neither scores nor trains it)."""
+    group = df.get("group", df["prompt_id"])
+    keys, inverse = np.unique(group, return_inverse=True)
+    lo = np.full(len(keys), np.inf)
+    hi = np.full(len(keys), -np.inf)
+    np.minimum.at(lo, inverse, df["reward"])
+    np.maximum.at(hi, inverse, df["reward"])
+    return (hi > lo)[inverse]
