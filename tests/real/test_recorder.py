@@ -2,7 +2,7 @@
 import math
 
 from real.adaptive import EngineCall
-from real.record import intervals
+from real.recorder import intervals
 from tltsim.sim.engine import Entry, _merge
 
 # (mode, strategy, batch, accepted, tokens, t_start, t_end): an admission, plain decoding as the batch shrinks, the
