@@ -269,15 +269,15 @@ def pair(metric: str, fmt: str = "{:+.1%}") -> str:
     return " / ".join(fmt.format(err[(run, metric)]) for run in both)
 
 
-def spec_over_plain(timeline: pd.DataFrame) -> pd.Series:
-    """Tokens per second of speculative over plain decoding, per batch size both ran at."""
-    t = timeline[timeline["state"].isin(["decode", "spec_decode"])].assign(s=lambda d: d["t_end"] - d["t_start"])
-    g = t.groupby(["batch_size", "state"])[["tokens", "s"]].sum()
-    rate = (g["tokens"] / g["s"]).unstack()
+def spec_over_plain(iterations: pd.DataFrame) -> pd.Series:
+    """Tokens per second of speculative over plain decoding, per batch size both ran at (the iterations frame's
+    batches: a timeline row keeps the batch it began at)."""
+    g = iterations[iterations["mode"].isin(["decode", "spec_decode"])].groupby(["batch_size", "mode"])
+    rate = (g["tokens"].sum() / g["wall_s"].sum()).unstack()
     return (rate["spec_decode"] / rate["decode"]).dropna()
 
 
-ratio = spec_over_plain(list(measured.values())[-1].timeline)
+ratio = spec_over_plain(list(measured.values())[-1].iterations)
 rates = (f"speculating made {ratio.min():.2f}-{ratio.max():.2f}x of plain decoding's tokens per second at each of "
          f"the {len(ratio)} batch sizes it ran both at, so the guard tried each size, decoded plainly otherwise, and "
          f"tried again when its refusals expired" if len(ratio) else "it never decoded plainly and speculatively at "

@@ -14,7 +14,7 @@ Every step, on every worker (worker = rank = one rollout engine):
 3. reward (rewards + the old log-prob forward), train (GRPO, gradients all-reduced:
    real/grpo.py), weight sync (the drafters that trained are averaged, weighted by their
    batches, so every engine starts the next step with the same drafter).
-Between steps rank 0 writes the records (real/record.py) and every rank its part of a checkpoint
+Between steps rank 0 writes the records (real/recorder.py, `Recorder`) and every rank its part of a checkpoint
 (real/checkpoint.py: plain state); `resume` continues from it: the records of steps past the checkpoint
 are dropped and those steps run again, so a run killed before its first checkpoint starts again from step 0
 (the same seeds give the same run). Randomness: each step's prompts,

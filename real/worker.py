@@ -18,7 +18,7 @@ from real.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
-from real.record import Recorder, WorkerStep
+from real.recorder import Recorder, WorkerStep
 from real.run_config import WARM_SPOT_LR, RunConfig
 from real.settings import GenerateSettings, SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs

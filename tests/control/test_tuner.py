@@ -185,7 +185,7 @@ def test_registry():
 
 @pytest.mark.parametrize("call, match", [
     (lambda: make_tuner("thompson"), "beg, egreedy, ucb, fixed, oracle"),
-    (lambda: make_tuner("beg", epsilon=0.1), "unknown knob.*epsilon.*known: eps, window"),
+    (lambda: make_tuner("beg", epsilon=0.1), "tuner 'beg': unknown knob.*epsilon; its knobs are eps, window"),
     (lambda: make_tuner("oracle"), "needs expected_reward"),
     (lambda: make_tuner("beg", eps=1.5), "eps=1.5"),
     (lambda: make_tuner("beg", thresholds=[5, 2]), "increasing"),

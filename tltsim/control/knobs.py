@@ -7,9 +7,15 @@
 A knob's type is its default's (bool, int, float, str; other types, such as a tuple of strategies, are left
 to the dataclass's own checks). `build(cls, name, values)` makes the dataclass from user values (config
 [policy_knobs], `--knob k=v`, a real run's knobs) with every field checked, by the dataclass's `checked(name)`
-where it has one (knobs that constrain one another), else by `check_fields(k, name)`. Both raise a TltsimError naming the policy, the knob, the value and what is allowed:
+where it has one (knobs that constrain one another), else by `check_fields(k, name)`. Both raise a TltsimError
+naming the policy, the knob, the value and what is allowed:
 
     policy 'partial': ratio = 0.5 must be a number in [1.0, 16.0]
+
+A knob the dataclass lacks is refused by `check_known`, the one unknown-knob check, which a policy without knobs,
+a combination of two policies and a tuner call too:
+
+    policy 'partial+tlt': unknown knob(s) nope; its knobs are arms, ...
 """
 from __future__ import annotations
 
@@ -32,13 +38,19 @@ def knob_names(cls) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
+def check_known(owner: str, values, names) -> None:
+    """A TltsimError when `values` sets a knob not among `names`, the knobs `owner` takes (e.g. "policy 'partial'",
+    "tuner 'beg'"): the one unknown-knob check of every policy, combination and tuner."""
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise TltsimError(f"{owner}: unknown knob(s) {', '.join(unknown)}; "
+                          + (f"its knobs are {', '.join(names)}" if names else "it takes no knobs"))
+
+
 def build(cls, name: str, values: dict):
     """cls(**values) for policy `name`, every knob checked; unknown knobs raise, knobs set where they do not
     act (`needs`) warn."""
-    unknown = sorted(set(values) - set(knob_names(cls)))
-    if unknown:
-        raise TltsimError(f"policy {name!r}: unknown knob(s) {', '.join(unknown)}; "
-                          f"its knobs are {', '.join(knob_names(cls))}")
+    check_known(f"policy {name!r}", values, knob_names(cls))
     k = cls(**values)
     k = k.checked(name) if hasattr(k, "checked") else check_fields(k, name)  # a dataclass whose knobs constrain
     # one another checks them together in its own `checked`, after check_fields

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tltsim.errors import TltsimError
+from tltsim.control.knobs import check_known
 from tltsim.control.strategy import DEFAULT_ARMS, Strategy, parse_arms
 
 
@@ -320,10 +321,7 @@ def make_tuner(name: str, arms: Sequence = DEFAULT_ARMS, seed=0, **knobs) -> Tun
     cls = TUNERS[name]
     params = inspect.signature(cls).parameters
     allowed = [p for p in params if p not in ("arms", "rng")]
-    unknown = sorted(set(knobs) - set(allowed))
-    if unknown:
-        raise TltsimError(f"tuner {name!r}: unknown knob(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(allowed) or 'none'}")
+    check_known(f"tuner {name!r}", knobs, allowed)
     arms = parse_arms(arms)
     if name == "fixed":
         return FixedTuner(knobs.get("strategy", arms[0]))

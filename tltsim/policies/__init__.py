@@ -8,6 +8,7 @@ registered too, so `tltsim compare` runs them by default.
 """
 from __future__ import annotations
 
+from tltsim.control.knobs import check_known
 from tltsim.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
 from tltsim.policies.ideal import Ideal
@@ -54,24 +55,17 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
         return _single(key, knobs, name)
     preset = {**COMBINATIONS.get(key, {}), **knobs}
     allowed = {p: set(REGISTRY[p].knob_names) for p in parts}
-    unknown = sorted(set(knobs) - set().union(*allowed.values()))
-    if unknown:
-        raise TltsimError(f"policy {name!r}: unknown knob(s) {', '.join(unknown)}; "
-                          f"its knobs are {', '.join(sorted(set().union(*allowed.values())))}")
+    check_known(f"policy {name!r}", knobs, sorted(set().union(*allowed.values())))
     a, b = (_single(p, {k: v for k, v in preset.items() if k in allowed[p]}, p) for p in parts)
     return Composite(a, b)
 
 
 def _single(key: str, knobs: dict, name: str) -> Policy:
     cls = REGISTRY[key]
-    allowed = set(cls.knob_names)
-    unknown = sorted(set(knobs) - allowed)
-    if unknown:
-        raise TltsimError(
-            f"policy {name!r}: unknown knob(s) {', '.join(unknown)}; "
-            + (f"its knobs are {', '.join(sorted(allowed))}" if allowed else "it takes no knobs")
-        )
-    return cls(**knobs) if allowed else cls()
+    if cls.knob_names:
+        return cls(**knobs)  # its knob dataclass's `build` checks them
+    check_known(f"policy {name!r}", knobs, ())
+    return cls()
 
 
 __all__ = ["Policy", "StepOutcome", "make_policy", "policy_names", "REGISTRY"]

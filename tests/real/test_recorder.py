@@ -1,9 +1,17 @@
-"""A timeline row means one thing on both sides: real/'s engine calls merge as the simulator's iterations do."""
+"""A timeline row means one thing on both sides: real/'s engine calls merge as the simulator's iterations do, and
+the shipped real runs' timelines hold such rows."""
 import math
+from pathlib import Path
+
+import pytest
 
 from real.adaptive import EngineCall
-from real.record import intervals
+from real.recorder import intervals
+from tltsim.records import Result
 from tltsim.sim.engine import Entry, _merge
+from tltsim.summary import GENERATION
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # (mode, strategy, batch, accepted, tokens, t_start, t_end): an admission, plain decoding as the batch shrinks, the
 # switch's re-prefill, then speculation whose batch and strategy change
@@ -26,3 +34,13 @@ def test_real_calls_and_simulated_iterations_merge_into_the_same_rows():
         assert (r.state, r.t_start, r.t_end, r.batch_size, r.tokens, r.strategy) == \
             (s.state, s.t_start, s.t_end, s.batch_size, s.tokens, s.strategy)
         assert r.accepted == s.accepted or (math.isnan(r.accepted) and math.isnan(s.accepted))
+
+
+@pytest.mark.parametrize("run", sorted(p.name for p in (ROOT / "traces").glob("real_*") if p.is_dir()))
+def test_shipped_real_timelines_hold_the_rows_the_recorder_writes(run):
+    """No two consecutive rollout rows of one worker and step in one state: the shipped runs' rows mean what the
+    recorder's mean today (they were regenerated from per-batch rows, which fail this)."""
+    tl = Result.load(ROOT / "traces" / run).timeline
+    keys = tl[["step", "worker", "state"]]
+    folds = tl["state"].isin(GENERATION) & (keys == keys.shift()).all(axis=1)
+    assert not folds.any(), tl[folds | folds.shift(-1, fill_value=False)]

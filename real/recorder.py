@@ -1,4 +1,5 @@
-"""A real run's records, in the simulator's schema (tltsim.records), written after every step.
+"""The real run's recorder: what a real run writes after every step, in the record schema (tltsim.records), as
+the simulator's recorder (tltsim.sim.recorder) does for a simulated one.
 
 Each worker describes its step in a `WorkerStep` (intervals, engine calls, responses); rank 0
 merges them into a `Recorder` and rewrites RUN_DIR: the Result files (timeline, steps, requests,
