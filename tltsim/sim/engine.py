@@ -35,6 +35,7 @@ import numpy as np
 
 from tltsim.control.control import EngineControl
 from tltsim.records import TimelineRow, merge_states
+from tltsim.sim.history_quality import NO_LOOKUP, Lookup
 from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
 
 
@@ -47,11 +48,13 @@ class Speculation:
     quality: float  # drafter quality this step
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
-    model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
+    model_free: bool = False  # n-gram or history drafter: no drafter forwards to pay for
+    lookup: Lookup = NO_LOOKUP  # a history drafter's index lookup and catch-up, every speculative iteration
 
     def draft_time(self, cost, batch: int, strategy) -> float:
-        """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
-        return 0.0 if self.model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
+        """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free), plus the
+        history lookup's seconds (none without a history drafter)."""
+        return drafting_time(cost, batch, strategy, self.model_free, self.lookup)
 
     def catchup_time(self, cost, batch: int, tokens_per_row: float, ctx: float) -> float:
         """The drafter feeding on `tokens_per_row` tokens per row that plain iterations emitted since it last
@@ -62,6 +65,13 @@ class Speculation:
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
         return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
+
+
+def drafting_time(cost, batch: int, strategy, model_free: bool, lookup: Lookup = NO_LOOKUP) -> float:
+    """Drafting cost of one speculative iteration at `batch`: `depth` drafter forwards of the cost model (none
+    when model-free) plus `lookup`'s seconds."""
+    forwards = 0.0 if model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
+    return forwards + lookup.seconds(batch)
 
 
 class Entry(NamedTuple):
