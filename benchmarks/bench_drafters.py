@@ -50,9 +50,9 @@ def side_by_side(rows: list[dict]) -> str:
 
 
 def acceptance(model: str, task: str, sizes: list[int], prompts: int, max_new: int, temperature: float,
-               rows_path: str | None) -> None:
+               rows_path: str | None, pool_seed: int = 1) -> None:
     target = load_target(model)
-    pool = speed.heldout_prompts(load_task(model, task), prompts, seed=1)
+    pool = speed.heldout_prompts(load_task(model, task), prompts, seed=pool_seed)
     settings = SpeedSettings(max_new_tokens=max_new, temperature=temperature, group=max(sizes))
     table, cost = [], []
     for g in sizes:
@@ -67,8 +67,8 @@ def acceptance(model: str, task: str, sizes: list[int], prompts: int, max_new: i
                     length = {row_of[r][1]: len(f.tokens) for r, f in engine.finished.items()}
                     for j, tpc in speed.by_sibling(per_call).items():
                         rank = j if running == 1 else sum(n < length[j] for n in length.values())
-                        table.append({"task": task, "group": g, "arrangement": arrangement, "pass": label,
-                                      "prompt": i, "sibling": j, "rank": rank, "length": length[j],
+                        table.append({"task": task, "pool_seed": pool_seed, "group": g, "arrangement": arrangement,
+                                      "pass": label, "prompt": i, "sibling": j, "rank": rank, "length": length[j],
                                       "calls": len(per_call[(i, j)]), "tokens_per_call": tpc,
                                       "strategy": settings.strategy})
                     its = [it for it in engine.iterations if it.mode == "spec_decode"]
@@ -103,6 +103,8 @@ def main() -> None:
     ap.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
                     help="the chat task whose held-out problems the acceptance part answers")
     ap.add_argument("--rows", default=None, help="acceptance part: also write its raw rows here, as JSON lines")
+    ap.add_argument("--pool-seed", type=int, default=1, help="acceptance part: the seed that draws its held-out "
+                    "prompts (another seed, other prompts: runs side by side add up)")
     ap.add_argument("--batches", default="1,8,16")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -131,9 +133,9 @@ def main() -> None:
         print(side_by_side(json.loads(line)), flush=True)
     if "acceptance" in parts:
         print(f"\n# acceptance and cost: suffix, task {args.task}, groups {args.sizes}, {args.prompts} prompts, "
-              f"temperature {args.temperature}, {args.max_new_tokens} tokens", flush=True)
+              f"temperature {args.temperature}, {args.max_new_tokens} tokens, pool seed {args.pool_seed}", flush=True)
         acceptance(args.model, args.task, [int(s) for s in args.sizes.split(",")], args.prompts,
-                   args.max_new_tokens, args.temperature, args.rows)
+                   args.max_new_tokens, args.temperature, args.rows, args.pool_seed)
     print(f"# load average {os.getloadavg()[0]:.1f} at the end")
 
 

@@ -17,9 +17,9 @@ One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
 Per step: each engine's EngineControl begins a rollout (its switch starts over;
 its tuner and guard keep what they learned across steps); the drafter's quality is the same for every
 engine, except a history drafter's (das, das+tlt), which is per engine the tokens-weighted mean over its
-requests of each one's history quality (tltsim.sim.history_quality). When the rollout ends, the spot trainer's spans become drafter training
-samples (throughput from the cost model, minus load and checkpoint costs), the
-drafter trains on them, then drifts with the policy update.
+requests of each one's history quality (tltsim.sim.history_quality). When the rollout ends, the spot
+trainer's spans become drafter training samples (throughput from the cost model, minus load and checkpoint
+costs), the drafter trains on them, then drifts with the policy update.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
 from tltsim.sim.engine import Speculation, drafting_time
-from tltsim.sim.history_quality import (LOOKUP_ROW_S, LOOKUP_S, NO_LOOKUP, ChainAcceptance, HistoryDrafter,
-                                        HistoryQuality, Lookup, hybrid, weighted_mean)
+from tltsim.sim.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
+                                        weighted_mean)
 from tltsim.sim.hooks import Policy, StepOutcome
 
 @dataclass(frozen=True)
@@ -58,9 +58,8 @@ class TLTKnobs(DecisionKnobs):
     checkpoint_s: float = knob(CHECKPOINT_S, lo=0.0)  # seconds of a training span spent saving the drafter when
     # preempted
     chunk_iters: int = knob(32, lo=1)  # fast path: speculative iterations per tuner decision
-    lookup_s: float = knob(LOOKUP_S, lo=0.0)  # history drafting (das, das+tlt): seconds of its index lookup and
-    # catch-up per speculative iteration, on the host (tltsim.sim.history_quality) ...
-    lookup_row_s: float = knob(LOOKUP_ROW_S, lo=0.0)  # ... plus these per running request
+    lookup_fraction: float = knob(LOOKUP_FRACTION, lo=0.0)  # history drafting (das, das+tlt): its index lookup and
+    # catch-up per speculative iteration, as a share of the verify forward's time (tltsim.sim.history_quality)
     history_repeats: bool = knob(False)  # history drafting: a prompt_id's responses of earlier steps are its history
     # too (only for a trace whose prompt_id names one prompt across steps: the schema's numbers prompts within a step)
     drafter_batch: int = knob(0, lo=0)  # sequences a spot-training batch: a trainer stops at the end of the batch
@@ -116,7 +115,7 @@ class TLTPolicy(Policy):
                             q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
         history = k.drafter in ("history", "hybrid")
         self.history = HistoryQuality() if history else None
-        self.lookup = Lookup(k.lookup_s, k.lookup_row_s) if history else NO_LOOKUP
+        self.lookup_fraction = k.lookup_fraction if history else 0.0
         self.earlier: Counter = Counter()  # prompt_id -> its responses finished in earlier steps (history drafting)
         self.row_quality = None  # the step's rows' history qualities (prepare_step)
         if k.drafter == "ngram":
@@ -168,7 +167,8 @@ class TLTPolicy(Policy):
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
-        t = drafting_time(cost, b, s, self.drafter.model_free, self.lookup) + float(cost.verify_time(b, s.verify + 1, ctx))
+        t = drafting_time(cost, b, s, self.drafter.model_free) + (1.0 + self.lookup_fraction) * float(
+            cost.verify_time(b, s.verify + 1, ctx))
         return acc * b / t
 
     # --- hooks -------------------------------------------------------------------------------
@@ -205,7 +205,7 @@ class TLTPolicy(Policy):
             chunk_iters=self.k.chunk_iters,
             rng=self.rngs[engine],
             model_free=self.drafter.model_free,
-            lookup=self.lookup,
+            lookup_fraction=self.lookup_fraction,
         )
 
     def _quality(self, rows=None) -> float:

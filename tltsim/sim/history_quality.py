@@ -8,21 +8,28 @@ request can draft from. A trace says how much that is for each response:
   start together, so the shorter ones finish first and are whole in the index while it is still decoding
   (aborted ones, of no tokens, add nothing);
 * its siblings still in flight: the others (as long or longer), in the index only as far as they have got;
-* its prompt's earlier responses: the responses of the same prompt_id finished in earlier steps.
+* its prompt's earlier responses: the responses of the same prompt_id finished in earlier steps (the policy
+  counts them only when told that the trace's prompt_id names one prompt across steps: tltsim/policies/tlt.py,
+  `history_repeats`).
 
 The model (`HistoryQuality`):
 
     h = finished + IN_FLIGHT * in_flight + earlier          (siblings' worth of history)
-    q(h) = Q_HISTORY - (Q_HISTORY - Q_PROMPT) * exp(-h / H_SCALE)
+    q(h) = Q_PROMPT + PER_SIBLING * min(h, H_MAX)
 
 so a request with no history (group of 1, no repeat) drafts from its prompt alone at Q_PROMPT, and more history
-never lowers q. The constants are fitted (`fit`) to `benchmarks/bench_drafters.py --parts acceptance --rows`,
-which decodes groups of G samples of a real model's prompts with `real.suffix` (a chain of 4) three ways: one
-after another (sibling j drafts from j finished siblings), all G in flight together (its finish rank among them
-gives finished and in-flight siblings), and again in a later step (G earlier responses, then j finished). Each
-row's tokens per call is turned into q by inverting the acceptance model (`invert_quality`), and the model is
-fitted to those q by least squares, each row weighted by its target calls. The recorded rows are
-benchmarks/results/bench_drafters_rows.jsonl; `benchmarks/fit_history.py` refits and prints them beside the
+never lowers q. H_MAX is the most history the fit saw: the model does not extrapolate past its data. Why a
+line: over the history measured (up to 2G - 1 siblings' worth) the measured q rises with no sign of levelling
+off, so a saturating curve's limit is not determined by the data (fitted, one runs to q = 1 with a scale
+beyond the data); the cap keeps the line from promising more than was measured.
+
+The constants are fitted (`fit`) to the rows of `benchmarks/bench_drafters.py --parts acceptance --rows`, which
+decodes groups of G samples of a real model's prompts with `real.suffix` (a chain of 4) three ways: one after
+another (sibling j drafts from j finished siblings), all G in flight together (its finish rank among them gives
+finished and in-flight siblings), and again in a later step (G earlier responses, then j finished). Each row's
+tokens per call is turned into q by inverting the acceptance model (`invert_quality`), and the model is fitted
+to those q by least squares, each row weighted by its target calls (a row without a count weighs 1). The rows
+are benchmarks/results/bench_drafters_rows.jsonl; `benchmarks/fit_history.py` refits and prints them beside the
 model (docs/design.md#history-drafting-in-the-simulator).
 
 What a history draft accepts: `real.suffix` drafts a chain of the strategy's verify tokens, so its accepted
@@ -30,8 +37,9 @@ length is the acceptance model's for that chain at q (`ChainAcceptance`); the hy
 of the two drafters on the strategy's tree (`hybrid`).
 
 The lookup: a history draft costs no forward pass, only the index's lookup and its catch-up on the accepted
-tokens, on the host's CPU, in seconds that do not scale with the target: LOOKUP_S + LOOKUP_ROW_S x batch per
-speculative iteration, fitted to the same benchmark's per-batch medians (`fit_lookup`).
+tokens: LOOKUP_FRACTION of the verify forward's time a speculative iteration, the ratio measured side by side
+with the target's forward by the same benchmark (`fit_lookup`; both ran on the same CPU, so the ratio, not the
+milliseconds of a loaded machine, is what carries over).
 """
 from __future__ import annotations
 
@@ -47,13 +55,12 @@ from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel, invert_quality
 
 # Fitted by `fit` to benchmarks/results/bench_drafters_rows.jsonl (tests/sim/test_history_quality.py refits them).
-Q_PROMPT = 0.3   # no history but the prompt
-Q_HISTORY = 0.6  # the limit with ever more history
-H_SCALE = 4.0    # siblings' worth of history that closes 63% of the gap
-IN_FLIGHT = 0.5  # what a sibling still in flight is worth against a finished one
-# Fitted by `fit_lookup` to the same file's lookup rows: seconds per speculative iteration.
-LOOKUP_S = 2.4e-4
-LOOKUP_ROW_S = 5e-5
+Q_PROMPT = 0.27778     # no history but the prompt
+PER_SIBLING = 0.015592  # q gained per sibling's worth of history
+IN_FLIGHT = 0.71504     # what a sibling still in flight is worth against a finished one
+H_MAX = 15.0            # the most history among the fitted rows (at the fitted IN_FLIGHT): q(H_MAX) beyond it
+# Fitted by `fit_lookup` to the same file's lookup rows: the lookup's share of a target forward's time.
+LOOKUP_FRACTION = 3.1068e-4
 
 ROWS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "bench_drafters_rows.jsonl"
 
@@ -63,18 +70,19 @@ class HistoryQuality:
     """q of a history drafter from a request's history (see the module docstring)."""
 
     q_prompt: float = Q_PROMPT
-    q_history: float = Q_HISTORY
-    h_scale: float = H_SCALE
+    per_sibling: float = PER_SIBLING
     in_flight: float = IN_FLIGHT
+    h_max: float = H_MAX
 
     def history(self, finished, in_flight, earlier) -> np.ndarray:
         """Siblings' worth of history: finished + in_flight x IN_FLIGHT + earlier (arrays or numbers)."""
         return np.asarray(finished, float) + self.in_flight * np.asarray(in_flight, float) + np.asarray(earlier, float)
 
     def quality(self, h) -> np.ndarray:
-        """q at `h` siblings' worth of history: Q_PROMPT at 0, rising to Q_HISTORY."""
-        h = np.asarray(h, float)
-        return self.q_history - (self.q_history - self.q_prompt) * np.exp(-h / self.h_scale)
+        """q at `h` siblings' worth of history: q_prompt at 0, rising by per_sibling a sibling up to h_max, flat
+        beyond (and never above 1)."""
+        h = np.minimum(np.asarray(h, float), self.h_max)
+        return np.minimum(1.0, self.q_prompt + self.per_sibling * h)
 
     def of_step(self, group, response_len, earlier) -> np.ndarray:
         """Per row of one step, its q: `group` (the prompt group of each row), `response_len` (0: aborted) and
@@ -112,20 +120,6 @@ class HistoryDrafter:
     def policy_update(self) -> float:
         """No drift: returns the unchanged quality."""
         return self.quality
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """Seconds of a history drafter's lookup and catch-up per speculative iteration: fixed + per_row x batch."""
-
-    fixed: float = LOOKUP_S
-    per_row: float = LOOKUP_ROW_S
-
-    def seconds(self, batch: int) -> float:
-        return self.fixed + self.per_row * batch
-
-
-NO_LOOKUP = Lookup(0.0, 0.0)
 
 
 def siblings(group, response_len) -> tuple[np.ndarray, np.ndarray]:
@@ -181,26 +175,30 @@ def fit(rows: list[dict], task: str | None = None) -> HistoryQuality:
                           f"or more (bench_drafters.py --parts acceptance --rows)")
     parts = np.array([history_of(r) for r in acc], float)
     q = np.array([measured_quality(r) for r in acc])
-    w = np.sqrt(np.array([r["calls"] for r in acc], float))
+    w = np.sqrt(weights(acc))
 
     def residual(x):
-        m = HistoryQuality(*x)
+        m = HistoryQuality(*x, h_max=math.inf)
         return w * (m.quality(m.history(*parts.T)) - q)
 
-    res = least_squares(residual, [float(np.min(q)), float(np.max(q)), 4.0, 0.5],
-                        bounds=([0.0, 0.0, 1e-3, 0.0], [1.0, 1.0, 1e3, 1.0]), xtol=1e-12, ftol=1e-12, gtol=1e-12)
-    return HistoryQuality(*(float(v) for v in res.x))
+    res = least_squares(residual, [float(np.min(q)), 0.01, 0.5], bounds=([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+                        xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    fitted = HistoryQuality(*(float(v) for v in res.x), h_max=math.inf)
+    return HistoryQuality(*(float(v) for v in res.x), h_max=float(fitted.history(*parts.T).max()))
 
 
-def fit_lookup(rows: list[dict], task: str | None = None) -> Lookup:
-    """Lookup fitted to the per-batch median lookup seconds (least squares, weighted by iterations)."""
+def weights(rows: list[dict]) -> np.ndarray:
+    """Each acceptance row's weight in the fit: its target calls, 1 where it has no count."""
+    return np.array([r.get("calls", 1) for r in rows], float)
+
+
+def fit_lookup(rows: list[dict], task: str | None = None) -> float:
+    """The lookup's share of a target forward: the per-batch medians of lookup / forward, averaged weighted by
+    their iterations."""
     lk = [r for r in rows if r.get("kind") == "lookup" and (task is None or r["task"] == task)]
-    if len({r["batch"] for r in lk}) < 2:
-        raise TltsimError("history lookup fit: lookup rows at fewer than 2 batch sizes")
-    b = np.array([r["batch"] for r in lk], float)
-    s = np.array([r["draft_ms"] for r in lk]) / 1e3
-    per_row, fixed = np.polyfit(b, s, 1, w=np.sqrt([r["iterations"] for r in lk]))
-    return Lookup(float(fixed), float(per_row))
+    if not lk:
+        raise TltsimError("history lookup fit: no lookup rows (bench_drafters.py --parts acceptance --rows)")
+    return float(np.average([r["lookup/forward"] for r in lk], weights=[r["iterations"] for r in lk]))
 
 
 def hybrid(history_q, trained_q) -> np.ndarray:
