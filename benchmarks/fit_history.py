@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = hq.read_rows(args.rows)
     fitted = hq.fit(rows)
-    print(f"# rows: {args.rows}")
+    print(f"# rows: {os.path.relpath(args.rows)}")
     print(f"fitted (all tasks): {constants(fitted)}")
     print(f"stored:             {constants(hq.HistoryQuality())}")
     for task in sorted({r["task"] for r in rows if r.get("kind") == "acceptance"}):
