@@ -1,6 +1,7 @@
 """Trained vs history drafting vs their hybrid on GRPO groups of a real model, and history drafting's constants.
 
-    python benchmarks/bench_drafters.py [--model smollm2-135m] [--batches 1,8,16] [--group 8] [--rounds 1]
+    python benchmarks/bench_drafters.py [--model smollm2-135m] [--task wordproblems|longtail] [--batches 1,8,16]
+        [--group 8] [--rounds 1] [--rows ROWS.jsonl]
     # record: ... | tee benchmarks/results/bench_drafters.txt
 
 1. speed: `tltsim real speed --model M --batches B --group G --temperature 0.7 --drafters shipped,suffix,hybrid
@@ -10,7 +11,9 @@
    target call of `suffix` (chain of 4) by the row's position among its prompt's G siblings, (a) siblings
    decoded one after another (sibling j drafts from j finished ones), (b) all G in flight together, and (c) a
    repeat of the prompt in a later step (the same drafter after (a): its history holds the first step's G
-   responses); for G in --sizes, over --prompts prompts.
+   responses); for G in --sizes, over --prompts prompts. With --rows, every (group, arrangement, pass, prompt,
+   sibling) is also written as a JSON line (its tokens per call, calls, response length and finish rank among its
+   siblings), and the lookup's per-batch medians after them: what tltsim.sim.history_quality fits.
 3. cost: history drafting's per-iteration lookup (the engine's draft_s: catch-up and lookup) against the target's
    forward (target_s), per batch, from (a) and (b).
 """
@@ -32,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from real import speed  # noqa: E402
 from real.cli import main as real_main  # noqa: E402
-from real.models import load_target, load_tokenizer  # noqa: E402
+from real.models import load_target  # noqa: E402
 from real.settings import SpeedSettings  # noqa: E402
 from real.suffix import SuffixDrafter  # noqa: E402
-from real.wordproblems import WordProblemTask  # noqa: E402
+from real.models import load_task  # noqa: E402
+from tltsim.io import write_text  # noqa: E402
 
 
 def side_by_side(rows: list[dict]) -> str:
@@ -45,9 +49,10 @@ def side_by_side(rows: list[dict]) -> str:
         .to_string()
 
 
-def acceptance(model: str, sizes: list[int], prompts: int, max_new: int, temperature: float) -> None:
+def acceptance(model: str, task: str, sizes: list[int], prompts: int, max_new: int, temperature: float,
+               rows_path: str | None, pool_seed: int = 1) -> None:
     target = load_target(model)
-    pool = speed.heldout_prompts(WordProblemTask(load_tokenizer(model)), prompts, seed=1)
+    pool = speed.heldout_prompts(load_task(model, task), prompts, seed=pool_seed)
     settings = SpeedSettings(max_new_tokens=max_new, temperature=temperature, group=max(sizes))
     table, cost = [], []
     for g in sizes:
@@ -56,11 +61,16 @@ def acceptance(model: str, sizes: list[int], prompts: int, max_new: int, tempera
                 drafter = SuffixDrafter()
                 rows = [(i, j) for j in range(g)]
                 passes = [("step 1", rows)] + ([("step 2 (repeat)", rows)] if running == 1 else [])
-                for label, todo in passes:
-                    engine, _, per_call = speed.decode(target, drafter, pool, todo, running, settings, seed=i)
+                for k, (label, todo) in enumerate(passes):  # a repeat samples afresh, as a later step does
+                    engine, row_of, per_call = speed.decode(target, drafter, pool, todo, running, settings,
+                                                            seed=i + 1000 * k)
+                    length = {row_of[r][1]: len(f.tokens) for r, f in engine.finished.items()}
                     for j, tpc in speed.by_sibling(per_call).items():
-                        table.append({"group": g, "arrangement": arrangement, "pass": label, "sibling": j,
-                                      "tokens_per_call": tpc, "prompt": i})
+                        rank = j if running == 1 else sum(n < length[j] for n in length.values())
+                        table.append({"task": task, "pool_seed": pool_seed, "group": g, "arrangement": arrangement,
+                                      "pass": label, "prompt": i, "sibling": j, "rank": rank, "length": length[j],
+                                      "calls": len(per_call[(i, j)]), "tokens_per_call": tpc,
+                                      "strategy": settings.strategy})
                     its = [it for it in engine.iterations if it.mode == "spec_decode"]
                     cost += [{"batch": it.batch_size, "draft_ms": 1e3 * it.draft_s, "target_ms": 1e3 * it.target_s}
                              for it in its]
@@ -79,11 +89,22 @@ def acceptance(model: str, sizes: list[int], prompts: int, max_new: int, tempera
     summary["lookup/forward"] = summary.draft_ms / summary.target_ms
     summary["iterations"] = c.groupby("batch").size()
     print(summary.round(3).to_string())
+    if rows_path:
+        lookup = [{"kind": "lookup", "task": task, "batch": int(b), **{k: float(v) for k, v in r.items()}}
+                  for b, r in summary.iterrows()]
+        write_text(rows_path, "".join(json.dumps(r) + "\n" for r in [*({"kind": "acceptance", **t} for t in table),
+                                                                      *lookup]))
+        print(f"# rows: {rows_path}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
+                    help="the chat task whose held-out problems the acceptance part answers")
+    ap.add_argument("--rows", default=None, help="acceptance part: also write its raw rows here, as JSON lines")
+    ap.add_argument("--pool-seed", type=int, default=1, help="acceptance part: the seed that draws its held-out "
+                    "prompts (another seed, other prompts: runs side by side add up)")
     ap.add_argument("--batches", default="1,8,16")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -111,10 +132,10 @@ def main() -> None:
         print(line)
         print(side_by_side(json.loads(line)), flush=True)
     if "acceptance" in parts:
-        print(f"\n# acceptance and cost: suffix, groups {args.sizes}, {args.prompts} prompts, temperature "
-              f"{args.temperature}, {args.max_new_tokens} tokens", flush=True)
-        acceptance(args.model, [int(s) for s in args.sizes.split(",")], args.prompts, args.max_new_tokens,
-                   args.temperature)
+        print(f"\n# acceptance and cost: suffix, task {args.task}, groups {args.sizes}, {args.prompts} prompts, "
+              f"temperature {args.temperature}, {args.max_new_tokens} tokens, pool seed {args.pool_seed}", flush=True)
+        acceptance(args.model, args.task, [int(s) for s in args.sizes.split(",")], args.prompts,
+                   args.max_new_tokens, args.temperature, args.rows, args.pool_seed)
     print(f"# load average {os.getloadavg()[0]:.1f} at the end")
 
 

@@ -44,7 +44,9 @@ COLUMNS: dict[str, str] = {
     "mean_accepted": "tokens each speculative verify step produced, on average (accepted draft tokens "
                      "plus the target's own); blank when the run never speculated.",
     "drafter_train_gpu_seconds": "GPU-seconds spent training the drafter: idle rollout GPUs (tlt's spot "
-                                 "trainer) or GPUs set aside for it (tlt-dedicated).",
+                                 "trainer, and das+tlt's for the trained half of its hybrid) or GPUs set aside for "
+                                 "it (tlt-dedicated); 0 for a drafter with nothing to train (tlt-base's n-gram, "
+                                 "das's history drafting, which drafts from the prompt's sibling responses).",
     "staleness_mean": "policy versions between the weights that began a trained response and the weights "
                       "it trains, averaged over trained responses: 0 is on-policy.",
     "staleness_max": "the largest staleness of any trained response.",

@@ -203,7 +203,7 @@ def test_a_policy_names_the_knobs_it_takes_and_holds_their_values(name):
     for each (`knob_values`), the defaults where none was given."""
     from tltsim.policies import REGISTRY
     policy = make_policy(name)
-    factories = [REGISTRY[p] for p in name.split("+")]
+    factories = [REGISTRY[name]] if name in REGISTRY else [REGISTRY[p] for p in name.split("+")]
     assert set(policy.knob_names) == {k for f in factories for k in f.knob_names}
     assert set(policy.knob_values) == set(policy.knob_names)
 

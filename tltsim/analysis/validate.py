@@ -36,7 +36,7 @@ from tltsim.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import DEFAULT_STRATEGY, Strategy
-from tltsim.sim.acceptance import AcceptanceModel
+from tltsim.sim.acceptance import AcceptanceModel, invert_quality
 from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
@@ -164,6 +164,11 @@ class ReplayedQuality(TLTPolicy):
         if step in self.qualities:
             self.quality_now = self.qualities[step]
 
+    def _quality(self, rows=None) -> float:
+        """The measured quality where the step has one, for every engine (a history drafter's too: what the real
+        run accepted, in place of the history model's estimate)."""
+        return self.qualities[self.step] if self.step in self.qualities else super()._quality(rows)
+
 
 def measured_qualities(result: Result) -> dict[int, float]:
     """Per step, the drafter quality that gives the measured mean accepted length for the most-used strategy."""
@@ -178,19 +183,6 @@ def measured_qualities(result: Result) -> dict[int, float]:
         target = float(g["accepted"].mean())
         out[int(step)] = invert_quality(model, strategy, target)
     return out
-
-
-def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) -> float:
-    """The q in [0, 1] with model.mean(strategy, q) == accepted (clamped at the ends), by bisection."""
-    lo, hi = 0.0, 1.0
-    if accepted <= model.mean(strategy, lo):
-        return lo
-    if accepted >= model.mean(strategy, hi):
-        return hi
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if model.mean(strategy, mid) < accepted else (lo, mid)
-    return (lo + hi) / 2
 
 
 def validate(run_dirs: list[str | Path], profile: str | Path | None = None, speed: bool = False) -> Validation:

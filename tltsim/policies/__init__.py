@@ -2,7 +2,8 @@
 
 A name maps to a factory `(**knobs) -> Policy` whose `knob_names` attribute lists its knobs.
 Combinations are written `A+B` and built by composing the two policy objects
-(`tltsim.policies.compose.Composite`); knobs go to every part that has them. Any two
+(`tltsim.policies.compose.Composite`); knobs go to every part that has them. A registered single policy
+whose name holds a `+` (`das+tlt`, one TLT variant: the hybrid drafter) is that policy, never a combination. Any two
 registered single policies may be combined; the combinations that make sense are
 registered too, so `tltsim compare` runs them by default.
 """
@@ -48,11 +49,11 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
     """Build the policy registered under `name` (or `A+B` of two) with `knobs`; unknown names and knobs raise."""
     knobs = dict(knobs or {})
     key = name.strip().lower()
-    parts = key.split("+")
-    if len(parts) > 2 or any(p not in REGISTRY for p in parts):
-        raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())} (or A+B of two single ones)")
-    if len(parts) == 1:
+    if key in REGISTRY:
         return _single(key, knobs, name)
+    parts = key.split("+")
+    if len(parts) != 2 or any(p not in REGISTRY for p in parts):
+        raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())} (or A+B of two single ones)")
     preset = {**COMBINATIONS.get(key, {}), **knobs}
     allowed = {p: set(REGISTRY[p].knob_names) for p in parts}
     check_known(f"policy {name!r}", knobs, sorted(set().union(*allowed.values())))

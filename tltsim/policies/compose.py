@@ -64,8 +64,8 @@ class Composite(Policy):
     def rollout(self, step, df, shares, run):
         return self._rollout_owner.rollout(step, df, shares, run)
 
-    def speculation(self, engine: int):
-        return next((s for s in (p.speculation(engine) for p in self.parts) if s is not None), None)
+    def speculation(self, engine: int, rows=None):
+        return next((s for s in (p.speculation(engine, rows) for p in self.parts) if s is not None), None)
 
     def worker_done(self, engine: int, t: float) -> None:
         for p in self.parts:

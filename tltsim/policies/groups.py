@@ -41,7 +41,7 @@ def rollout_until_groups(df: dict, shares: list[np.ndarray], run, target: int) -
     for e, rows in enumerate(shares):
         rows = rows[(df["response_len"][rows] > 0) | (df["aborted"][rows] if "aborted" in df else False)]
         if len(rows):
-            ro = run(e, df["prompt_len"][rows], df["response_len"][rows])
+            ro = run(e, df["prompt_len"][rows], df["response_len"][rows], rows)
             full[e] = (rows, ro)
             finish[rows] = ro.finished_at
     _, inverse = np.unique(df["group"], return_inverse=True)

@@ -58,7 +58,8 @@ class Migrate(KnobbedPolicy):
 
     def rollout(self, step, df, shares, run) -> StepRollout:
         n = len(df["step"])
-        full = {e: (rows, run(e, df["prompt_len"][rows], df["response_len"][rows])) for e, rows in enumerate(shares) if len(rows)}
+        full = {e: (rows, run(e, df["prompt_len"][rows], df["response_len"][rows], rows)) for e, rows in enumerate(shares)
+                if len(rows)}
         finish = np.sort(np.concatenate([ro.finished_at for _, ro in full.values()])) if full else np.array([])
         keep = math.floor(self.k.remaining * n + 1e-9)  # unfinished responses at which the tail moves
         self.at, self.moved, self.released = None, 0, []
@@ -90,7 +91,7 @@ class Migrate(KnobbedPolicy):
             r, g = rows[i :: len(targets)], got[i :: len(targets)]
             if len(r):
                 rest = df["response_len"][r] - g
-                sr.add(e, r, run(e, df["prompt_len"][r] + g, rest), rest, offset=at)
+                sr.add(e, r, run(e, df["prompt_len"][r] + g, rest, r), rest, offset=at)
         return sr
 
     def end_rollout(self, step: int, t: float, df: dict, sr) -> StepOutcome:

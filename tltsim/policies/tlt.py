@@ -9,12 +9,17 @@ One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
     tlt-auto       tlt whose switch point is learned per batch bucket (tltsim.control.learned), starting from the
                    cost model's estimate of where speculation pays
     tlt-dedicated  adaptive SD; `dedicated_gpus` GPUs reserved to train the drafter instead of idle ones
+    das            adaptive SD with history drafting (DAS, SuffixDecoding): drafts from the prompt, its siblings and
+                   its earlier responses, no drafter to train or run, a lookup each speculative iteration
+    das+tlt        adaptive SD with the hybrid: per request the better of history drafting and tlt's drafter
+                   (trained on idle workers, its forwards paid every speculative iteration), plus the lookup
 
 Per step: each engine's EngineControl begins a rollout (its switch starts over;
 its tuner and guard keep what they learned across steps); the drafter's quality is the same for every
-engine. When the rollout ends, the spot trainer's spans become drafter training
-samples (throughput from the cost model, minus load and checkpoint costs), the
-drafter trains on them, then drifts with the policy update.
+engine, except a history drafter's (das, das+tlt), which is per engine the tokens-weighted mean over its
+requests of each one's history quality (tltsim.sim.history_quality). When the rollout ends, the spot
+trainer's spans become drafter training samples (throughput from the cost model, minus load and checkpoint
+costs), the drafter trains on them, then drifts with the policy update.
 """
 from __future__ import annotations
 
@@ -32,7 +37,9 @@ from tltsim.control.learned import bucket_label, prior_from
 from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
-from tltsim.sim.engine import Speculation
+from tltsim.sim.engine import Speculation, drafting_time
+from tltsim.sim.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
+                                        weighted_mean)
 from tltsim.sim.hooks import Policy, StepOutcome
 
 @dataclass(frozen=True)
@@ -51,6 +58,10 @@ class TLTKnobs(DecisionKnobs):
     checkpoint_s: float = knob(CHECKPOINT_S, lo=0.0)  # seconds of a training span spent saving the drafter when
     # preempted
     chunk_iters: int = knob(32, lo=1)  # fast path: speculative iterations per tuner decision
+    lookup_fraction: float = knob(LOOKUP_FRACTION, lo=0.0)  # history drafting (das, das+tlt): its index lookup and
+    # catch-up per speculative iteration, as a share of the verify forward's time (tltsim.sim.history_quality)
+    history_repeats: bool = knob(False)  # history drafting: a prompt_id's responses of earlier steps are its history
+    # too (only for a trace whose prompt_id names one prompt across steps: the schema's numbers prompts within a step)
     drafter_batch: int = knob(0, lo=0)  # sequences a spot-training batch: a trainer stops at the end of the batch
     # in progress when the rollout ends, which holds the next stage back (0: it stops at once)
 
@@ -102,10 +113,18 @@ class TLTPolicy(Policy):
         self.acceptance = AcceptanceModel()
         cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, k.q_max), drift=k.drift, load_s=k.load_s,
                             q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
+        history = k.drafter in ("history", "hybrid")
+        self.history = HistoryQuality() if history else None
+        self.lookup_fraction = k.lookup_fraction if history else 0.0
+        self.earlier: Counter = Counter()  # prompt_id -> its responses finished in earlier steps (history drafting)
+        self.row_quality = None  # the step's rows' history qualities (prepare_step)
         if k.drafter == "ngram":
             self.drafter = NgramDrafter()
+        elif k.drafter == "history":
+            self.drafter = HistoryDrafter(self.history)
+            self.acceptance = ChainAcceptance()
         else:
-            self.drafter = DrafterQuality(cfg, trainable=k.drafter == "adaptive")
+            self.drafter = DrafterQuality(cfg, trainable=k.drafter in ("adaptive", "hybrid"))
         df = sim.trace.df
         per_request_ctx = float(df["prompt_len"].mean() + df["response_len"].mean() / 2)
         cost = sim.cost
@@ -148,11 +167,21 @@ class TLTPolicy(Policy):
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
-        t = (0.0 if self.drafter.model_free else s.depth * float(cost.draft_time(b, s.topk))) + float(
+        t = drafting_time(cost, b, s, self.drafter.model_free) + (1.0 + self.lookup_fraction) * float(
             cost.verify_time(b, s.verify + 1, ctx))
         return acc * b / t
 
     # --- hooks -------------------------------------------------------------------------------
+    def prepare_step(self, step: int, df: dict) -> dict:
+        """A history drafter's quality for each of the step's rows, from its group and its prompt's earlier
+        responses (tltsim.sim.history_quality); the rows themselves unchanged."""
+        if self.history is not None:
+            earlier = np.array([self.earlier[p] if self.k.history_repeats else 0 for p in df["prompt_id"].tolist()],
+                               float)
+            self.row_quality = self.history.of_step(df.get("group", df["prompt_id"]), df["response_len"], earlier)
+            self.row_tokens = np.asarray(df["response_len"], float)
+        return df
+
     def begin_step(self, step: int, t: float) -> None:
         self.step = step
         self.t0 = t
@@ -168,15 +197,29 @@ class TLTPolicy(Policy):
             for w in range(self.sim.engines, self.workers):
                 self.train_start[w] = t
 
-    def speculation(self, engine: int):
+    def speculation(self, engine: int, rows=None):
         return Speculation(
             control=self.controls[engine],
             acceptance=self.acceptance,
-            quality=self.quality_now,
+            quality=self._quality(rows),
             chunk_iters=self.k.chunk_iters,
             rng=self.rngs[engine],
             model_free=self.drafter.model_free,
+            lookup_fraction=self.lookup_fraction,
         )
+
+    def _quality(self, rows=None) -> float:
+        """The drafter's quality for an engine running `rows` of the step (None: all of them): the drafter's, or
+        with a history drafter the tokens-weighted mean over the rows of each one's quality (das+tlt: the better
+        of its history quality and the trained drafter's)."""
+        if self.history is None or self.row_quality is None:
+            return self.quality_now
+        rows = slice(None) if rows is None else np.asarray(rows)
+        q = self.row_quality[rows]
+        if self.k.drafter == "hybrid":
+            q = hybrid(q, self.quality_now)
+        mean = weighted_mean(q, self.row_tokens[rows])
+        return self.quality_now if math.isnan(mean) else mean
 
     def _stop_time(self, start: float, t: float, load: float, seq_len: float, tokens_per_s: float) -> float:
         """When a trainer that started at `start` (loading the drafter for `load` s, then batches of
@@ -210,11 +253,15 @@ class TLTPolicy(Policy):
             self.drafter.train(samples)
         quality_trained = self.drafter.quality
         self.drafter.policy_update()
+        quality_used = self._quality()
+        if self.history is not None:  # the step's finished responses join their prompts' history
+            done = sr.finished & (np.asarray(df["response_len"]) > 0)
+            self.earlier.update(np.asarray(df["prompt_id"])[done].tolist())
         return StepOutcome(
             spans={w: ("drafter_train", a, b) for w, (a, b) in spans.items()},
             release_s=max((b - t for _, b in spans.values()), default=0.0),
             columns={
-                "drafter_quality": self.quality_now,
+                "drafter_quality": quality_used,
                 "drafter_quality_trained": quality_trained,
                 "drafter_train_gpu_s": sum(b - a for a, b in spans.values()) * tp,
                 "drafter_train_samples": samples,

@@ -106,6 +106,19 @@ class AcceptanceModel:
         return 1 + drafted
 
 
+def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) -> float:
+    """The q in [0, 1] with model.mean(strategy, q) == accepted (clamped at the ends), by bisection."""
+    lo, hi = 0.0, 1.0
+    if accepted <= model.mean(strategy, lo):
+        return lo
+    if accepted >= model.mean(strategy, hi):
+        return hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if model.mean(strategy, mid) < accepted else (lo, mid)
+    return (lo + hi) / 2
+
+
 def _check_quality(q: float) -> float:
     q = float(q)
     if not 0.0 <= q <= 1.0:

@@ -47,11 +47,12 @@ class Speculation:
     quality: float  # drafter quality this step
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
-    model_free: bool = False  # n-gram drafter: no drafter forwards to pay for
+    model_free: bool = False  # n-gram or history drafter: no drafter forwards to pay for
+    lookup_fraction: float = 0.0  # a history drafter's index lookup and catch-up, as a share of each verify's time
 
     def draft_time(self, cost, batch: int, strategy) -> float:
         """Drafting cost of one speculative iteration: `depth` drafter forwards (none when model-free)."""
-        return 0.0 if self.model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
+        return drafting_time(cost, batch, strategy, self.model_free)
 
     def catchup_time(self, cost, batch: int, tokens_per_row: float, ctx: float) -> float:
         """The drafter feeding on `tokens_per_row` tokens per row that plain iterations emitted since it last
@@ -60,8 +61,16 @@ class Speculation:
         return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.catchup_time(batch, tokens_per_row, ctx))
 
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
-        """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request."""
-        return self.draft_time(cost, batch, strategy) + float(cost.verify_time(batch, strategy.verify + 1, ctx))
+        """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request
+        (and the history lookup's share of it)."""
+        return self.draft_time(cost, batch, strategy) + (1.0 + self.lookup_fraction) * float(
+            cost.verify_time(batch, strategy.verify + 1, ctx))
+
+
+def drafting_time(cost, batch: int, strategy, model_free: bool) -> float:
+    """Drafting cost of one speculative iteration at `batch`: `depth` drafter forwards of the cost model (none
+    when model-free)."""
+    return 0.0 if model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
 
 
 class Entry(NamedTuple):
@@ -197,7 +206,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 t_log = t_seg
             acc = float(spec.acceptance.mean(s, spec.quality))
             iters = min(spec.chunk_iters if control.measured(b) else 1, remaining / acc)  # one to try
-            dt = iters * spec.draft_time(cost, b, s) + float(
+            dt = iters * spec.draft_time(cost, b, s) + (1.0 + spec.lookup_fraction) * float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
             catchup = spec.catchup_time(cost, b, behind, c)

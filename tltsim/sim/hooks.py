@@ -59,13 +59,16 @@ class Policy:
         return None
 
     def rollout(self, step: int, df: dict, shares: list[np.ndarray], run) -> StepRollout:
-        """Run the step's rollout. `run(engine, prompt_len, response_len)` returns one EngineRollout of those
-        requests on that engine (fast or exact, with this policy's speculation). The default runs every share
-        to completion; a policy may stop engines early or move requests (see tltsim.sim.rollout)."""
+        """Run the step's rollout. `run(engine, prompt_len, response_len, rows)` returns one EngineRollout of
+        those requests (`rows`: their indices in `df`, for a speculation that depends on which requests run; None
+        where they are not the step's rows) on that engine (fast or exact, with this policy's speculation). The
+        default runs every share to completion; a policy may stop engines early or move requests (see
+        tltsim.sim.rollout)."""
         sr = StepRollout.empty(len(df["step"]))
         for e, rows in enumerate(shares):
             if len(rows):
-                sr.add(e, rows, run(e, df["prompt_len"][rows], df["response_len"][rows]), df["response_len"][rows])
+                sr.add(e, rows, run(e, df["prompt_len"][rows], df["response_len"][rows], rows),
+                       df["response_len"][rows])
         return sr
 
     def loop(self, sim, env, bar):
@@ -79,8 +82,9 @@ class Policy:
     def begin_step(self, step: int, t: float) -> None:
         """The step's rollout starts at time t on every engine."""
 
-    def speculation(self, engine: int):
-        """A tltsim.sim.engine.Speculation for this engine's rollout, or None for plain decoding."""
+    def speculation(self, engine: int, rows=None):
+        """A tltsim.sim.engine.Speculation for this engine's rollout of the step's `rows` (indices into the
+        step's rows; None: not known), or None for plain decoding."""
         return None
 
     def worker_done(self, engine: int, t: float) -> None:

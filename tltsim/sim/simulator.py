@@ -133,9 +133,10 @@ class Simulator:
             }
         )
 
-    def run_engine(self, e: int, prompt_len, response_len):
-        """One EngineRollout of these requests on engine e from time 0, fast or exact, with the policy's speculation."""
-        spec = self.policy.speculation(e)
+    def run_engine(self, e: int, prompt_len, response_len, rows=None):
+        """One EngineRollout of these requests (the step's `rows`, where the caller knows them) on engine e from
+        time 0, fast or exact, with the policy's speculation."""
+        spec = self.policy.speculation(e, rows)
         if not self.cfg.exact:
             return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
         env, out = simpy.Environment(), {}  # engines do not interact within a rollout: each runs in its own clock
