@@ -27,7 +27,7 @@ from tltsim.control.strategy import DEFAULT_ARMS, parse_arms
 from tltsim.control.switch import SD_MODES, SDSwitch
 from tltsim.control.tuner import TUNERS, make_tuner
 
-DRAFTERS = ("adaptive", "static", "ngram")
+DRAFTERS = ("adaptive", "static", "ngram", "history", "hybrid")
 
 # name -> knob defaults that differ from DecisionKnobs()
 VARIANTS = {
@@ -36,6 +36,8 @@ VARIANTS = {
     "static-sd": {"drafter": "static", "spot": False},
     "sd-always": {"sd": "always"},
     "tlt-auto": {"sd": "learned"},
+    "das": {"drafter": "history", "spot": False},
+    "das+tlt": {"drafter": "hybrid"},
 }
 
 
@@ -63,9 +65,9 @@ class DecisionKnobs:
         """This, checked (each knob by tltsim.control.knobs, then the knobs together); TltsimError naming policy
         `name`, the knob, its value and what is allowed."""
         k = check_fields(self, name)
-        if k.spot and k.drafter != "adaptive":
-            raise TltsimError(f"policy {name!r}: spot = {k.spot!r} needs drafter = 'adaptive' (a {k.drafter} "
-                              f"drafter does not train)")
+        if k.spot and k.drafter not in ("adaptive", "hybrid"):
+            raise TltsimError(f"policy {name!r}: spot = {k.spot!r} needs drafter = 'adaptive' or 'hybrid' (a "
+                              f"{k.drafter} drafter does not train)")
         if k.sd == "learned" and not k.guard:
             raise TltsimError(f"policy {name!r}: guard = {k.guard!r} must be true with sd = 'learned' (the learned "
                               f"switch is its own guard)")
