@@ -164,7 +164,8 @@ def add_run(sub) -> None:
     p.add_argument("--warmup-steps", type=whole(0), default=d["warmup_steps"],
                    help="drafter warm-up AdamW steps without --drafter")
     p.add_argument("--probe", type=whole(0), default=d["probe"],
-                   help="held-out prompts the drafter's accepted length is measured on per step")
+                   help="held-out prompts the policy's drafter's accepted length is measured on per step, each decoded "
+                   "alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens)")
     p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
                    "the current target (steps column static_drafter_accepted; a spot-training policy only)")
     p.add_argument("--spot-lr", type=number(above=0), default=None, help="spot training's drafter learning rate "

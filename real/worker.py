@@ -188,7 +188,7 @@ class Worker:
         cfg = self.config
         speed = self._speed()
         probe = self._probe(self._probed(self.trained))
-        static = self._probe(self._probed(self.static_drafter) if self.static_drafter else None)
+        static = self._probe(self._probed(self.static_drafter) if self.static_drafter is not None else None)
         dist.barrier()
         t0 = [self.clock()]
         dist.broadcast_object_list(t0, src=0)

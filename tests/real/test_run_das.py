@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from real.run import RunConfig, launch
-from real.suffix import SuffixDrafter
 from tltsim.errors import TltsimError
 from tltsim.records import Result
 from tltsim.trace import load as load_trace
@@ -56,7 +55,7 @@ def test_das_speculates_from_the_history_trains_nothing_and_keeps_verls_output(r
     # rank 0's history holds every response of the run, its own and worker 1's (shared after each step)
     responses = history(runs / "das")
     assert len(responses) == len(das) and sorted(len(r) for _, r in responses) == sorted(das["response_len"])
-    assert responses[-1][1] and all(len(r) <= SuffixDrafter().max_tokens for _, r in responses)
+    assert sorted(len(p) for p, _ in responses) == sorted(das["prompt_len"])
 
 
 @pytest.mark.slow
@@ -68,8 +67,8 @@ def test_das_tlt_drafts_with_the_hybrid_and_spot_trains_its_trained_part(runs):
     assert (runs / "das+tlt" / "checkpoint" / "drafter.pt").is_file()  # the trained part, as tlt's drafter
     assert res.summary["drafter"] == "hybrid" and 0 <= res.summary["history_share"] <= 1
     # every speculative row drafted from one of the two parts
-    rows = spec.groupby("step")["batch_size"].sum()
-    assert (steps.set_index("step")["history_rows"] + steps.set_index("step")["trained_rows"]).equals(rows)
+    rows = spec.groupby("step")["batch_size"].sum().tolist()
+    assert (steps["history_rows"] + steps["trained_rows"]).tolist() == rows
     hybrid, verl = (load_trace(runs / p / "trace.parquet").df for p in ("das+tlt", "verl"))
     assert hybrid[COLUMNS].equals(verl[COLUMNS])
 
