@@ -122,9 +122,9 @@ class RunConfig:
         if k.drafter == "ngram":
             raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine (its drafter "
                               f"without a model is 'history')")
-        if not k.spot and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
-            raise TltsimError(f"policy {self.policy!r} trains no drafter (spot = false); drop the spot-training knobs "
-                              f"{', '.join(given)}")
+        if k.drafter == "history" and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
+            raise TltsimError(f"policy {self.policy!r} drafts from the rollout history and trains no drafter; drop the "
+                              f"spot-training knobs {', '.join(given)}")
         if k.tuner == "oracle":
             raise TltsimError("tuner 'oracle' needs the simulator's models; use beg, egreedy, ucb or fixed")
         return replace(k, arms=tuple(str(a) for a in parse_arms(k.arms)))
