@@ -131,7 +131,9 @@ def add_run(sub) -> None:
                                    "simulator's schema in RUN_DIR (Result files + trace.parquet) after every step, "
                                    "with a checkpoint to --resume from. Under torchrun each process is one worker.")
     p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
-    p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="the policy the run executes")
+    p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="the policy the run executes: verl (no "
+                   "speculation), tlt (a spot-trained drafter), static-sd, sd-always, tlt-auto, das (history drafting, "
+                   "real/suffix.py: no drafter model or training), das+tlt (the hybrid of both, real/hybrid.py)")
     p.add_argument("--workers", type=whole(1), default=d["workers"], help="worker processes")
     p.add_argument("--steps", type=whole(1), default=d["steps"], help="RL steps")
     p.add_argument("--model", default=None, help="target: a `tltsim real pretrain` directory (gcd task), a "
@@ -140,8 +142,9 @@ def add_run(sub) -> None:
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
                    "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
                    "real/longtail.py)")
-    p.add_argument("--drafter", default=None, help="drafter checkpoint to start from (default: the one shipped "
-                   "for a known --model, else warm one up on the target's own answers)")
+    p.add_argument("--drafter", default=None, help="trained drafter checkpoint to start from (das+tlt: the hybrid's "
+                   "trained part; das has none) (default: the one shipped for a known --model, else warm one up on "
+                   "the target's own answers)")
     p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"), help="torch device of every worker")
     p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"),
                    help="target and drafter dtype")
@@ -164,7 +167,8 @@ def add_run(sub) -> None:
     p.add_argument("--warmup-steps", type=whole(0), default=d["warmup_steps"],
                    help="drafter warm-up AdamW steps without --drafter")
     p.add_argument("--probe", type=whole(0), default=d["probe"],
-                   help="held-out prompts the drafter's accepted length is measured on per step")
+                   help="held-out prompts the policy's drafter's accepted length is measured on per step, each decoded "
+                   "alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens)")
     p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
                    "the current target (steps column static_drafter_accepted; a spot-training policy only)")
     p.add_argument("--spot-lr", type=number(above=0), default=None, help="spot training's drafter learning rate "

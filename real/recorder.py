@@ -42,7 +42,8 @@ class WorkerStep:
     responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at
     done_at: float  # run clock when its share was generated
     drafter_batches: int = 0  # spot-training batches it ran this step
-    extra: dict = field(default_factory=dict)  # per-worker figures summed into the step row (e.g. GRPO stats)
+    extra: dict = field(default_factory=dict)  # per-worker counts summed into the step row (a hybrid's history_rows,
+    # trained_rows: rows drafted from the history and by the trained drafter)
 
 
 def intervals(step: int, worker: int, calls: list[EngineCall]) -> list[TimelineRow]:
@@ -129,6 +130,7 @@ class Recorder:
             "accuracy": float((rewards >= 1.0).mean()) if rewards.size else math.nan,
             "drafter_train_s": sum(b - a for r in reports for s, a, b in r.phases if s == "drafter_train"),
             "drafter_train_batches": sum(r.drafter_batches for r in reports),
+            **{k: sum(r.extra.get(k, 0) for r in reports) for k in sorted({k for r in reports for k in r.extra})},
             **columns,
         }
         self.steps.append(row)
@@ -144,6 +146,8 @@ class Recorder:
                    "mean_reward": float(steps["mean_reward"].mean()), **self.extra_summary}
         if steps["drafter_accepted"].notna().any():
             summary["drafter_accepted"] = float(steps["drafter_accepted"].mean())
+        if "history_rows" in steps and (drafted := steps["history_rows"].sum() + steps["trained_rows"].sum()):
+            summary["history_share"] = float(steps["history_rows"].sum() / drafted)
         requests = pd.DataFrame(self.requests, columns=REQUEST_COLUMNS + ["finished"])
         iterations = pd.DataFrame(self.iterations, columns=ITERATION_COLUMNS)
         return Result(timeline, steps, requests, summary, self.config, iterations)

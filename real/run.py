@@ -6,7 +6,7 @@ Every step, on every worker (worker = rank = one rollout engine):
 1. rollout: the step's seeded prompts (P prompts x G samples, the same on every rank) are split
    into contiguous chunks of prompt groups, as verl does; each worker generates its chunk on an
    `Engine` driven by the policy layer's `EngineControl` (real/adaptive.py).
-2. spot training (policies with an adaptive drafter): a worker that finishes reports "done"
+2. spot training (policies whose drafter trains: tlt's, das+tlt's trained part): a worker that finishes reports "done"
    through the process group's store; the policy layer's `SpotTrainer`, on rank 0, answers with
    "train" and, when every worker is done, "stop". A training worker trains its drafter copy
    between checks, on what its `DataBuffer` selects from the (tokens, target features) its own
@@ -24,8 +24,15 @@ their own generators' state in the checkpoint.
 Modules: real/run_config.py (RunConfig), real/worker.py (a worker's state and step loop),
 real/spot.py (spot training across processes), real/checkpoint.py.
 
-Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), with the policy layer's decision knobs
-(tltsim/control/decisions.py). tlt-base is not offered: the engine has no model-free drafter.
+Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), das and
+das+tlt, with the policy layer's decision knobs (tltsim/control/decisions.py). Their `drafter` knob picks what the
+engines draft with (real/worker.py): the trained drafter (adaptive: spot-trained, static: not), history drafting
+(das: real/suffix.py, no model, nothing to warm up or train) or the hybrid of both (das+tlt: real/hybrid.py, its
+trained part spot-trained as tlt's drafter is). A history is fed each worker's own rows as they are generated (the
+prompt, the in-flight siblings) and, after every step, every other worker's responses, so a prompt that comes back
+finds its earlier responses wherever it lands; its memory is real/suffix.py's cap, and the checkpoint holds it as
+plain data (the responses), from which a resumed run rebuilds the index. tlt-base is not offered: the engine has no
+n-gram drafter.
 """
 from __future__ import annotations
 

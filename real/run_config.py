@@ -9,7 +9,10 @@ from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
-POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto")
+POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto", "das", "das+tlt")
+# the real drafter kind (real.drafting.DRAFTERS) each drafter knob names (tltsim.control.decisions.DRAFTERS; ngram: none)
+DRAFTER_KINDS = {"adaptive": "eagle", "static": "eagle", "history": "suffix", "hybrid": "hybrid"}
+SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 # spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on
 # a step's 8 answers with the target fixed, went 2.72 -> 2.38 tokens per call at 1e-3, 2.61 at 1e-4, 2.81 at 1e-5
@@ -24,7 +27,8 @@ class RunConfig:
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
     task: str | None = None  # one of real.settings.TASKS, e.g. longtail (None: the model's own, real.models.load_task)
-    drafter: str | None = None  # drafter to start from; None: a known model's shipped one, else warm one up
+    drafter: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained part); None:
+    # a known model's shipped one, else warm one up (das: none, it drafts from the rollout's history alone)
     device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
     prompts: int = 8  # prompts per step
@@ -49,7 +53,8 @@ class RunConfig:
     def checked(self) -> "RunConfig":
         """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""
         if self.policy not in POLICIES:
-            extra = " (tlt-base needs a model-free drafter, which the real engine does not have)" \
+            extra = " (tlt-base's n-gram drafter is the simulator's; the real engine's drafter without a model is " \
+                    "history drafting: das)" \
                 if self.policy == "tlt-base" else ""
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}{extra}")
         if self.task is not None and self.task not in TASKS:
@@ -79,8 +84,25 @@ class RunConfig:
         if self.max_running is not None and self.max_running < 1:
             raise TltsimError(f"max_running={self.max_running}: must be >= 1")
         SamplingParams(self.greedy, self.temperature)
-        self.tlt_knobs()
+        knobs = self.tlt_knobs()
+        if self.drafter is not None:
+            self._check_drafter(knobs)
+        if self.probe_static and not (knobs and knobs.spot):
+            raise TltsimError(f"--probe-static: policy {self.policy!r} trains no drafter, so there is no starting "
+                              f"drafter to probe beside it; drop --probe-static")
         return self
+
+    def _check_drafter(self, knobs: DecisionKnobs | None) -> None:
+        """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
+        from real.drafting import DRAFTERS, SHIPPED  # no torch: the registry's names
+
+        if knobs is None or knobs.drafter == "history":
+            raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} loads no trained drafter"
+                              f"{' (it drafts from the rollout history alone)' if knobs else ''}; drop --drafter")
+        if self.drafter in DRAFTERS or self.drafter == SHIPPED:
+            raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
+                              f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "
+                              f"drafter is the default")
 
     def make_task(self):
         """The run's task: `task` by name, or the target's own (real.models.load_task: its checkpoint's task
@@ -98,7 +120,11 @@ class RunConfig:
             return None
         k = build(DecisionKnobs, self.policy, {**VARIANTS[self.policy], **self.knobs})
         if k.drafter == "ngram":
-            raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine")
+            raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine (its drafter "
+                              f"without a model is 'history')")
+        if k.drafter == "history" and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
+            raise TltsimError(f"policy {self.policy!r} drafts from the rollout history and trains no drafter; drop the "
+                              f"spot-training knobs {', '.join(given)}")
         if k.tuner == "oracle":
             raise TltsimError("tuner 'oracle' needs the simulator's models; use beg, egreedy, ucb or fixed")
         return replace(k, arms=tuple(str(a) for a in parse_arms(k.arms)))

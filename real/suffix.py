@@ -31,6 +31,8 @@ like every drafter's (real.drafting): the output keeps the target's distribution
 
 Memory: finished responses are kept up to `max_tokens` tokens over all prompts (oldest out first, a prompt's
 whole index dropped with its last response once no row of it runs); the trie holds at most DEPTH nodes a token.
+`remember` adds a response decoded elsewhere (another worker's); `state_dict` is the history as plain data (the
+responses and their prompts, not the trie), from which `load_state_dict` rebuilds the index (a run's checkpoint).
 """
 from __future__ import annotations
 
@@ -168,6 +170,26 @@ class SuffixDrafter:
             self.groups[old_key].finished -= 1
             self._drop_if_unused(old_key)
         self._drop_if_unused(key)
+
+    def remember(self, prompt: list[int], response: list[int]) -> None:
+        """A finished response of `prompt` decoded elsewhere (another worker's engine) joins the history."""
+        key, doc = self.open(prompt)
+        doc.extend(list(response))
+        self.close(key, doc)
+
+    def state_dict(self) -> dict:
+        """The history as plain data (for a drafter with no row running): each finished response's prompt and
+        tokens, oldest first."""
+        return {"history": [[list(key), list(doc.tokens)] for key, doc in self.history]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Rebuild the index from `state_dict()`'s history, oldest first, into this drafter (emptied first): the
+        same strings with the same counts, so the same draft probabilities; only between continuations seen
+        equally often may the one chosen differ (the trie keeps the one indexed first, and the replay indexes
+        whole responses in the order they finished, not their tokens in the order they were generated)."""
+        self.groups, self.history, self.history_tokens = {}, deque(), 0
+        for prompt, response in state["history"]:
+            self.remember(prompt, response)
 
     def _drop_if_unused(self, key) -> None:
         group = self.groups.get(key)

@@ -15,6 +15,7 @@ from real.adaptive import rollout
 from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, all_reduce_tensors, group_advantages
+from real.hybrid import HybridDrafter
 from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
@@ -22,8 +23,10 @@ from real.recorder import Recorder, WorkerStep
 from real.run_config import WARM_SPOT_LR, RunConfig
 from real.settings import GenerateSettings, SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
+from real.suffix import SuffixDrafter
 from real.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
+from tltsim.control.learned import learned_summary
 from tltsim.trace import TraceMeta
 
 
@@ -51,7 +54,10 @@ class Worker:
         self.trains = k is not None and k.spot
         self.control = k.control(rank, config.seed) if k else None
         self.buffer = SampleBuffer(k.buffer_steps, k.keep_long_prev) if self.trains else None
-        self.drafter = None
+        self.drafter = None  # what the engines draft with: the trained drafter, the history's or the hybrid of both
+        self.trained = None  # its trained part (real.drafter's, drafting.Trainable), what spot training trains
+        self.history = None  # its history part (real.suffix), fed by the rollouts of every worker
+        self.history_state = None  # ... as the checkpoint holds it
         self.static_drafter = None  # --probe-static: the starting drafter, never trained, probed beside the spot one
         self.drafter_opt, self.drafter_opt_state = None, None  # spot training's optimizer, made when first needed
         self.first_step = 0
@@ -62,6 +68,7 @@ class Worker:
             if self.buffer:
                 self.buffer.load_state_dict(state["buffer"])
             self.drafter_opt_state = state["drafter_opt"]
+            self.history_state = state.get("history")
             self.grpo.resume(self.ckpt / "target")
             self.grpo.optimizer.load_state_dict(checkpoint.read(out, "optimizer.pt", self.device))
             self.first_step = checkpoint.last_step(out) + 1
@@ -100,7 +107,9 @@ class Worker:
     def run(self) -> None:
         try:
             if self.knobs is not None:
-                self.drafter = self._initial_drafter()
+                self._build_drafter()
+                if self.recorder:
+                    self.recorder.extra_summary["drafter"] = self.drafter.kind
                 if self.trains and self.config.probe_static:
                     self.static_drafter = self._starting_drafter()
             for step in range(self.first_step, self.config.steps):
@@ -108,6 +117,33 @@ class Worker:
         finally:
             if self.progress:
                 self.progress.close()
+
+    def _build_drafter(self) -> None:
+        """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; history, real.suffix's
+        (no model: nothing to warm up or train); hybrid, real.hybrid's over the trained drafter, which spot training
+        trains as tlt's. A history starts empty, or is rebuilt from the checkpoint's (real.suffix.load_state_dict)."""
+        kind = self.knobs.drafter
+        if kind in ("history", "hybrid"):
+            self.history = SuffixDrafter()
+            if self.history_state is not None:
+                self.history.load_state_dict(self.history_state)
+        if kind != "history":
+            self.trained = self._initial_drafter()
+        self.drafter = self._policy_drafter(self.trained, self.history)
+
+    def _policy_drafter(self, trained: drafting.Trainable | None, history: SuffixDrafter | None) -> drafting.Drafting:
+        """The policy's drafter over these parts."""
+        if trained is None:
+            return history
+        return trained if history is None else HybridDrafter(trained, history)
+
+    def _probed(self, trained: drafting.Trainable | None) -> drafting.Drafting | None:
+        """What the probe measures: the policy's drafter over `trained` (None: none to probe) with a history of its
+        own, empty (the live one would index the probe's prompts, and the next probe find its own answers there):
+        a held-out prompt decoded alone has its prompt and its own tokens to draft from, no siblings."""
+        if self.history is None:
+            return trained
+        return self._policy_drafter(trained, SuffixDrafter(self.history.max_tokens))
 
     def _initial_drafter(self) -> drafting.Trainable:
         """The resumed run's drafter, --drafter, the one shipped for a known model (real.warmup), or one
@@ -143,16 +179,16 @@ class Worker:
         """The drafter the run started from, as it was then (a resumed run's own start)."""
         start = self.config.drafter or find_shipped_drafter(self.config.model) or self.out / "drafter_init.pt"
         if not self.ckpt and start == self.out / "drafter_init.pt":  # warmed up just now: the current one
-            copy = drafting.kind("eagle").for_target(self.target, draft_vocab=self.drafter.draft_vocab)
-            copy.load_state_dict(self.drafter.state_dict())
+            copy = drafting.kind("eagle").for_target(self.target, draft_vocab=self.trained.draft_vocab)
+            copy.load_state_dict(self.trained.state_dict())
             return copy.eval()
         return drafting.load(start, self.target)
 
     def step(self, step: int) -> None:
         cfg = self.config
         speed = self._speed()
-        probe = self._probe(self.drafter)
-        static = self._probe(self.static_drafter)
+        probe = self._probe(self._probed(self.trained))
+        static = self._probe(self._probed(self.static_drafter) if self.static_drafter is not None else None)
         dist.barrier()
         t0 = [self.clock()]
         dist.broadcast_object_list(t0, src=0)
@@ -165,6 +201,7 @@ class Worker:
         prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
         engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
                         seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains)
+        drafted = self._drafted_rows()
         if self.control is not None:
             self.control.begin_rollout()  # the step's owner begins the rollout, as the simulator's policy does
         ro = rollout(engine, prompts, self.clock, self.control, max_running=cfg.max_running, start=t0,
@@ -190,6 +227,7 @@ class Worker:
         phases.append(("train", t, t := self.clock()))
         self._sync_drafter(batches)
         self._share_samples(step, samples)
+        self._share_history(finished)
         dist.barrier()
         phases.append(("weight_sync", t, self.clock()))
 
@@ -197,9 +235,12 @@ class Worker:
             {"prompt_id": pid, "sample": j, "prompt_len": len(f.prompt), "response_len": len(f.tokens),
              "reward": r, "finished": bool(f.tokens[-1] in engine.eos), "admitted_at": ro.admitted_at[i],
              "finished_at": ro.finished_at[i]}
-            for (pid, j), f, r, i in zip(rows, finished, rewards, ro.ids)], done, batches)
+            for (pid, j), f, r, i in zip(rows, finished, rewards, ro.ids)], done, batches,
+            dict(zip(("history_rows", "trained_rows"), np.subtract(self._drafted_rows(), drafted).tolist()))
+            if drafted else {})
         reports = [None] * self.world if self.rank == 0 else None
         dist.gather_object(report, reports, dst=0)
+        self._summarise_switches()
         if self.rank == 0:
             row = self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "static_drafter_accepted": static,
                                                         "speed_probe_s": speed,
@@ -227,16 +268,16 @@ class Worker:
                 optimizer = self._drafter_optimizer()
             if pairs:
                 batch = rng.choice(len(pairs), size=min(cfg.drafter_batch, len(pairs)), replace=False)
-                self.drafter.train_step([pairs[i] for i in batch], optimizer)
+                self.trained.train_step([pairs[i] for i in batch], optimizer)
                 batches += 1
             else:
                 time.sleep(0.002)
         if pairs is None:
             phases.append(("idle", t, self.clock()))
         else:
-            self.drafter.eval()
+            self.trained.eval()
             if batches:
-                self.drafter.save(self.out / "spot" / f"rank{self.rank}.pt")
+                self.trained.save(self.out / "spot" / f"rank{self.rank}.pt")
             phases.append(("drafter_train", t, self.clock()))
         return [p for p in phases if p[2] > p[1]] or [("idle", done, done)], batches
 
@@ -247,7 +288,7 @@ class Worker:
             cfg = self.config
             warm = cfg.drafter or find_shipped_drafter(cfg.model)
             lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
-            self.drafter_opt = torch.optim.AdamW(self.drafter.parameters(), lr=lr)
+            self.drafter_opt = torch.optim.AdamW(self.trained.parameters(), lr=lr)
             if self.drafter_opt_state is not None:
                 self.drafter_opt.load_state_dict(self.drafter_opt_state)
         return self.drafter_opt
@@ -263,6 +304,32 @@ class Worker:
             if rank != self.rank and pairs:
                 self.buffer.add(step, pairs)
 
+    def _summarise_switches(self) -> None:
+        """sd "learned" (tlt-auto): what every engine's switch has learned so far, into the run's summary."""
+        if self.knobs is None or self.knobs.sd != "learned":
+            return
+        switches = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(self.control.switch, switches, dst=0)
+        if self.rank == 0:
+            self.recorder.extra_summary.update(learned_summary(switches))
+
+    def _drafted_rows(self) -> tuple[int, int] | None:
+        """A hybrid's rows drafted so far from the history and by the trained drafter (None: not a hybrid)."""
+        d = self.drafter
+        return (d.history_rows, d.trained_rows) if isinstance(d, HybridDrafter) else None
+
+    def _share_history(self, finished: list) -> None:
+        """Add every other worker's responses of this step to this worker's history (a prompt that comes back in
+        a later step may land on another worker: the history is the whole rollout's, as DAS's is)."""
+        if self.history is None or self.world == 1:
+            return
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, [(f.prompt, f.tokens) for f in finished])
+        for rank, responses in enumerate(everyone):
+            if rank != self.rank:
+                for prompt, tokens in responses:
+                    self.history.remember(prompt, tokens)
+
     def _sync_drafter(self, batches: int) -> None:
         """Average the drafters that trained (weighted by their batches) into every rank's copy."""
         if not self.trains:
@@ -271,7 +338,7 @@ class Worker:
         dist.all_reduce(weight)
         if weight.item() == 0:
             return
-        params = [p.data for p in self.drafter.parameters()]
+        params = [p.data for p in self.trained.parameters()]
         for p in params:
             p.mul_(batches)
         all_reduce_tensors(params)
@@ -309,14 +376,15 @@ class Worker:
         """Write RUN_DIR/checkpoint for `step` (real.checkpoint): every rank's policy state as plain data."""
         state = {"control": self.control.state_dict() if self.control else None,
                  "buffer": self.buffer.state_dict() if self.buffer else None,
-                 "drafter_opt": self.drafter_opt.state_dict() if self.drafter_opt else self.drafter_opt_state}
+                 "drafter_opt": self.drafter_opt.state_dict() if self.drafter_opt else self.drafter_opt_state,
+                 "history": self.history.state_dict() if self.history else None}
         checkpoint.write(self.out, self.rank, step, state, self._save_shared if self.rank == 0 else None)
 
     def _save_shared(self, tmp: Path) -> None:
         """Rank 0's part of the checkpoint: the target, the task, the drafter, the GRPO optimizer, the trainer."""
         self.grpo.save_target(tmp / "target")
         self.task.save(tmp / "target")
-        if self.drafter is not None:
-            self.drafter.save(tmp / "drafter.pt")
+        if self.trained is not None:
+            self.trained.save(tmp / "drafter.pt")
         torch.save(self.grpo.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(self.dispatcher.trainer.state_dict(), tmp / "trainer.pt")

@@ -71,6 +71,10 @@ SUMMARY_ONLY: dict[str, str] = {
     "mean_reward": "real runs: mean reward of the trained responses.",
     "drafter_accepted": "real runs: the drafter's mean accepted length on held-out probe prompts, per step.",
     "drafter_warmup_s": "real runs: seconds spent fitting the drafter before the first step.",
+    "drafter": "real runs: the drafter its engines drafted with: eagle (trained), suffix (the rollout's history, "
+               "das) or hybrid (history where sure, else the trained one, das+tlt).",
+    "history_share": "real das+tlt runs: share of the rows drafted that drew from the history, not the trained "
+                     "drafter.",
     "sd_threshold": "tlt-auto: the switch threshold its engines learned by the run's end (the one most engines "
                     "hold): the largest running batch at which speculating measured (or, before it was measured, "
                     "the cost model estimated) faster than plain decoding; tlt's is fixed (32 by default).",

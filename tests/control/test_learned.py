@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tltsim.control.learned import LearnedSwitch, bucket_label, bucket_of, bucket_range, prior_from
+from tltsim.control.learned import LearnedSwitch, bucket_label, bucket_of, bucket_range, learned_summary, prior_from
 
 
 def rollout(switch, batches, spec_rate, plain_rate):
@@ -96,3 +96,17 @@ def test_a_real_run_offers_tlt_auto_with_no_prior():
     assert "tlt-auto" in POLICIES and knobs.sd == "learned"
     assert isinstance(control.switch, LearnedSwitch) and control.guard is control.switch
     assert control.switch.prior is None and control.switch.threshold == 4
+
+
+def test_the_summary_is_what_most_engines_learned():
+    """learned_summary (a run's sd_threshold and sd_buckets, real and simulated): the threshold most switches hold
+    (the smallest of a tie), the buckets where most speculate."""
+    fast, slow = (lambda b: 3.0 if b < 8 else 0.5), (lambda b: 3.0 if b < 4 else 0.5)
+    switches = [LearnedSwitch(threshold=2, patience=0) for _ in range(3)]
+    for switch, spec in zip(switches, (fast, fast, slow)):
+        for _ in range(8):
+            rollout(switch, TAIL, spec_rate=spec, plain_rate=lambda b: 1.0)
+    assert [s.learned_threshold() for s in switches] == [7, 7, 3]
+    assert learned_summary(switches) == {"sd_threshold": 7, "sd_buckets": ["1", "2-3", "4-7"]}
+    assert learned_summary(switches[1:])["sd_threshold"] == 3  # a tie: the smaller
+    assert learned_summary(switches[1:])["sd_buckets"] == ["1", "2-3"]  # 4-7: one of two, not most

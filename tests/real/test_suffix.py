@@ -75,6 +75,33 @@ def test_the_history_cap_evicts_the_oldest_response_exactly():
     assert long.groups == {} and long.history_tokens == 0
 
 
+def test_the_history_survives_a_checkpoint_as_plain_data(tmp_path):
+    """state_dict holds the finished responses (what the cap kept), torch.load(weights_only=True) reads it back,
+    and load_state_dict rebuilds the index with the same counts, so a later row drafts what it would have;
+    `remember` (a response from another worker) indexes what a session's finished row does."""
+    drafter = SuffixDrafter(max_tokens=14)
+    rows = [([1, 2], [3, 4, 5, 6, 7]), ([9, 9], [3, 4, 5, 1]), ([1, 2], [3, 4, 8, 6, 7]), ([9, 9], [3, 4, 5, 2])]
+    session = _session(drafter, [p for p, _ in rows[:2]])
+    session.catch_up([p + r[:2] for p, r in rows[:2]], None)  # in flight, then finished
+    session.select([], [p + r for p, r in rows[:2]])
+    for prompt, response in rows[2:]:
+        drafter.remember(prompt, response)
+    assert drafter.history_tokens == 13  # the first response left past the cap of 14
+    torch.save(drafter.state_dict(), tmp_path / "h.pt")
+    rebuilt = SuffixDrafter(max_tokens=14)
+    rebuilt.load_state_dict(torch.load(tmp_path / "h.pt", weights_only=True))
+    assert set(rebuilt.groups) == set(drafter.groups) == {(9, 9), (1, 2)}
+    for key in drafter.groups:
+        assert _trie(rebuilt.groups[key].root) == _trie(drafter.groups[key].root)
+    assert rebuilt.history_tokens == drafter.history_tokens and rebuilt.state_dict() == drafter.state_dict()
+    for d in (drafter, rebuilt):
+        later = _session(d, [[1, 2]])
+        later.catch_up([[1, 2, 3, 4]], None)
+        assert later.matches(3)[0].tokens == [8, 6, 7]
+    rebuilt.load_state_dict(SuffixDrafter().state_dict())  # loading empties it first
+    assert rebuilt.groups == {} and rebuilt.history_tokens == 0
+
+
 def test_the_trie_holds_strings_up_to_its_depth():
     session = _session(SuffixDrafter(), [[0]])
     session.catch_up([list(range(3 * DEPTH))], None)

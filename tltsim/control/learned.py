@@ -36,6 +36,7 @@ drives it. Plain Python; `state_dict()` holds everything it learned as plain dat
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from tltsim.control.switch import SDSwitch
 from tltsim.control.tuner import RewardWindow
@@ -54,6 +55,16 @@ def bucket_range(k: int) -> tuple[int, int]:
 def bucket_label(k: int) -> str:
     lo, hi = bucket_range(k)
     return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def learned_summary(switches: list["LearnedSwitch"]) -> dict:
+    """What the engines' switches learned (a tlt-auto run's summary): the threshold most of them hold, the
+    smallest of a tie (`sd_threshold`), and the batch buckets where most of them speculate (`sd_buckets`)."""
+    paying = [set(s.speculating_buckets()) for s in switches]
+    top = max(len(s.buckets()) for s in switches)
+    thresholds = Counter(s.learned_threshold() for s in switches)
+    return {"sd_threshold": min(thresholds, key=lambda t: (-thresholds[t], t)),
+            "sd_buckets": [bucket_label(k) for k in range(top) if 2 * sum(k in p for p in paying) > len(paying)]}
 
 
 def prior_from(plain_rate, spec_rate, max_batch: int) -> dict:
