@@ -171,6 +171,7 @@ print(group[["drafter", "tok_s", "speedup", "tokens_per_call", "draft_ms", "targ
 # each run's trace in the simulator with a cost model fitted to the profile and compares.
 
 # %%
+from tltsim.analysis.plots.style import policy_color
 from tltsim.records import Result
 from tltsim.analysis.validate import validate
 from tltsim.analysis.work_domain import run_totals
@@ -179,7 +180,7 @@ measured = {d: Result.load(d) for d in RUNS}
 requests = pd.concat([r.requests.assign(run=r.config["policy"]) for r in measured.values()])
 fig, ax = plt.subplots(figsize=(6, 3))
 for name, g in requests.groupby("run"):
-    ax.hist(g.response_len, bins=20, alpha=0.6, label=name)
+    ax.hist(g.response_len, bins=20, alpha=0.6, label=name, color=policy_color(name))  # the report's colours
 ax.set(xlabel="response length (tokens)", ylabel="responses", title="the runs' sampled answers")
 ax.legend()
 plt.show()
@@ -204,8 +205,9 @@ run_totals(v.work).set_index(["run", "metric"])[["measured", "predicted", "error
 per_step = v.per_step[v.per_step.metric == "rollout_s"]
 fig, ax = plt.subplots(figsize=(6, 3))
 for name, g in per_step.groupby("run"):
-    line = ax.plot(g.step, g.measured, "o-", label=f"{name} measured")[0]
-    ax.plot(g.step, g.predicted, "x--", color=line.get_color(), label=f"{name} predicted")
+    colour = policy_color(v.predicted[name].name)  # the run's policy
+    ax.plot(g.step, g.measured, "o-", color=colour, label=f"{name} measured")
+    ax.plot(g.step, g.predicted, "x--", color=colour, label=f"{name} predicted")
 ax.set(xlabel="RL step", ylabel="rollout (s)", title="per-step rollout time", xticks=sorted(per_step.step.unique()))
 ax.legend(fontsize=8)
 plt.show()
