@@ -263,8 +263,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What this pair shows. The answers have reasoning RL's shape (the table: the longest several times the median)
-# and rollout is most of each step (the bars), yet TLT does not beat verl here: on one CPU core a verify over
+# What this pair shows. The answers have reasoning RL's shape (the table: in the first steps the longest is
+# several times the median; in later ones the sampled answers lengthen and many run to the cap) and rollout is
+# most of each step (the bars), yet TLT does not beat verl here: on one CPU core a verify over
 # 5 tokens costs well over a plain step (benchmarks/results/bench_verify_cost.txt), and the drafter accepts few
 # tokens a call on these sampled answers (the probe), so speculating at the tail's batches pays little or
 # loses, and the guard decodes plainly where it measured a loss. The simulator, fed the profile, predicted the same (the speedup
