@@ -33,7 +33,7 @@ from tltsim.control import CHECKPOINT_S, parse_arms
 from tltsim.control.decisions import VARIANTS as DECISION_VARIANTS
 from tltsim.control.decisions import DecisionKnobs
 from tltsim.control.knobs import build, knob, knob_names
-from tltsim.control.learned import bucket_label, prior_from
+from tltsim.control.learned import learned_summary, prior_from
 from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
@@ -158,12 +158,7 @@ class TLTPolicy(Policy):
         (`sd_buckets`)."""
         if self.k.sd != "learned":
             return {}
-        switches = [c.switch for c in self.controls]
-        paying = [set(s.speculating_buckets()) for s in switches]
-        top = max(len(s.buckets()) for s in switches)
-        thresholds = Counter(s.learned_threshold() for s in switches)
-        return {"sd_threshold": min(thresholds, key=lambda t: (-thresholds[t], t)),
-                "sd_buckets": [bucket_label(k) for k in range(top) if 2 * sum(k in p for p in paying) > len(paying)]}
+        return learned_summary([c.switch for c in self.controls])
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
