@@ -106,26 +106,44 @@ def test_greedy_history_speculation_matches_transformers_generate(model, chat, r
         assert one.tokens == reference[i:i + 1]
 
 
+SAMPLED = SamplingParams(False, 1.0, 0.9)
+
+
+@pytest.fixture(scope="module")
+def exact_law(model):
+    """The exact law of the first token and of the first two, (p1, {(a, b): probability}), under SAMPLED after
+    a prompt, from full forwards of the target; computed once per prompt (suffix and hybrid share theirs)."""
+    target, _ = model
+    laws = {}
+
+    def law(prompt: list[int]):
+        if tuple(prompt) not in laws:
+            with torch.no_grad():
+                first = target(torch.tensor([prompt])).logits[0, -1].double().numpy()
+            p1 = _reference_probs(first, 1.0, SAMPLED.top_p)
+            support = np.flatnonzero(p1)
+            with torch.no_grad():
+                second = target(torch.tensor([prompt + [int(s)] for s in support])).logits[:, -1].double().numpy()
+            laws[tuple(prompt)] = p1, {(int(s), int(t)): p1[s] * q for s, row in zip(support, second)
+                                       for t, q in enumerate(_reference_probs(row, 1.0, SAMPLED.top_p)) if q > 0}
+        return laws[tuple(prompt)]
+
+    return law
+
+
 @pytest.mark.parametrize("name", ["shipped", "suffix", "hybrid"])
-def test_sampled_speculation_follows_the_target_distribution(model, drafter, name):
+def test_sampled_speculation_follows_the_target_distribution(model, drafter, exact_law, name):
     """Two sampled tokens after a short prompt, 300 draws in one batch (sibling rows: the history drafters draft
     from each other's samples in flight), against the exact joint law."""
     target, tok = model
-    params = SamplingParams(False, 1.0, 0.9)
     prompt = tok("The capital of France is the capital of France is")["input_ids"] if name != "shipped" else \
         tok("The capital of France is")["input_ids"]
     chosen = drafter if name == "shipped" else _history(name, target)
     gen = generate(target, [prompt] * 300, chosen,
-                   GenerateSettings(strategy="2_1_2", sampling=params, max_new_tokens=2, eos_token_id=(), seed=0))
+                   GenerateSettings(strategy="2_1_2", sampling=SAMPLED, max_new_tokens=2, eos_token_id=(), seed=0))
     x = np.array(gen.tokens)
-    with torch.no_grad():
-        first = target(torch.tensor([prompt])).logits[0, -1].double().numpy()
-    p1 = _reference_probs(first, 1.0, params.top_p)
+    p1, joint = exact_law(prompt)
     support = np.flatnonzero(p1)
-    with torch.no_grad():
-        second = target(torch.tensor([prompt + [int(s)] for s in support])).logits[:, -1].double().numpy()
-    joint = {(int(s), int(t)): p1[s] * q for s, row in zip(support, second)
-             for t, q in enumerate(_reference_probs(row, 1.0, params.top_p)) if q > 0}
     cells = sorted(joint)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1)

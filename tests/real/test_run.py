@@ -27,6 +27,7 @@ from real.grpo import free_port
 from real.run import RunConfig, launch
 from real.spot import all_gather_pairs
 from real.task import GcdTask, TaskConfig
+from tltsim.cli import main as tltsim_main
 from tltsim.errors import TltsimError
 from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
@@ -172,11 +173,22 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
     assert spot > warmup
 
 
+def verl_args(target, out: Path) -> list[str]:
+    """The `tltsim real run` arguments of greedy_runs' verl run (3 steps) into `out`."""
+    return ["real", "run", "--policy", "verl", "--workers", "2", "--steps", "3", "--model", str(target),
+            "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48", "--greedy",
+            "--dtype", "float64", "--probe", "4", "-o", str(out)]
+
+
 def verl_command(target, out: Path) -> list[str]:
-    """The `tltsim real run` command line of greedy_runs' verl run (3 steps) into `out`."""
-    return [sys.executable, "-m", "tltsim", "real", "run", "--policy", "verl", "--workers", "2", "--steps", "3",
-            "--model", str(target), "--prompts", "3", "--group", "2", "--max-running", "2", "--max-new-tokens", "48",
-            "--greedy", "--dtype", "float64", "--probe", "4", "-o", str(out)]
+    """verl_args as a command line of its own process."""
+    return [sys.executable, "-m", "tltsim", *verl_args(target, out)]
+
+
+def in_process(args: list[str]) -> int:
+    """`tltsim ARGS` run by this process's CLI, which has torch loaded already (a process of its own spends
+    seconds of CPU importing it); --threads keeps this process's torch setting."""
+    return tltsim_main([*args, "--threads", str(torch.get_num_threads())])
 
 
 @pytest.mark.slow
@@ -196,8 +208,8 @@ def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     assert Result.load(out).steps["step"].max() <= killed_at + 1  # finished steps are readable
     with pytest.raises(TltsimError, match="--resume"):
         launch(replace(base(target, greedy=True, dtype="float64"), policy="verl", knobs={}), out)
-    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    # the same command with --resume, run in this process (its own process's --resume: the next test)
+    assert in_process([*verl_args(target, out), "--resume"]) == 0
     res = Result.load(out)
     assert res.steps["step"].tolist() == [0, 1, 2]
     assert (res.steps["t_start"].diff().dropna() > 0).all()
@@ -216,7 +228,7 @@ def test_a_run_stopped_before_its_first_checkpoint_restarts_by_the_command_the_e
     step 0, reporting each step on stderr."""
     out = tmp_path / "verl"
     cmd = verl_command(target, out)
-    subprocess.run([*cmd, "--steps", "1"], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    assert in_process([*verl_args(target, out), "--steps", "1"]) == 0  # the state, built in this process
     shutil.rmtree(out / "checkpoint")
     assert Result.load(out).steps["step"].tolist() == [0]
     refused = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
