@@ -96,9 +96,11 @@ class RunConfig:
         """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
         from real.drafting import DRAFTERS, SHIPPED  # no torch: the registry's names
 
-        if knobs is None or knobs.drafter == "history":
-            raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} loads no trained drafter"
-                              f"{' (it drafts from the rollout history alone)' if knobs else ''}; drop --drafter")
+        if knobs is None:  # verl: the baseline of a pair takes the pair's arguments and loads no drafter
+            return
+        if knobs.drafter == "history":
+            raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} loads no trained drafter (it drafts "
+                              f"from the rollout history alone); drop --drafter")
         if self.drafter in DRAFTERS or self.drafter == SHIPPED:
             raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
                               f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "

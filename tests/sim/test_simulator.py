@@ -173,7 +173,7 @@ def test_config_file_with_flag_override(tmp_path, capsys):
     assert "cluster.gpus = 'many' should be an integer" in capsys.readouterr().err
 
 
-class TokenCost(ConstantCost):
+class PerTokenCost(ConstantCost):
     """ConstantCost whose log-prob and train phases take a second per 100 tokens: what they process shows."""
 
     def train_time(self, tokens, gpus, sq_tokens=0.0):
@@ -194,7 +194,7 @@ def test_skip_zero_advantage_trains_only_the_groups_whose_rewards_differ():
     trace = rewarded_trace([0.0, 0.0, 1.0, 0.0])
     def step(skip):
         c = replace(cfg(), rl=RLConfig(reward_s=0.5, skip_zero_advantage=skip))
-        return Simulator(trace, c, cost=TokenCost()).run().steps.iloc[0]
+        return Simulator(trace, c, cost=PerTokenCost()).run().steps.iloc[0]
     every, informative = step(False), step(True)
     assert every.train_s == pytest.approx((14 + 16 + 12 + 18) / 100)
     assert informative.train_s == pytest.approx((12 + 18) / 100)  # prompt 1's two rows only
@@ -204,10 +204,10 @@ def test_skip_zero_advantage_trains_only_the_groups_whose_rewards_differ():
 
 def test_skip_zero_advantage_trains_nothing_when_every_group_agrees():
     s = Simulator(rewarded_trace([1.0, 1.0, 0.0, 0.0]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)),
-                  cost=TokenCost()).run().steps.iloc[0]
+                  cost=PerTokenCost()).run().steps.iloc[0]
     assert s.train_s == 0.0
 
 
 def test_skip_zero_advantage_needs_rewards():
     with pytest.raises(TltsimError, match="reward column"):
-        Simulator(make_trace([[4, 2]]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)), cost=TokenCost())
+        Simulator(make_trace([[4, 2]]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)), cost=PerTokenCost())
