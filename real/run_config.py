@@ -10,8 +10,6 @@ from tltsim.control.strategy import parse_arms
 from tltsim.errors import TltsimError
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto", "das", "das+tlt")
-# the real drafter kind (real.drafting.DRAFTERS) each drafter knob names (tltsim.control.decisions.DRAFTERS; ngram: none)
-DRAFTER_KINDS = {"adaptive": "eagle", "static": "eagle", "history": "suffix", "hybrid": "hybrid"}
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 # spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on

@@ -1,6 +1,8 @@
-"""A tiny trace and a finished result to point the CLI at; `tltsim(...)` runs the CLI in a subprocess."""
+"""A tiny trace and a finished result to point the CLI at; `tltsim(...)` runs the CLI in a subprocess, `start(...)` in
+a forked one (to kill it mid-work)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -21,6 +23,17 @@ def tltsim(*argv, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "tltsim", *map(str, argv)], capture_output=True, text=True,
                           env=env, cwd=kwargs.pop("cwd", ROOT), **kwargs)
+
+
+def _run(argv) -> None:
+    os._exit(main([str(a) for a in argv]))
+
+
+def start(argv):
+    """`tltsim argv` in a forked process (this one's imports already done: the kill lands in the work)."""
+    proc = multiprocessing.get_context("fork").Process(target=_run, args=(argv,))
+    proc.start()
+    return proc
 
 
 @pytest.fixture(scope="session")

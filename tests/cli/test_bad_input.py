@@ -9,7 +9,6 @@ end fork writers and kill them or race them.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import CLUSTER, tltsim
+from tests.cli.conftest import CLUSTER, start, tltsim
 from tltsim.analysis.calibration import FORMAT
 from tltsim.cli import main
 from tltsim.io import exclusive, is_temporary
@@ -597,15 +596,6 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, tiny, template, capsys):
 
 
 # --- kills and concurrent writers ------------------------------------------------------------------------
-def _run(argv) -> None:
-    os._exit(main([str(a) for a in argv]))
-
-
-def _start(argv):
-    """`tltsim argv` in a forked process (this one's imports already done: the kill lands in the work)."""
-    proc = multiprocessing.get_context("fork").Process(target=_run, args=(argv,))
-    proc.start()
-    return proc
 
 
 def _pair(path: Path) -> tuple:
@@ -618,7 +608,7 @@ def test_a_killed_csv_convert_leaves_data_and_metadata_that_belong_together(tmp_
     small = save(synth("dapo", steps=1, prompts=4, group=2, max_len=512, seed=0), tmp_path / "small.parquet")
     big = save(synth("mixture", steps=40, prompts=64, group=8, max_len=8192, seed=1), tmp_path / "big.parquet")
     out = tmp_path / "out.csv"
-    old, new = (_start(["trace", "convert", p, tmp_path / f"ref_{p.stem}.csv"]) for p in (small, big))
+    old, new = (start(["trace", "convert", p, tmp_path / f"ref_{p.stem}.csv"]) for p in (small, big))
     old.join(), new.join()
     pairs = {_pair(tmp_path / "ref_small.csv"): "old", _pair(tmp_path / "ref_big.csv"): "new"}
     t0 = time.monotonic()
@@ -627,7 +617,7 @@ def test_a_killed_csv_convert_leaves_data_and_metadata_that_belong_together(tmp_
     seen = []
     for i in range(8):
         assert main(["trace", "convert", str(small), str(out)]) == 0
-        proc = _start(["trace", "convert", big, out])
+        proc = start(["trace", "convert", big, out])
         time.sleep(duration * i / 7)
         proc.kill()
         proc.join()
@@ -638,7 +628,7 @@ def test_a_killed_csv_convert_leaves_data_and_metadata_that_belong_together(tmp_
 def test_two_writers_of_one_result_the_second_says_it_lost(tmp_path, capsys):
     trace = save(synth("dapo", steps=6, prompts=32, group=8, max_len=4096, seed=2), tmp_path / "t.parquet")
     out = tmp_path / "o"
-    first = _start(["simulate", "--trace", trace, *CLUSTER, "--policy", "tlt", "--exact", "-o", out])
+    first = start(["simulate", "--trace", trace, *CLUSTER, "--policy", "tlt", "--exact", "-o", out])
     lock = tmp_path / ".o.lock"
     deadline = time.monotonic() + 30
     while not lock.exists() and first.is_alive() and time.monotonic() < deadline:

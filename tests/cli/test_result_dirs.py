@@ -1,14 +1,12 @@
 """A result directory holds one complete run: written whole, swapped in, checked on reading, even when killed."""
 from __future__ import annotations
 
-import multiprocessing
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import CLUSTER
+from tests.cli.conftest import CLUSTER, start
 from tltsim.cli import main
 from tltsim.errors import TltsimError
 from tltsim.io import atomic_dir, is_temporary
@@ -54,15 +52,6 @@ def test_a_result_directory_that_is_not_one_result_is_refused_and_kept(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"] and (target / "thesis.tex").exists()
 
 
-def _run(argv) -> None:
-    os._exit(main([str(a) for a in argv]))
-
-
-def _start(argv):
-    """`tltsim argv` in a forked process (this one's imports already done: the kill lands in the work)."""
-    proc = multiprocessing.get_context("fork").Process(target=_run, args=(argv,))
-    proc.start()
-    return proc
 
 
 COMMANDS = {  # the old result, then the new one written over it (different files, so a mix would show)
@@ -78,7 +67,7 @@ def test_killed_at_any_moment_the_directory_is_the_old_result_or_the_new_one(com
     old_argv, new_argv = ([*argv, "--trace", trace] for argv in COMMANDS[command])
     out, reference = tmp_path / "out", tmp_path / "reference"
     t0 = time.monotonic()
-    proc = _start([*new_argv, "-o", reference])
+    proc = start([*new_argv, "-o", reference])
     proc.join()
     duration = time.monotonic() - t0
     assert proc.exitcode == 0
@@ -92,7 +81,7 @@ def test_killed_at_any_moment_the_directory_is_the_old_result_or_the_new_one(com
     seen = []
     kills = 10
     for i in range(kills + 1):  # from the start to the end of a run as long as the reference's; then one not killed
-        proc = _start([*new_argv, "-o", out])
+        proc = start([*new_argv, "-o", out])
         if i < kills:
             time.sleep(duration * i / (kills - 1))
             proc.kill()

@@ -37,7 +37,7 @@ from tltsim.control.learned import learned_summary, prior_from
 from tltsim.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
-from tltsim.sim.engine import Speculation, drafting_time
+from tltsim.sim.engine import Speculation, speculative_iteration_time
 from tltsim.sim.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
                                         weighted_mean)
 from tltsim.sim.hooks import Policy, StepOutcome
@@ -162,9 +162,7 @@ class TLTPolicy(Policy):
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
-        t = drafting_time(cost, b, s, self.drafter.model_free) + (1.0 + self.lookup_fraction) * float(
-            cost.verify_time(b, s.verify + 1, ctx))
-        return acc * b / t
+        return acc * b / speculative_iteration_time(cost, b, s, ctx, self.drafter.model_free, self.lookup_fraction)
 
     # --- hooks -------------------------------------------------------------------------------
     def prepare_step(self, step: int, df: dict) -> dict:

@@ -63,14 +63,21 @@ class Speculation:
     def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request
         (and the history lookup's share of it)."""
-        return self.draft_time(cost, batch, strategy) + (1.0 + self.lookup_fraction) * float(
-            cost.verify_time(batch, strategy.verify + 1, ctx))
+        return speculative_iteration_time(cost, batch, strategy, ctx, self.model_free, self.lookup_fraction)
 
 
 def drafting_time(cost, batch: int, strategy, model_free: bool) -> float:
     """Drafting cost of one speculative iteration at `batch`: `depth` drafter forwards of the cost model (none
     when model-free)."""
     return 0.0 if model_free else strategy.depth * float(cost.draft_time(batch, strategy.topk))
+
+
+def speculative_iteration_time(cost, batch: int, strategy, ctx: float, model_free: bool = False,
+                               lookup_fraction: float = 0.0) -> float:
+    """One speculative iteration at `batch` with `ctx` tokens in the batch: drafting, then one verify of the last
+    token plus `verify` nodes per request, and a history lookup's share (`lookup_fraction`) of the verify."""
+    return drafting_time(cost, batch, strategy, model_free) + (1.0 + lookup_fraction) * float(
+        cost.verify_time(batch, strategy.verify + 1, ctx))
 
 
 class Entry(NamedTuple):

@@ -331,9 +331,4 @@ def rewards_disagree(df: dict) -> np.ndarray:
     """Per row of one step's columns: whether its prompt group's rewards differ (a group whose rewards all agree
     has a GRPO advantage, and so a gradient, of zero: rl.skip_zero_advantage neither scores nor trains it)."""
     group = df.get("group", df["prompt_id"])
-    keys, inverse = np.unique(group, return_inverse=True)
-    lo = np.full(len(keys), np.inf)
-    hi = np.full(len(keys), -np.inf)
-    np.minimum.at(lo, inverse, df["reward"])
-    np.maximum.at(hi, inverse, df["reward"])
-    return (hi > lo)[inverse]
+    return pd.Series(df["reward"]).groupby(group).transform("nunique").to_numpy() > 1
