@@ -322,11 +322,15 @@ def add_speed(sub) -> None:
     p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
     p.add_argument("--rounds", type=whole(1), default=d["rounds"], help="timed runs of each mode per batch size")
     p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float64", "bfloat16"),
+                   help="target and drafter dtype (as a run's --dtype)")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list")
     p.set_defaults(func=_speed)
 
 
 def _speed(args) -> int:
+    import torch
+
     from real import drafting, speed
     from real.models import load_target, load_task
     from real.spec import draftable
@@ -340,7 +344,7 @@ def _speed(args) -> int:
     settings = SpeedSettings(batches=tuple(batches), strategy=args.strategy, max_new_tokens=args.max_new_tokens,
                              rounds=args.rounds, group=args.group, temperature=args.temperature)
     draftable(args.strategy)
-    target = load_target(args.model, args.device)
+    target = load_target(args.model, args.device).to(getattr(torch, args.dtype))  # as a run's worker loads it
     for name in names:  # a bad name fails here, before anything is timed
         drafting.load(name, target, args.model)
     factories = {name: (lambda name=name: drafting.load(name, target, args.model)) for name in names}
