@@ -173,7 +173,11 @@ def test_fast_exact_and_real_drivers_decide_alike():
     assert first[:3] == [(3, ""), (3, ""), (3, "3_1_3")]  # patience 2 at batch <= 3, then the switch
     assert len(tried(first, 3)) == len(tried(first, 2)) == 1  # speculation lost there: tried once, then plain
     assert all(s for b, s in first if b == 1) and set(tried(first, 1)) == {"2_1_2", "3_1_3"}
-    assert all(not tried(log, 3) and not tried(log, 2) for log in fast[1:])  # the guard remembers
+    # the guard remembers across rollouts: a refused batch is tried again only after retry_plain (16) plain
+    # iterations at it, then after twice as many
+    at3 = [s for log in fast for b, s in log if b == 3]
+    assert [i for i, s in enumerate(at3) if s] == [2, 2 + 16 + 1] and len(at3) > 2 + 16 + 1 + 1
+    assert not tried(fast[1], 2) and not tried(fast[2], 2)
 
 
 def test_a_switch_that_never_fires_tells_the_guard_alike():

@@ -50,3 +50,37 @@ def test_a_refusal_expires_after_retry_after_rollouts():
     assert guard.pays(1) and not guard.tried(1)  # expired: try again (the drafter may have changed)
     guard.observe_spec(1, 300.0)  # a fresh window: the old 50 no longer counts
     assert guard.pays(1)
+
+
+def test_a_refused_batch_is_tried_again_within_the_rollout_after_a_doubling_wait():
+    guard = SpeculationGuard(retry_plain=4)
+    guard.begin_rollout()
+    guard.observe_plain(1, 0.01)  # 100 tokens/s
+    guard.observe_spec(1, 50.0)  # a stretch of misses: refused
+    assert not guard.pays(1) and guard.plain_left(1) == 4
+    for left in (3, 2, 1):
+        guard.observe_plain(1, 0.01)
+        assert not guard.pays(1) and guard.plain_left(1) == left
+    guard.observe_plain(1, 0.01)  # the fourth plain iteration: tried again, with a fresh window
+    assert guard.pays(1) and not guard.tried(1) and guard.plain_left(1) == float("inf")
+    guard.observe_spec(1, 60.0)  # refused again: the wait doubles
+    assert guard.plain_left(1) == 8
+    guard.observe_plain(1, 0.01, n=8)
+    assert guard.pays(1) and not guard.tried(1)
+    guard.observe_spec(1, 300.0)  # the drafter accepts again: speculation is back on, and a refusal waits 4 again
+    assert guard.pays(1)
+    guard.observe_spec(1, 20.0)
+    guard.observe_spec(1, 20.0)  # median of 300, 20, 20: refused
+    assert not guard.pays(1) and guard.plain_left(1) == 4
+
+
+def test_the_retry_wait_is_kept_in_the_state():
+    guard = SpeculationGuard(retry_plain=4)
+    guard.observe_plain(1, 0.01)
+    guard.observe_spec(1, 50.0)
+    guard.observe_plain(1, 0.01, n=4)
+    guard.observe_spec(1, 50.0)
+    guard.observe_plain(1, 0.01, n=3)
+    back = SpeculationGuard(retry_plain=4)
+    back.load_state_dict(guard.state_dict())
+    assert back.plain_left(1) == guard.plain_left(1) == 5

@@ -59,21 +59,27 @@ class SlowVerify(ConstantCost):
 
 
 @pytest.mark.parametrize("exact", [False, True])
-def test_guard_tries_a_losing_arm_once_then_decodes_plainly(exact):
-    """One arm, measured slower than plain decoding after one iteration: the rest of the rollout, and the
-    next rollout with the same tuner, decode plainly."""
+def test_guard_tries_a_losing_arm_then_decodes_plainly_retrying_after_a_doubling_wait(exact):
+    """One arm, measured slower than plain decoding after one iteration: the rest of the rollout decodes
+    plainly but for one retry after retry_plain (16) plain iterations, refused again; the next rollout, with the
+    same guard, waits out the doubled wait (32, 11 of them already waited) before its one retry."""
     from tests.sim.test_engine import run_exact
     go = (lambda sp: run_exact([10, 10], [3, 40], SlowVerify(), 8, sp)) if exact else \
         (lambda sp: fast_rollout([10, 10], [3, 40], SlowVerify(), max_running=8, spec=sp))
-    plain = go(None)
+    assert go(None).duration == 0.5 + 40
     sp = spec(guard=SpeculationGuard())
     first = go(sp)
-    # 5.5 s to the switch, the re-prefill 0.5 s, one 10 s iteration of 4 tokens, 31 plain iterations
-    assert first.duration == pytest.approx(5.5 + 0.5 + 10 + 31) and first.sd_iterations == 1
-    assert [iv.state for iv in first.intervals] == ["prefill", "decode", "prefill", "spec_decode", "decode"]
+    # 5.5 s to the switch, the re-prefill 0.5 s, a 10 s iteration of 4 tokens, 16 plain, the retry, 11 plain
+    assert [(iv.state, iv.t_end) for iv in first.intervals] == [
+        ("prefill", 0.5), ("decode", 5.5), ("prefill", 6.0), ("spec_decode", 16.0), ("decode", 32.0),
+        ("spec_decode", 42.0), ("decode", 53.0)]
+    assert first.sd_iterations == 2
     sp.control.begin_rollout()
     again = go(sp)
-    assert again.duration == plain.duration and again.sd_iterations == 0 and again.switch_at is None
+    # 3 plain iterations at batch 2 and 21 at batch 1 (32 - 11), the switch's re-prefill, the retry, 12 plain
+    assert [(iv.state, iv.t_end) for iv in again.intervals] == [
+        ("prefill", 0.5), ("decode", 24.5), ("prefill", 25.0), ("spec_decode", 35.0), ("decode", 47.0)]
+    assert again.sd_iterations == 1
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +94,14 @@ def run(trace, policy, steps="0:10", gpus=32, exact=False, **knobs):
 
 def test_a_losing_drafter_costs_a_little_exploring(shipped):
     """A drafter whose tokens are almost never accepted: speculating loses to plain decoding. The guard
-    tries it at each batch size an engine reaches (step 0 pays most) and again when a refusal expires
-    (every few rollouts), and decodes plainly otherwise: never faster than verl, at most a few percent
-    slower in any step, under 1% slower over the later steps."""
+    tries it at each batch size an engine reaches (step 0 pays most), again within a rollout after a doubling
+    wait and when a refusal expires (every few rollouts), and decodes plainly otherwise: never faster than
+    verl, at most a few percent slower in any step, under 2% slower over the later steps."""
     verl = run(shipped, "verl")
     bad = run(shipped, "tlt", q_start=0.02, drift=0.0, spot=False, drafter="static")
     ratio = (bad.steps["rollout_s"] / verl.steps["rollout_s"]).to_numpy()
     assert (ratio >= 1 - 1e-12).all() and (ratio < 1.05).all() and ratio[0] > 1.0
-    assert ratio[1:].mean() < 1.01 and (ratio[1:] == 1.0).any()
+    assert ratio[1:].mean() < 1.02
     assert 0 < bad.summary["sd_share"] < 0.02
 
 

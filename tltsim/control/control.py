@@ -12,6 +12,8 @@ path and `real/` (an iteration at a time) all drive it the same way:
                                          speculate with, or None to decode plainly
     measured(batch)                      fast path: whether the guard has measured speculation at this batch
                                          (if not, it speculates one iteration, to measure it)
+    plain_left(batch)                    fast path, after decide said plain: iterations before the guard tries
+                                         speculation at this batch again
     observe_plain(batch, seconds, n)     n plain iterations took `seconds` each
     observe_spec(strategy, batch, tokens, seconds, catchup_s, iters)
                                          speculative iterations; the reward is computed here, once
@@ -71,6 +73,11 @@ class EngineControl:
     def measured(self, batch: int) -> bool:
         """Whether speculation at `batch` has a measurement the guard trusts (always, without a guard)."""
         return self.guard is None or self.guard.tried(batch)
+
+    def plain_left(self, batch: int) -> float:
+        """Fast path, after `decide` said plain: iterations at `batch` before the guard tries speculation again
+        (infinite without a guard, or where it has not refused)."""
+        return float("inf") if self._no_own_guard() else self.guard.plain_left(batch)
 
     def observe_plain(self, batch: int, seconds: float, n: int = 1) -> None:
         """`n` plain iterations at `batch` took `seconds` each."""

@@ -16,7 +16,13 @@ the same way. Like the tuner, one guard per engine lives across rollouts.
   while its rate beats plain decoding's;
 * a batch's speculative measurement expires `retry_after` rollouts after it was last renewed (the
   drafter changes between rollouts: spot training, policy drift), so a refused batch is tried again
-  then, once.
+  then, once;
+* within a rollout, a refused batch is tried again after `retry_plain` plain iterations at it, the wait
+  doubling with each refusal in a row there and starting over once a retry pays. A drafter's acceptance
+  is not steady within a rollout: a history drafter accepts in stretches, where a row repeats what a
+  sibling wrote, and nothing between them, so a window of misses would otherwise keep speculation off at
+  that batch for the rest of the rollout and the next ones, however well it paid before and after. Where
+  speculation truly loses, the doubling wait keeps the retries' cost to a few iterations a rollout.
 """
 from __future__ import annotations
 
@@ -28,13 +34,16 @@ from tltsim.control.tuner import RewardWindow
 class SpeculationGuard:
     """Told every plain and speculative iteration's outcome; asked before every decode iteration."""
 
-    def __init__(self, window: int = 8, retry_after: int = 4):
+    def __init__(self, window: int = 8, retry_after: int = 4, retry_plain: int = 16):
         self.window = window  # iterations per batch size whose median is its estimate
         self.retry_after = retry_after  # rollouts after which a speculative measurement expires
+        self.retry_plain = retry_plain  # plain iterations at a refused batch before it is tried again (x2 per refusal)
         self._plain: dict[int, RewardWindow] = {}  # batch -> seconds per plain iteration
         self._sizes: list[int] = []  # sorted keys of _plain
         self._spec: dict[int, tuple[RewardWindow, int]] = {}  # batch -> (tokens/s of spec iterations, rollout)
         self._rollout = 0  # rollouts begun
+        self._waited: dict[int, int] = {}  # refused batch -> plain iterations at it since it was refused
+        self._refusals: dict[int, int] = {}  # batch -> retries in a row that were refused there
 
     def begin_rollout(self) -> None:
         """A rollout starts (the executor calls this before its first iteration)."""
@@ -42,10 +51,16 @@ class SpeculationGuard:
 
     def observe_plain(self, batch: int, seconds: float, n: int = 1) -> None:
         """`n` plain iterations at `batch` took `seconds` each (on average)."""
+        n = max(1, int(n))
         if batch not in self._plain:
             self._plain[batch] = RewardWindow(self.window)
             bisect.insort(self._sizes, batch)
-        self._plain[batch].add(float(seconds), max(1, int(n)))
+        self._plain[batch].add(float(seconds), n)
+        if self.tried(batch) and not self.pays(batch):
+            self._waited[batch] = self._waited.get(batch, 0) + n
+            if self.plain_left(batch) <= 0:  # waited long enough: the next decision at `batch` tries again
+                del self._spec[batch], self._waited[batch]
+                self._refusals[batch] = self._refusals.get(batch, 0) + 1
 
     def observe_spec(self, batch: int, reward: float, n: int = 1) -> None:
         """`n` speculative iterations at `batch` made `reward` tokens per second (the tuner's reward)."""
@@ -54,17 +69,23 @@ class SpeculationGuard:
         window, _ = self._spec[batch]
         window.add(float(reward), max(1, int(n)))
         self._spec[batch] = (window, self._rollout)
+        self._waited.pop(batch, None)
+        if self.pays(batch):
+            self._refusals.pop(batch, None)
 
     def state_dict(self) -> dict:
         """What the guard has observed, as plain data."""
         return {"rollout": self._rollout, "plain": [[b, w.state_dict()] for b, w in self._plain.items()],
-                "spec": [[b, w.state_dict(), r] for b, (w, r) in self._spec.items()]}
+                "spec": [[b, w.state_dict(), r] for b, (w, r) in self._spec.items()],
+                "waited": sorted(self._waited.items()), "refusals": sorted(self._refusals.items())}
 
     def load_state_dict(self, state: dict) -> None:
         self._rollout = int(state["rollout"])
         self._plain = {int(b): RewardWindow.restored(self.window, w) for b, w in state["plain"]}
         self._spec = {int(b): (RewardWindow.restored(self.window, w), int(r)) for b, w, r in state["spec"]}
         self._sizes = sorted(self._plain)
+        self._waited = {int(b): int(k) for b, k in state.get("waited", [])}  # a checkpoint from before retries: none
+        self._refusals = {int(b): int(k) for b, k in state.get("refusals", [])}
 
     def plain_rate(self, batch: int) -> float:
         """Tokens per second of plain decoding at `batch`, estimated; 0 when nothing was observed."""
@@ -76,6 +97,12 @@ class SpeculationGuard:
     def spec_rate(self, batch: int) -> float:
         """Tokens per second of speculation at `batch`, as measured (NaN when untried or expired)."""
         return self._spec[batch][0].median() if self.tried(batch) else float("nan")
+
+    def plain_left(self, batch: int) -> float:
+        """Plain iterations at `batch` before speculation there is tried again: infinite unless it was refused."""
+        if not self.tried(batch) or self.pays(batch):
+            return float("inf")
+        return self.retry_plain * 2 ** self._refusals.get(batch, 0) - self._waited.get(batch, 0)
 
     def tried(self, batch: int) -> bool:
         """Whether speculation has an unexpired measurement at `batch`."""

@@ -198,13 +198,17 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
         t_log = t_seg if j == 0 else t  # segment 0's prefill is the first log entry; later ones fold in
         while remaining > 1e-9:  # chunks of speculation, a decision before each
             s = control.decide(b)
-            if s is None:  # speculating does not pay here: the rest of the segment decodes plainly
-                dt = float(cost.segment_time(b, 1, c, b, remaining))
-                control.observe_plain(b, dt / remaining, int(round(remaining)))
-                log.append(Entry("decode", t_log, t_seg + dt, b, b * remaining))
+            if s is None:  # speculating does not pay here: plain decoding, until the guard would try again
+                k = min(remaining, control.plain_left(b))
+                dt = float(cost.segment_time(b, 1, c, b, k))
+                control.observe_plain(b, dt / k, int(round(k)))
+                log.append(Entry("decode", t_log, t_seg + dt, b, b * k))
                 t_seg += dt
-                behind += remaining if drafted else 0.0
-                break
+                t_log = t_seg
+                behind += k if drafted else 0.0
+                c += b * k
+                remaining -= k
+                continue
             if not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
                 dt = float(cost.switch_time(b, c, c**2 / b))
                 log.append(Entry("prefill", t_log, t_seg + dt, b))
