@@ -59,6 +59,8 @@ def main() -> None:
     p.add_argument("--profile-args", default="", help="more `tltsim real profile` arguments")
     p.add_argument("--profile", default=None, help="an existing profile CSV of this machine to use instead of "
                    "measuring one (e.g. the one an earlier, interrupted call wrote)")
+    p.add_argument("--skip-runs", action="store_true", help="validate the runs of --order already in --out (as an "
+                   "earlier call, or a copy, left them) instead of making them anew")
     args = p.parse_args()
     out = Path(args.out)
     shipped = Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
@@ -79,7 +81,7 @@ def main() -> None:
             *shlex.split(args.profile_args), "-o", str(out / "profile.csv")])
     # A-B-B-A: this machine's speed drifts by several percent from minute to minute, so each policy runs
     # once before and once after the other's pair; each (verl, tlt) pair is validated on its own
-    for name in order:
+    for name in [] if args.skip_runs else order:
         run = out / name
         shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
         sh(["real", "run", "--policy", policy[name], "--workers", str(args.workers), "--steps", str(args.steps),
