@@ -133,7 +133,7 @@ def main() -> None:
     peak = run(command)
     wall = time.perf_counter() - t0
     print(f"# load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}; wall {wall:.0f} s")
-    workers = sorted(peak.values(), reverse=True)[:2]  # the two workers (the rest: spawn's resource tracker)
+    workers = sorted(peak.values(), reverse=True)[:2]  # the two workers (the rest: the forkserver, the resource tracker)
     print(f"peak resident memory per worker: {', '.join(f'{b / 2**30:.2f} GiB' for b in workers)} (target < 4 GB)")
     res = Result.load(out)
     rows = []

@@ -40,13 +40,13 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from real import drafting
 from real.adaptive import rollout
 from real.generate import Engine, generate
 from real.grpo import GRPO, barrier, free_port
 from real.models import load_target, load_task
+from real.processes import start_workers
 from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
 from real.task import GcdTask
 from real.warmup import find_shipped_drafter
@@ -139,8 +139,8 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
     if processes == 1:
         return _profile_rank(0, model, device, threads, drafter, settings, task, dtype=dtype)
     with tempfile.TemporaryDirectory(prefix="tltsim-profile-") as tmp:
-        mp.spawn(_profile_rank, args=(model, device, threads, drafter, settings, task, tmp, processes, free_port(), dtype),
-                 nprocs=processes)
+        start_workers(_profile_rank, (model, device, threads, drafter, settings, task, tmp, processes, free_port(), dtype),
+                      processes)
         return pd.concat([pd.read_csv(Path(tmp) / f"rank{r}.csv") for r in range(processes)], ignore_index=True)
 
 

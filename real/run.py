@@ -1,6 +1,7 @@
 """`tltsim real run`: an RL run of a policy for real, on N worker processes, recorded in the simulator's schema.
 
-    launch(config, RUN_DIR) --spawn / torchrun--> N workers (torch.distributed: gloo on CPU, NCCL on GPU)
+    launch(config, RUN_DIR) --forkserver (real/processes.py) / torchrun--> N workers (torch.distributed: gloo on
+    CPU, NCCL on GPU)
 
 Every step, on every worker (worker = rank = one rollout engine):
 1. rollout: the step's seeded prompts (P prompts x G samples, the same on every rank) are split
@@ -47,6 +48,7 @@ import torch.multiprocessing as mp
 import transformers
 
 from real import checkpoint
+from real.processes import start_workers
 from real.grpo import free_port
 from real.run_config import RunConfig
 from real.worker import Worker
@@ -57,7 +59,7 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     """Run `config` into RUN_DIR `out` on `config.workers` processes; returns `out`.
 
     Under torchrun (RANK and WORLD_SIZE set) this process is one of the workers; otherwise the
-    workers are spawned here. Raises TltsimError for bad input, before any worker starts. Rank 0 reports
+    workers are started here (real/processes.py). Raises TltsimError for bad input, before any worker starts. Rank 0 reports
     every step on stderr: a progress bar if `bar`, else a line per step (real/progress.py).
     """
     config = config.checked()
@@ -71,7 +73,7 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ["MASTER_PORT"] = str(free_port())
     try:
-        mp.spawn(_worker, args=(config, out, resume, command, bar), nprocs=config.workers, join=True)
+        start_workers(_worker, (config, out, resume, command, bar), config.workers)
     except mp.ProcessRaisedException as e:
         lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
         raise TltsimError(f"a worker failed: {lines[-1] if lines else e}") from None

@@ -24,6 +24,7 @@ from real.models import build_target, load_target
 from real.settings import PretrainConfig
 from real.pretrain import save_checkpoint, train
 from real.grpo import free_port
+from real.processes import start_workers
 from real.run import RunConfig, launch
 from real.spot import all_gather_pairs
 from real.task import GcdTask, TaskConfig
@@ -222,19 +223,20 @@ def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
 
 @pytest.mark.slow
 def test_a_run_stopped_before_its_first_checkpoint_restarts_by_the_command_the_error_names(target, greedy_runs,
-                                                                                          tmp_path):
+                                                                                          tmp_path, capsys):
     """The state a kill between step 0's records and its checkpoint leaves (built here: a one-step run whose
-    checkpoint is removed): a plain rerun is refused naming --resume, and that command runs the whole run from
-    step 0, reporting each step on stderr."""
+    checkpoint is removed): a plain rerun is refused naming --resume, and that command, in a process of its own,
+    runs the whole run from step 0, reporting each step on stderr."""
     out = tmp_path / "verl"
-    cmd = verl_command(target, out)
     assert in_process([*verl_args(target, out), "--steps", "1"]) == 0  # the state, built in this process
     shutil.rmtree(out / "checkpoint")
     assert Result.load(out).steps["step"].tolist() == [0]
-    refused = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1
-    assert "pass --resume" in refused.stderr and "step 0" in refused.stderr
-    done = subprocess.run(cmd + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    capsys.readouterr()
+    assert in_process(verl_args(target, out)) == 2  # refused before any worker starts: in this process too
+    refused = capsys.readouterr().err
+    assert len(refused.splitlines()) == 1 and "pass --resume" in refused and "step 0" in refused
+    done = subprocess.run(verl_command(target, out) + ["--resume"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "before its first checkpoint" in done.stderr  # the warning: it starts again
     steps = [ln for ln in done.stderr.splitlines() if ln.startswith("real run verl: step ")]
@@ -364,7 +366,7 @@ def _data_parallel_worker(rank, port, out):
 def test_data_parallel_update_is_the_one_batch_update(tmp_path):
     """2 gloo workers, each updating on half of the responses, end with the parameters one process gets from
     all of them (gradients summed over workers in one flattened all-reduce, loss over the global token count)."""
-    torch.multiprocessing.spawn(_data_parallel_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    start_workers(_data_parallel_worker, (free_port(), str(tmp_path)), 2)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert torch.equal(ranks[0], ranks[1])
     assert torch.allclose(ranks[0], _grpo_update([0, 1, 2, 3])[0], atol=1e-10)
@@ -392,7 +394,7 @@ def test_samples_are_shared_as_all_gather_object_would(tmp_path):
     """The drafter's buffer gets every worker's (tokens, features) pairs through tensor all-gathers: the same
     pairs, in rank order, as a pickled all_gather_object, for uneven counts and lengths and an empty share."""
     out = tmp_path
-    torch.multiprocessing.spawn(_gather_worker, args=(free_port(), str(out)), nprocs=2)
+    start_workers(_gather_worker, (free_port(), str(out)), 2)
     for rank in range(2):
         for case, (mine, reference) in torch.load(out / f"rank{rank}.pt", weights_only=False).items():
             assert [len(p) for p in mine] == [len(p) for p in reference], case
