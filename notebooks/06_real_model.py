@@ -263,11 +263,58 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What this pair shows. The answers have reasoning RL's shape (the table: in the first steps the longest is
-# several times the median; in later ones the sampled answers lengthen and many run to the cap) and rollout is
-# most of each step (the bars), yet TLT does not beat verl here: on one CPU core a verify over
-# 5 tokens costs well over a plain step (benchmarks/results/bench_verify_cost.txt), and the drafter accepts few
-# tokens a call on these sampled answers (the probe), so speculating at the tail's batches pays little or
-# loses, and the guard decodes plainly where it measured a loss. The simulator, fed the profile, predicted the same (the speedup
-# printed above, measured against predicted). The regime TLT was built for, where a verify costs about a decode
-# step (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` checks when a GPU is lent.
+# Where the speculative iterations paid, per batch (both runs, from their iterations frames): tokens per
+# second of plain and of speculative iterations, speculation's share of the iterations, and the tokens a
+# speculative iteration gained per row. The tail runs at the small batches.
+
+# %%
+def per_batch(run):
+    """Per batch size: plain and speculative tokens per second, speculation's share of the iterations, and
+    the tokens a speculative iteration gained per row."""
+    it = run.iterations[run.iterations["mode"] != "prefill"]
+    g = it.groupby(["batch_size", "mode"])
+    rate = (g.tokens.sum() / g.wall_s.sum()).unstack("mode")
+    n = g.size().unstack("mode").fillna(0)
+    spec = it[it["mode"] == "spec_decode"].groupby("batch_size")
+    return pd.DataFrame({"plain tok/s": rate["decode"], "spec tok/s": rate["spec_decode"],
+                         "spec share": n["spec_decode"] / n.sum(axis=1),
+                         "tokens / row / spec iteration": spec.tokens.sum() / spec.batch_size.sum()})
+
+
+per_batch(lt_runs[LONGTAIL[1]]).round(2)
+
+# %% [markdown]
+# ### The same workload with history drafting
+# A `das` run (real/suffix.py: drafts copied from the prompt, the row's siblings and earlier responses; no
+# drafter forwards, nothing trained) beside a verl run made in the same session, with the same config and
+# seed (verl's plain sampling is deterministic by seed, so its answers are those of the verl run above; its
+# times are that session's machine's). Here the guard retries a refused batch within a rollout; the same das
+# config before that rule is in benchmarks/results/bench_validate_das_longtail_before_retry.txt.
+
+# %%
+DAS_LONGTAIL = ["../traces/real_verl_smollm2_longtail_b", "../traces/real_das_smollm2_longtail"]
+das_runs = {d: Result.load(d) for d in DAS_LONGTAIL}
+das_lt = validate(DAS_LONGTAIL, profile=LONGTAIL_PROFILE)
+s = das_lt.speedup
+tokens = {r.config["policy"]: int(r.requests.response_len.sum()) for r in das_runs.values()}
+print(f"das over verl: measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x (error {s['error']:+.1%}); "
+      f"tokens generated: {tokens}")
+print(per_batch(das_runs[DAS_LONGTAIL[1]]).round(2))
+run_totals(das_lt.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
+
+# %% [markdown]
+# What these pairs show. The answers have reasoning RL's shape (the first table: the longest several times
+# the median) and rollout is most of each step (the bars). With TLT's trained drafter the pair is at or
+# below verl: at the tail's small batches, where the longest answers run deep into their context, its
+# speculative iterations gain few tokens a row (the per-batch table of the tlt run; the drafter was warmed
+# up on answers of at most 128 tokens), and the guard decodes plainly where it measured a loss. History
+# drafting costs no drafter forwards and pays at the small batches (its per-batch table: speculative
+# against plain tokens per second), so das beats verl; but lossless sampling draws other answers than
+# verl's, so the measured ratio mixes the mechanism with the lengths drawn (the tokens printed above), and
+# the replay speculates more than the run did (the work table): at the smallest batches, where speculation
+# paid, the real guard still decoded plainly in most iterations. The tlt pair was recorded before the guard
+# retried a refused batch within a rollout; its replay uses today's guard, which speculates where the run's
+# had stopped, so that prediction is further off than when it was recorded. On this CPU a verify costs more
+# than a decode step once the batch or the context grows (benchmarks/results/bench_verify_cost.txt), which
+# is where the guard turns speculation off; the regime TLT was built for, where a verify costs about a
+# decode step (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` checks when a GPU is lent.
