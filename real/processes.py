@@ -12,6 +12,8 @@ launcher's environment of now (MASTER_PORT is a new port per launch) before `fn`
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from collections.abc import Callable
 
 import torch.multiprocessing as mp
@@ -21,7 +23,27 @@ def start_workers(fn: Callable, args: tuple, nprocs: int) -> None:
     """fn(rank, *args) on `nprocs` processes, rank 0..nprocs-1; returns when all have, raising as
     torch.multiprocessing.spawn does (ProcessRaisedException, ProcessExitedException) if one fails."""
     mp.set_forkserver_preload([fn.__module__])  # takes effect where the server is not started yet
-    mp.start_processes(_in_environment, args=(dict(os.environ), fn, args), nprocs=nprocs, start_method="forkserver")
+    context = mp.start_processes(_in_environment, args=(dict(os.environ), fn, args), nprocs=nprocs,
+                                 start_method="forkserver", join=False)
+    # the workers are the server's children, not the launcher's: a launcher stopped by SIGTERM (`kill PID`) stops
+    # them first, so that none lives on to write into a run directory its user may be reusing
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set a handler
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: _stop(context, signum)) if main else None
+    try:
+        while not context.join():
+            pass
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(context, signum: int) -> None:
+    for p in context.processes:
+        if p.is_alive():
+            p.terminate()
+    for p in context.processes:
+        p.join()
+    raise SystemExit(128 + signum)
 
 
 def _in_environment(rank: int, environ: dict[str, str], fn: Callable, args: tuple) -> None:

@@ -192,6 +192,14 @@ def in_process(args: list[str]) -> int:
     return tltsim_main([*args, "--threads", str(torch.get_num_threads())])
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.slow
 def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     out = tmp_path / "verl"
@@ -202,8 +210,12 @@ def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     deadline = time.time() + 120
     while not state.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID` does: it stops its workers first
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.time() + 10  # the forkserver leaves once its launcher has gone; no worker outlives it
+    while _group_alive(proc.pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _group_alive(proc.pid), "a worker outlived its stopped launcher"
     killed_at = json.loads(state.read_text())["step"]
     assert killed_at < 2, "the run finished before it could be killed"
     assert Result.load(out).steps["step"].max() <= killed_at + 1  # finished steps are readable
