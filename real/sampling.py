@@ -36,13 +36,24 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     probs = torch.softmax(logits / params.temperature, dim=-1)
-    if params.top_p < 1:
+    return _nucleus(probs, params.top_p) if params.top_p < 1 else probs
+
+
+NUCLEUS_CANDIDATES = 64  # most probable tokens the nucleus is first sought among
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """probs cut to the top-p nucleus, renormalised. Where the NUCLEUS_CANDIDATES most probable tokens of every
+    row hold the mass top_p (a margin above it, against rounding), the nucleus is among them and only they are
+    ordered (a top-k, not a sort of the whole vocabulary); otherwise every token is."""
+    k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
+    sorted_p, order = probs.topk(k, dim=-1)  # descending
+    if not bool((sorted_p.sum(dim=-1) >= top_p + 1e-6).all()):
         sorted_p, order = probs.sort(dim=-1, descending=True)
-        mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the more probable tokens
-        sorted_p = sorted_p.masked_fill(mass_before >= params.top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        probs = probs / probs.sum(dim=-1, keepdim=True)
-    return probs
+    mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the more probable tokens
+    sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)
+    probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return probs / probs.sum(dim=-1, keepdim=True)
 
 
 def next_tokens(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:

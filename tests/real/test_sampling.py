@@ -75,6 +75,17 @@ def test_target_probs_match_a_naive_reference(temperature, top_p):
     np.testing.assert_allclose(got, want, atol=1e-12)
 
 
+@pytest.mark.parametrize("scale", [8.0, 0.5])  # peaked: the nucleus is among the top 64; flat: it is not
+def test_the_nucleus_of_a_large_vocabulary_matches_the_reference(scale):
+    logits = scale * torch.randn(4, 5000, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    params = SamplingParams(greedy=False, temperature=1.0, top_p=0.9)
+    top64 = torch.softmax(logits, dim=-1).topk(64, dim=-1).values.sum(dim=-1)
+    assert bool((top64 >= 0.9).all()) == (scale > 1)  # each case takes the path it is named for
+    got = target_probs(logits, params).numpy()
+    want = np.stack([_reference_probs(row, 1.0, 0.9) for row in logits.numpy()])
+    np.testing.assert_allclose(got, want, atol=1e-12)
+
+
 @pytest.mark.parametrize("kwargs", [dict(greedy=False, temperature=0.0), dict(top_p=0.0), dict(top_p=1.5)])
 def test_bad_sampling_params_are_user_errors(kwargs):
     with pytest.raises(TltsimError):
