@@ -329,8 +329,6 @@ def add_speed(sub) -> None:
 
 
 def _speed(args) -> int:
-    import torch
-
     from real import drafting, speed
     from real.models import load_target, load_task
     from real.spec import draftable
@@ -344,7 +342,7 @@ def _speed(args) -> int:
     settings = SpeedSettings(batches=tuple(batches), strategy=args.strategy, max_new_tokens=args.max_new_tokens,
                              rounds=args.rounds, group=args.group, temperature=args.temperature)
     draftable(args.strategy)
-    target = load_target(args.model, args.device).to(getattr(torch, args.dtype))  # as a run's worker loads it
+    target = load_target(args.model, args.device, dtype=args.dtype)
     for name in names:  # a bad name fails here, before anything is timed
         drafting.load(name, target, args.model)
     factories = {name: (lambda name=name: drafting.load(name, target, args.model)) for name in names}

@@ -57,11 +57,13 @@ def build_target(preset: str, seed: int = 0, vocab_size: int | None = None) -> t
     return model.eval()
 
 
-def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
+def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", seed: int = 0,
+                dtype: str | None = None) -> torch.nn.Module:
     """A model from a `save_pretrained` directory or a known model's name (real.hub.resolve_model), or a
     fresh one of a named preset (weights from `seed`).
 
-    A directory wins over a preset of the same name. Returned in eval mode on `device`.
+    A directory wins over a preset of the same name. Returned in eval mode on `device`, in `dtype` (a torch
+    dtype's name, as a run's --dtype; default: as stored).
     """
     path = Path(resolve_model(path_or_preset))
     check_target(path)
@@ -69,7 +71,7 @@ def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", 
         model = AutoModelForCausalLM.from_pretrained(path)
     else:
         model = build_target(str(path_or_preset), seed)
-    return model.to(device).eval()
+    return model.to(device=device, dtype=getattr(torch, dtype) if dtype else None).eval()
 
 
 def check_target(path_or_preset: str | Path) -> None:

@@ -151,7 +151,7 @@ def _profile_rank(rank, model, device, threads, drafter, settings, task=None, ou
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
     try:
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
-        target = load_target(model, device).to(getattr(torch, dtype))  # as a run's worker loads it
+        target = load_target(model, device, dtype=dtype)
         start = drafter or find_shipped_drafter(model)
         ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed, grpo=task_grpo(task))
         df = profile(target, drafting.load(start, target) if start else None, ranked, task=load_task(model, task),

@@ -85,7 +85,7 @@ class Worker:
         return time.time() - self.origin
 
     def _load(self, where):
-        return load_target(where, self.device, seed=self.config.seed).to(self.dtype)
+        return load_target(where, self.device, seed=self.config.seed, dtype=self.config.dtype)
 
     def _recorder(self) -> Recorder:
         cfg = self.config
