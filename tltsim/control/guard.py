@@ -58,7 +58,7 @@ class SpeculationGuard:
         self._plain[batch].add(float(seconds), n)
         if self.tried(batch) and not self.pays(batch):
             self._waited[batch] = self._waited.get(batch, 0) + n
-            if self.plain_left(batch) <= 0:  # waited long enough: the next decision at `batch` tries again
+            if self._waited[batch] >= self._wait(batch):  # waited long enough: the next decision there tries again
                 del self._spec[batch], self._waited[batch]
                 self._refusals[batch] = self._refusals.get(batch, 0) + 1
 
@@ -102,7 +102,11 @@ class SpeculationGuard:
         """Plain iterations at `batch` before speculation there is tried again: infinite unless it was refused."""
         if not self.tried(batch) or self.pays(batch):
             return float("inf")
-        return self.retry_plain * 2 ** self._refusals.get(batch, 0) - self._waited.get(batch, 0)
+        return self._wait(batch) - self._waited.get(batch, 0)
+
+    def _wait(self, batch: int) -> int:
+        """Plain iterations a refusal at `batch` waits out: retry_plain, doubled per refused retry in a row."""
+        return self.retry_plain * 2 ** self._refusals.get(batch, 0)
 
     def tried(self, batch: int) -> bool:
         """Whether speculation has an unexpired measurement at `batch`."""
