@@ -71,6 +71,9 @@ def main() -> None:
     policy = {name: name.rsplit("-", 1)[0] for name in order}  # tlt-auto-a: policy tlt-auto, pair a
     pairs = sorted({name.rsplit("-", 1)[1] for name in order})
     other = {name.rsplit("-", 1)[1]: name for name in order if policy[name] != "verl"}  # pair -> its non-verl run
+    missing = [name for name in order if args.skip_runs and not (out / name / "summary.json").is_file()]
+    if missing:
+        p.error(f"--skip-runs: no finished run {', '.join(str(out / n) for n in missing)}; make it first (drop --skip-runs)")
     # as many processes as the runs have workers: on a CPU they share the cores and the memory bandwidth
     if args.profile:
         out.mkdir(parents=True, exist_ok=True)
