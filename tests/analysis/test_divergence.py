@@ -28,7 +28,9 @@ def test_validate_says_where_and_why_the_replay_decided_otherwise(validation, tm
     work = validation.work
     spec = work[(work["metric"] == "spec_iterations") & work["step"].notna() & work["run"].str.startswith("tlt")]
     differing = spec[spec["measured"] != spec["predicted"]]
-    assert set(zip(d["step"], d["engine"])) <= set(zip(differing["step"], differing["engine"]))
+    # where the two sides' speculative iterations differ in number, their modes differed somewhere: reported
+    # (the converse need not hold: two sides can speculate as often, at different iterations)
+    assert set(zip(differing["step"], differing["engine"])) <= set(zip(d["step"], d["engine"]))
     # each side's guard verdict is the mode it chose, where the switch was on on both sides
     guard = d[d["cause"] == "guard"]
     assert len(guard) > 0 and (guard["measured_batch"] == guard["predicted_batch"]).all()

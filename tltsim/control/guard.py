@@ -10,8 +10,12 @@ the same way. Like the tuner, one guard per engine lives across rollouts.
   the median seconds of their last plain iterations: decoding a smaller batch is no slower, so each
   is a bound, and one stalled iteration at a batch seen once does not make speculation look good;
   above every observed batch, the largest one's, which overstates the rate);
-* speculation's rate at b: the median reward (tokens per second of the batch, as the tuner is
-  fed, whichever arm the tuner chose) of the last speculative iterations at exactly b;
+* speculation's rate at b: the mean reward (tokens per second of the batch, as the tuner is
+  fed, whichever arm the tuner chose) of the last speculative iterations at exactly b. The mean, not
+  the median: an iteration's gain is bursty (a history drafter's rows gain one token or the whole
+  draft, little between), and what speculation delivers over a stretch of iterations is their mean;
+  a median of mostly one-token gains refuses a batch where speculation is the faster. A stalled
+  iteration only lowers the mean (a reward cannot be large), so it errs towards plain decoding;
 * speculation pays at b while it has not been tried at b (so each batch size is tried), and then
   while its rate beats plain decoding's;
 * a batch's speculative measurement expires `retry_after` rollouts after it was last renewed (the
@@ -35,7 +39,7 @@ class SpeculationGuard:
     """Told every plain and speculative iteration's outcome; asked before every decode iteration."""
 
     def __init__(self, window: int = 8, retry_after: int = 4, retry_plain: int = 16):
-        self.window = window  # iterations per batch size whose median is its estimate
+        self.window = window  # iterations per batch size behind its estimates (plain: median; speculation: mean)
         self.retry_after = retry_after  # rollouts after which a speculative measurement expires
         self.retry_plain = retry_plain  # plain iterations at a refused batch before it is tried again (x2 per refusal)
         self._plain: dict[int, RewardWindow] = {}  # batch -> seconds per plain iteration
@@ -96,7 +100,7 @@ class SpeculationGuard:
 
     def spec_rate(self, batch: int) -> float:
         """Tokens per second of speculation at `batch`, as measured (NaN when untried or expired)."""
-        return self._spec[batch][0].median() if self.tried(batch) else float("nan")
+        return self._spec[batch][0].mean() if self.tried(batch) else float("nan")
 
     def plain_left(self, batch: int) -> float:
         """Plain iterations at `batch` before speculation there is tried again: infinite unless it was refused."""
@@ -113,4 +117,4 @@ class SpeculationGuard:
         return batch in self._spec and self._rollout - self._spec[batch][1] < self.retry_after
 
     def pays(self, batch: int) -> bool:
-        return not self.tried(batch) or self._spec[batch][0].median() > self.plain_rate(batch)
+        return not self.tried(batch) or self.spec_rate(batch) > self.plain_rate(batch)

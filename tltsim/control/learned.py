@@ -5,11 +5,12 @@ Where speculation breaks even depends on the cluster, the model, the drafter and
 (docs/design.md#why-a-fixed-threshold-is-wrong-on-some-clusters), so `LearnedSwitch` measures it.
 
 Buckets: batch b falls in bucket floor(log2 b): 1 | 2-3 | 4-7 | 8-15 | ... Per bucket the switch keeps two
-rates *per running row* (a bucket mixes batch sizes; per row, the rates of its batches are close), each the
-median of the bucket's last `window` iterations:
+rates *per running row* (a bucket mixes batch sizes; per row, the rates of its batches are close), over the
+bucket's last `window` iterations:
 
-* plain decoding: 1 / seconds of a plain iteration;
-* speculation: the tuner's reward (accepted tokens per second of the batch, catch-up left out) / batch.
+* plain decoding: the median of 1 / seconds of a plain iteration;
+* speculation: the mean of the tuner's reward (accepted tokens per second of the batch, catch-up left out) /
+  batch; the mean, as `SpeculationGuard` takes it, because speculative gains come in bursts.
 
 Where a bucket has no measurement an estimate stands in: the prior, when one was given (the rates the cost
 model or a profile predicts per bucket, `prior_from`), and for plain decoding, where neither exists, the
@@ -163,7 +164,7 @@ class LearnedSwitch(SDSwitch):
     def spec_rate(self, k: int) -> float | None:
         """Speculation's tokens per second per row in bucket k: measured, else the prior's, else None."""
         if self._fresh(k):
-            return self._spec[k][0].median()
+            return self._spec[k][0].mean()
         return self._prior[k][1] if k in self._prior else None
 
     def plain_rate(self, k: int) -> float:

@@ -65,6 +65,7 @@ class RewardWindow:
         self._runs: deque[list] = deque()  # [reward, count], oldest first
         self.count = 0                     # samples in the window, <= size
         self._median: float | None = None  # cached until the next add
+        self._mean: float | None = None    # likewise
 
     def add(self, reward: float, n: int = 1) -> None:
         """Append n samples of `reward`, dropping the oldest beyond `size`."""
@@ -83,7 +84,7 @@ class RewardWindow:
             else:
                 oldest[1] -= excess
                 self.count -= excess
-        self._median = None
+        self._median = self._mean = None
 
     def state_dict(self) -> dict:
         return {"runs": [list(r) for r in self._runs], "count": self.count}
@@ -91,7 +92,7 @@ class RewardWindow:
     def load_state_dict(self, state: dict) -> None:
         self._runs = deque([float(r), int(n)] for r, n in state["runs"])
         self.count = int(state["count"])
-        self._median = None
+        self._median = self._mean = None
 
     @classmethod
     def restored(cls, size: int, state: dict) -> "RewardWindow":
@@ -115,6 +116,14 @@ class RewardWindow:
                     self._median = float((lo + value) / 2)
                     break
         return self._median
+
+    def mean(self) -> float:
+        """Mean of the samples in the window; +inf when empty."""
+        if self.count == 0:
+            return math.inf
+        if self._mean is None:
+            self._mean = float(sum(value * n for value, n in self._runs) / self.count)
+        return self._mean
 
 
 class BEGTuner(Tuner):

@@ -1,0 +1,71 @@
+"""How often a window of a run's speculative rewards, summarized by its median or by its mean, falls below
+plain decoding's rate at the same batch: whether the guard's estimate would have refused a batch where
+speculation was the faster.
+
+    python benchmarks/bench_guard_window.py traces/real_das_smollm2_longtail \
+        | tee benchmarks/results/bench_guard_window_das_longtail.txt
+
+Reads a run's iterations frame as it was recorded. Per batch size: plain decoding's rate (the batch over the
+median seconds of its plain iterations) and speculation's delivered rate (its tokens over its seconds), the
+gains per speculative iteration, and, sliding the guard's window over the speculative iterations' rewards
+(tokens / seconds, in their order), the share of windows whose median and whose mean lie below plain's rate.
+The windows are those the run measured, under the guard it ran with; this reads them, it does not re-run it.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tltsim.records import Result
+
+
+def windows_below(rewards: np.ndarray, plain: float, window: int) -> tuple[float, float]:
+    """Share of the sliding windows (the last `window` rewards up to each one) whose median, and whose mean,
+    is below `plain`."""
+    medians = [np.median(rewards[max(0, i - window + 1):i + 1]) for i in range(len(rewards))]
+    means = [np.mean(rewards[max(0, i - window + 1):i + 1]) for i in range(len(rewards))]
+    return float(np.mean(np.array(medians) < plain)), float(np.mean(np.array(means) < plain))
+
+
+def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame:
+    rows = []
+    for b, g in iterations[iterations["batch_size"] <= max_batch].groupby("batch_size", sort=True):
+        plain, spec = g[g["mode"] == "decode"], g[g["mode"] == "spec_decode"]
+        if plain.empty or spec.empty:
+            continue
+        plain_rate = b / plain["wall_s"].median()
+        rewards = (spec["tokens"] / spec["wall_s"]).to_numpy()
+        gains = (spec["tokens"] / b).to_numpy()
+        median_below, mean_below = windows_below(rewards, plain_rate, window)
+        rows.append({"batch": int(b), "plain_tok_s": plain_rate, "spec_tok_s": spec["tokens"].sum() / spec["wall_s"].sum(),
+                     "spec_iters": len(spec), "gain_1_share": float(np.mean(gains <= 1.0)),
+                     "gain_max_share": float(np.mean(gains >= gains.max())), "median_below": median_below,
+                     "mean_below": mean_below})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run", type=Path, help="a recorded run directory (tltsim real run -o DIR)")
+    ap.add_argument("--window", type=int, default=8, help="the guard's window (SpeculationGuard's default: 8)")
+    ap.add_argument("--max-batch", type=int, default=8)
+    args = ap.parse_args(argv)
+    if not (args.run / "iterations.parquet").is_file():
+        print(f"bench_guard_window: {args.run} has no iterations.parquet; give a directory `tltsim real run -o` "
+              "wrote", file=sys.stderr)
+        return 2
+    result = Result.load(args.run)
+    out = table(result.iterations, args.window, args.max_batch)
+    print(f"run: {args.run}  window: {args.window}")
+    print("gain_1_share: speculative iterations that gained one token a row; gain_max_share: the most a row gained")
+    print("median_below / mean_below: share of windows whose median / mean reward is below plain's rate")
+    print(out.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
