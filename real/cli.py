@@ -273,6 +273,9 @@ def add_drafter(sub) -> None:
                    "drafter's own features of the pass before (EAGLE-3's training-time test; 1: off)")
     p.add_argument("--heldout", type=whole(1), default=d["heldout"], help="held-out problems to measure on")
     p.add_argument("--seed", type=whole(0), default=d["seed"], help="problem draws, drafter init and batches")
+    p.add_argument("--dtype", default=d["dtype"], choices=("float32", "bfloat16"),
+                   help="the target's dtype throughout, as the runs that will use the drafter (bfloat16: the "
+                        "features they will draft from, and a faster fit on CPUs with bf16 units)")
     p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
     p.set_defaults(func=_drafter)
 
@@ -291,9 +294,10 @@ def _drafter(args) -> int:
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
         ("model", args.model), ("task", args.task), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
         ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
-        ("seed", args.seed), ("threads", args.threads))])
+        ("seed", args.seed), ("dtype", args.dtype), ("threads", args.threads))])
     settings = WarmupSettings(problems=args.problems, max_new_tokens=args.max_new_tokens, vocab=args.vocab,
-                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed, task=args.task)
+                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed, task=args.task,
+                              dtype=args.dtype)
     result = make_drafter(args.model, args.out, settings, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))

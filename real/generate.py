@@ -15,6 +15,12 @@ iterations: the first speculative iteration after plain ones catches it up on th
 (with the target features kept from their forwards, when the drafter reads them; the target is not run
 again), and the first one of all, or after `set_drafter`, on every token of every running row. The target's
 features are kept only when the drafter reads them or `collect_features` asks for them.
+
+Replayed answers: `add(prompts, answers=...)` gives each row the answer it must produce (another run's recorded
+response to the same prompt). The target still runs every forward and the drafter still drafts, but the token
+that follows each position is the recorded one instead of a draw of the engine's own (real.sampling,
+`verify_chosen`): drafts are accepted where they equal it, and the row emits the recorded answer to its end.
+An engine replays every row or none.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import pandas as pd
 import torch
 
 from real.kvcache import RaggedCache
-from real.sampling import next_tokens, verify_greedy_chain, verify_tree
+from real.sampling import next_tokens, verify_chosen, verify_greedy_chain, verify_tree
 from real.drafting import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.spec import DraftTree, draftable
@@ -105,6 +111,7 @@ class Engine:
         self.ids: list[int] = []  # request id of each running row
         self.prompts: list[list[int]] = []
         self.tokens: list[list[int]] = []  # committed tokens (prompt + generated) of each running row
+        self.answers: list[list[int]] | None = None  # each running row's recorded answer, when the engine replays
         self.finished: dict[int, Finished] = {}
         self.iterations: list[Iteration] = []
         self._draft: DraftSession | None = None if drafter is None else drafter.session()
@@ -124,11 +131,24 @@ class Engine:
         self._draft.add(self.prompts)
 
     @torch.no_grad()
-    def add(self, prompts: list[list[int]]) -> list[int]:
-        """Admit rows (non-empty token-id lists) and prefill them; returns their request ids."""
+    def add(self, prompts: list[list[int]], answers: list[list[int]] | None = None) -> list[int]:
+        """Admit rows (non-empty token-id lists) and prefill them; returns their request ids. `answers` (one
+        non-empty token-id list per prompt, ending at an end-of-sequence token or at max_new_tokens): what each
+        row will emit (see the module docstring); give them for every row of the engine or for none."""
         for i, p in enumerate(prompts):
             if len(p) == 0 or not all(0 <= int(t) < self.vocab for t in p):
                 raise TltsimError(f"prompt {i}: must be a non-empty list of token ids in [0, {self.vocab})")
+        if (answers is not None) != (self.answers is not None) and (self.ids or self.finished):
+            raise TltsimError("add: an engine replays recorded answers for every row or for none")
+        if answers is not None:
+            if len(answers) != len(prompts):
+                raise TltsimError(f"add: {len(answers)} answers for {len(prompts)} prompts; give one per prompt")
+            for i, a in enumerate(answers):
+                if not 0 < len(a) <= self.max_new_tokens or (len(a) < self.max_new_tokens and a[-1] not in self.eos) \
+                        or any(t in self.eos for t in a[:-1]):
+                    raise TltsimError(f"answer {i}: {len(a)} tokens; an answer ends at its first end-of-sequence "
+                                      f"token or at max_new_tokens={self.max_new_tokens}")
+            self.answers = (self.answers or []) + [list(map(int, a)) for a in answers]
         start = time.perf_counter()
         new = self._new_cache(len(prompts))
         width = max(len(p) for p in prompts) - 1  # the last prompt token stays pending
@@ -181,7 +201,9 @@ class Engine:
         hidden = self._forward(self.cache, tree.tokens, positions, tree.visible())
         logits = self.lm_head(hidden)
         t_verify = self._clock()
-        if mode == "decode":  # same rule as a one-node tree, without the walk
+        if self.answers is not None:
+            path, accepted, nxt = verify_chosen(tree.tokens, tree.parents, self._recorded(tree.depth))
+        elif mode == "decode":  # same rule as a one-node tree, without the walk
             path = torch.zeros_like(roots)[:, None]
             accepted, nxt = torch.zeros_like(roots), next_tokens(logits[:, 0], self.sampling, self.generator)
         elif tree.chain and self.sampling.greedy:
@@ -193,6 +215,17 @@ class Engine:
         self._last_mode = mode
         return self._record(mode, label, len(roots), tree.tokens.shape[1] - 1, accepted.tolist(), emitted, start, reprefill,
                             catchup_s, draft_s=t_target - start if mode == "spec_decode" else 0.0, target_s=t_verify - t_target)
+
+    def _recorded(self, depth: torch.Tensor) -> torch.Tensor:
+        """long [B, N]: each row's recorded token after each tree node (at `depth` below the pending token); -1,
+        which no draft equals, past the answer's end (never emitted: the row finishes at its last token)."""
+        width = int(depth.max()) + 1
+        table = torch.full((self.running, width), -1, dtype=torch.long)
+        for b, answer in enumerate(self.answers):
+            done = len(self.tokens[b]) - len(self.prompts[b])
+            ahead = answer[done: done + width]
+            table[b, : len(ahead)] = torch.tensor(ahead, dtype=torch.long)
+        return table.to(self.device).gather(1, depth)
 
     def _clock(self) -> float:
         """perf_counter once the device has finished the work queued so far (a no-op wait on the CPU)."""
@@ -225,6 +258,8 @@ class Engine:
                 self._draft.select(keep, done_rows)
             self.ids = [self.ids[b] for b in keep]
             self.prompts = [self.prompts[b] for b in keep]
+            if self.answers is not None:
+                self.answers = [self.answers[b] for b in keep]
             self.tokens = [self.tokens[b] for b in keep]
         return emitted
 

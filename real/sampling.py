@@ -22,6 +22,13 @@ p(c_i), since the earlier rejections leave mass 1 - p(c_1) - ... - p(c_{i-1}) an
 p(c_i) of it, and the recovered sample spreads the rest over the other tokens in proportion to p.
 By induction the whole emitted sequence has the target's distribution. With greedy decoding the
 walk accepts the child equal to argmax z_u and emits argmax z_u as the recovered or bonus token.
+
+Replayed answers (`verify_chosen`). Where the token that follows each node is known beforehand (greedy:
+argmax z_u; a run that replays another run's sampled answers: the recorded token at that position), the
+walk accepts the child equal to it and emits it as the recovered or bonus token. For a recorded answer,
+itself a draw from p_u, a child c is then accepted with probability p_u(c), as by the rule above, and the
+emitted tokens are the recorded ones whatever is drafted: two runs on the same answers differ only in
+how fast they produced them.
 """
 from __future__ import annotations
 
@@ -77,34 +84,52 @@ def verify_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tenso
     """
     batch, n = tokens.shape
     assert parents.shape == (batch, n) and logits.shape[:2] == (batch, n), (tokens.shape, parents.shape, logits.shape)
+    if params.greedy:
+        return verify_chosen(tokens, parents, logits.argmax(dim=-1))
     rows = torch.arange(batch, device=tokens.device)
-    probs = None if params.greedy else target_probs(logits, params)
-    best = logits.argmax(dim=-1) if params.greedy else None  # [B, N]
+    probs = target_probs(logits, params)
     cur = torch.zeros(batch, dtype=torch.long, device=tokens.device)
     walking = torch.ones(batch, dtype=torch.bool, device=tokens.device)
     path = torch.full((batch, n), -1, dtype=torch.long, device=tokens.device)
     path[:, 0] = 0
     accepted = torch.zeros(batch, dtype=torch.long, device=tokens.device)
-    residual = None if probs is None else probs[:, 0].clone()  # [B, V], r at the node where each row stops
+    residual = probs[:, 0].clone()  # [B, V], r at the node where each row stops
     for _ in range(n - 1):
         is_child = (parents == cur[:, None]) & walking[:, None]  # [B, N]
         if not is_child.any():
             break
-        if params.greedy:
-            hit = is_child & (tokens == best[rows, cur][:, None])
-            found, nxt = hit.any(dim=1), hit.long().argmax(dim=1)
-        else:
-            found, nxt, r = _try_children(tokens, is_child, probs[rows, cur].clone(), generator)
-            residual = torch.where(walking[:, None], r, residual)
+        found, nxt, r = _try_children(tokens, is_child, probs[rows, cur].clone(), generator)
+        residual = torch.where(walking[:, None], r, residual)
         walking = walking & found
         cur = torch.where(walking, nxt, cur)
         accepted = accepted + walking.long()
         path[rows[walking], accepted[walking]] = cur[walking]
-    if params.greedy:
-        return path, accepted, best[rows, cur]
     # rows still walking stopped at a leaf the loop never expanded: their residual is p there
     residual = torch.where(walking[:, None], probs[rows, cur], residual)
     return path, accepted, torch.multinomial(residual, 1, generator=generator).squeeze(1)
+
+
+def verify_chosen(tokens: torch.Tensor, parents: torch.Tensor, chosen: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`verify_tree` where the token that follows each node is known: chosen long [B, N] (greedy: the argmax of
+    the node's logits; replayed answers: the recorded token there). Walks to the child equal to it while there
+    is one; same results as `verify_tree`, next_token being the chosen token where the walk stops."""
+    batch, n = tokens.shape
+    rows = torch.arange(batch, device=tokens.device)
+    cur = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+    walking = torch.ones(batch, dtype=torch.bool, device=tokens.device)
+    path = torch.full((batch, n), -1, dtype=torch.long, device=tokens.device)
+    path[:, 0] = 0
+    accepted = torch.zeros(batch, dtype=torch.long, device=tokens.device)
+    for _ in range(n - 1):
+        hit = (parents == cur[:, None]) & walking[:, None] & (tokens == chosen[rows, cur][:, None])
+        walking = walking & hit.any(dim=1)
+        if not walking.any():
+            break
+        cur = torch.where(walking, hit.long().argmax(dim=1), cur)
+        accepted = accepted + walking.long()
+        path[rows[walking], accepted[walking]] = cur[walking]
+    return path, accepted, chosen[rows, cur]
 
 
 def verify_greedy_chain(tokens: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -159,6 +159,7 @@ class WarmupSettings:
     seed: int = 0  # problem draws and the drafter's init
     collect_batch: int = 16  # prompts decoded together while collecting
     task: str = "wordproblems"  # the chat task whose problems the target answers (longtail: real/longtail.py)
+    dtype: str = "float32"  # the target's dtype while collecting, fitting and measuring (a run's --dtype)
 
     def __post_init__(self):
         if self.unroll < 1:

@@ -112,8 +112,8 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
     s = settings
     t0 = time.perf_counter()
     meta = {"model": known_name(model) or str(model), "task": s.task, "problems": s.problems, "seed": s.seed,
-            "max_new_tokens": s.max_new_tokens, "batch": s.collect_batch}
-    target, task = load_target(model), load_task(model, s.task)
+            "max_new_tokens": s.max_new_tokens, "batch": s.collect_batch, "dtype": s.dtype}
+    target, task = load_target(model, dtype=s.dtype), load_task(model, s.task)
     pairs = load_pairs(data, meta) if data else None
     if pairs is None:
         train = task.sample(np.random.default_rng(s.seed), s.problems, split="train")

@@ -131,7 +131,13 @@ def test_drafter_cli_warms_up_on_the_models_own_answers_and_records_how(chat_mod
     assert meta["unroll"] == 2 and meta["steps"] == 3 and meta["problems"] == 4 and "--unroll 2" in meta["command"]
     assert meta["draft_vocab"] <= 40 and meta["heldout_tokens_per_call_4_1_4"] >= 1 and data.is_file()
     drafter = Drafter.load(out, load_target(chat_model))
-    assert len(drafter.draft_vocab) == meta["draft_vocab"]
+    assert len(drafter.draft_vocab) == meta["draft_vocab"] and meta["dtype"] == "float32"
+    # in bfloat16 (a bf16 run's features): the float32 answers in --data are not reused, they are collected again
+    bf16 = tmp_path / "d16.pt"
+    assert main(args[:-1] + [str(bf16), "--dtype", "bfloat16"]) == 0
+    meta16 = torch.load(bf16, weights_only=True)["meta"]
+    assert meta16["dtype"] == "bfloat16" and "--dtype bfloat16" in meta16["command"]
+    assert torch.load(data, weights_only=True)["meta"]["dtype"] == "bfloat16"
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:  # refused by the parser, before any work
         main(args[:-2] + ["--unroll", "0", "-o", str(tmp_path / "bad.pt")])

@@ -226,3 +226,67 @@ def test_one_query_mask_is_left_out_only_when_no_slot_is_hidden():
     cache.rollback()
     cache.select(torch.tensor([0]))
     assert not cache.ragged and cache.mask_one() is None
+
+
+def _replay(arch, kind, answers, drafter, schedule, sampling=SamplingParams(), seed=1):
+    engine = Engine(target(arch, kind), drafter, sampling=sampling, max_new_tokens=MAX_NEW,
+                    eos_token_id=ragged_eos(arch, kind), seed=seed)
+    ids = engine.add(PROMPTS[kind], answers=[list(a) for a in answers])
+    for i in range(10_000):
+        if not engine.running:
+            break
+        engine.step(schedule(i), "3_2_6")
+    return tuple(tuple(engine.finished[i].tokens) for i in ids), engine.iterations
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_replayed_answers_are_emitted_whatever_the_sampling_and_drafts(arch):
+    """An engine given another run's sampled answers emits them token for token, plain or speculative, under
+    its own seed; drafts are accepted where they equal the recorded token."""
+    kind = "random"  # a target whose samples are not its greedy answers
+    sampled = SamplingParams(greedy=False, temperature=1.0)
+    recorded = generate(target(arch, kind), PROMPTS[kind], settings=GenerateSettings(
+        max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind), sampling=sampled, seed=7))
+    answers = _tokens(recorded)
+    assert answers != reference(arch, kind)  # sampled, not the greedy answers
+    mixed = lambda i: "decode" if i % 3 == 2 else "spec_decode"  # noqa: E731
+    for drafter, schedule in ((None, lambda i: "decode"), (trained_drafter(arch, kind), mixed)):
+        got, iterations = _replay(arch, kind, answers, drafter, schedule, sampled)
+        assert got == answers
+    assert any(a > 0 for it in iterations if it.mode == "spec_decode" for a in it.accepted)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_replaying_greedy_answers_accepts_as_greedy_speculation_does(arch):
+    """Replaying the greedy answers, the recorded token after each node is the target's argmax there, so a
+    replaying engine emits as greedy speculation does, iteration by iteration. It accepts the same drafts up
+    to a row's end; past it greedy speculation counts argmax drafts it then drops, a replay none."""
+    kind = "trained"
+    drafter = trained_drafter(arch, kind)
+    greedy = generate(target(arch, kind), PROMPTS[kind], drafter, GenerateSettings(
+        strategy="3_2_6", max_new_tokens=MAX_NEW, eos_token_id=ragged_eos(arch, kind)))
+    got, iterations = _replay(arch, kind, reference(arch, kind), drafter, lambda i: "spec_decode")
+    assert got == reference(arch, kind)
+    spec = lambda its: [it for it in its if it.mode == "spec_decode"]  # noqa: E731
+    assert [it.tokens for it in spec(iterations)] == [it.tokens for it in spec(greedy.iterations)]
+    pairs = [(a, g) for it, ig in zip(spec(iterations), spec(greedy.iterations)) for a, g in zip(it.accepted, ig.accepted)]
+    assert all(a <= g for a, g in pairs) and sum(a != g for a, g in pairs) <= len(PROMPTS[kind])  # a row ends once
+    assert any(a > 0 for a, _ in pairs)
+
+
+def test_replayed_answers_must_fit_the_engine():
+    arch, kind = "llama", "trained"
+    eos = ragged_eos(arch, kind)
+    t = (eos + 1) % VOCAB  # not an end-of-sequence token
+    engine = Engine(target(arch, kind), max_new_tokens=4, eos_token_id=eos)
+    with pytest.raises(TltsimError, match="answer 0: 3 tokens; an answer ends at its first end-of-sequence"):
+        engine.add(PROMPTS[kind][:1], answers=[[t] * 3])  # short of the cap, and no EOS
+    with pytest.raises(TltsimError, match="answer 0: 3 tokens"):
+        engine.add(PROMPTS[kind][:1], answers=[[t, eos, eos]])  # an EOS before its last token
+    with pytest.raises(TltsimError, match="answer 0: 5 tokens"):
+        engine.add(PROMPTS[kind][:1], answers=[[t] * 5])  # past the cap
+    with pytest.raises(TltsimError, match="1 answers for 2 prompts"):
+        engine.add(PROMPTS[kind][:2], answers=[[t] * 4])
+    engine.add(PROMPTS[kind][:1], answers=[[t, eos]])
+    with pytest.raises(TltsimError, match="for every row or for none"):
+        engine.add(PROMPTS[kind][1:2])

@@ -48,6 +48,17 @@ def test_validate_needs_a_profile(tmp_path):
         validate([tmp_path / "run"])
 
 
+def test_a_pair_of_runs_of_unequal_steps_is_refused_before_any_replay(capsys):
+    """The speedup is a ratio of makespans: a 3-step run against a 6-step one would report half a speedup."""
+    from tltsim.cli import main
+
+    short, long_ = "traces/real_verl_smollm2", "traces/real_das_smollm2_longtail"
+    assert main(["validate", short, long_, "--profile", "traces/smollm2_cpu_profile.csv"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert f"{short} has 3 steps and {long_} 6" in err and "as many steps" in err
+
+
 def _fake_run(path, accepted, batches):
     """A run directory with only what calibration reads: per-step probe accepted lengths and training batches."""
     import pandas as pd

@@ -188,11 +188,15 @@ def measured_qualities(result: Result) -> dict[int, float]:
 def validate(run_dirs: list[str | Path], profile: str | Path | None = None, speed: bool = False) -> Validation:
     if not run_dirs:
         raise TltsimError("validate: name at least one run directory (written by `tltsim real run`)")
+    loaded = [load_run(Path(d))[0] for d in run_dirs]  # a clear error for a directory that is not a run, first
+    if len(loaded) >= 2 and len(loaded[0].steps) != len(loaded[1].steps):  # the speedup: a ratio of makespans
+        raise TltsimError(f"validate: {run_dirs[0]} has {len(loaded[0].steps)} steps and {run_dirs[1]} "
+                          f"{len(loaded[1].steps)}; the speedup compares whole runs, so give two runs of as many steps "
+                          f"(continue the shorter with `tltsim real run --resume --steps N -o RUN_DIR`)")
     per_step, overall, predicted, work, diverged = [], [], {}, [], []
     runs = {}
     for d in run_dirs:
         d = Path(d)
-        load_run(d)  # a clear error for a directory that is not a run, before anything else
         prof = Path(profile) if profile else d / PROFILE_FILE
         if profile is None and not prof.exists():
             raise TltsimError(f"{d}: no profile given and none in the run directory; measure one with "
