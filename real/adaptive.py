@@ -42,14 +42,16 @@ class Rollout:
 
 
 def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineControl | None = None, *,
-            max_running: int | None = None, poll=None, start: float | None = None) -> Rollout:
+            max_running: int | None = None, poll=None, start: float | None = None,
+            answers: list[list[int]] | None = None) -> Rollout:
     """Generate every prompt to the end on `engine` (fresh: no running rows, nothing finished).
 
     `clock()` is the run's clock (seconds). `control` (its rollout begun by the caller, who owns the step) decides every iteration; without
     it, or without a drafter on the engine, every iteration decodes plainly. At most `max_running` rows run at
     once (all when None); finished rows make room for the next prompts. `poll()`, if given, is called after
     every engine call (the spot-training coordinator's hook). `start` (default: now) is where the first call's
-    interval begins on the clock.
+    interval begins on the clock. `answers` (one per prompt): recorded responses the engine emits instead of
+    its own draws (real.generate, replayed answers).
     """
     control = control if engine.drafter is not None else None
     cap = max_running or len(prompts)
@@ -60,7 +62,7 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
         room = cap - engine.running
         if room > 0 and len(ids) < len(prompts):
             batch = prompts[len(ids): len(ids) + room]
-            ids += engine.add(batch)
+            ids += engine.add(batch, None if answers is None else answers[len(ids): len(ids) + room])
             it = engine.iterations[-1]
             t_prev = _log(calls, EngineCall("prefill", "", it.batch_size, math.nan, it.tokens, it.wall_s, t_prev,
                                             clock()))

@@ -90,7 +90,7 @@ def _profile(args) -> int:
     from tltsim.io import atomic_path, check_apart, check_output
 
     check_output(args.out)
-    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter, "--answers": args.answers})
 
     def ints(text, flag):
         try:
@@ -175,6 +175,9 @@ def add_run(sub) -> None:
                    "(default: 1e-5 from a drafter warmed up before the run, the warm-up's 1e-3 after a warm-up in the run)")
     p.add_argument("--speed-probe", type=whole(0), default=d["speed_probe"], help="plain decode iterations that time the "
                    "machine before each step, for `tltsim validate --speed` (0: off)")
+    p.add_argument("--answers", default=None, metavar="RUN_DIR", help="emit a recorded run's responses token for "
+                   "token instead of drawing new ones (its answers.parquet; the same prompts, sampling and training): "
+                   "a pair of runs on the same answers differs only in how fast each produced them")
     p.add_argument("--resume", action="store_true",
                    help="continue RUN_DIR from its last checkpoint (from step 0 if it was stopped before the first)")
     p.add_argument("--no-progress", action="store_true",
@@ -215,7 +218,7 @@ def _run(args) -> int:
     if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
         check_output(args.out, lambda d: not any(d.iterdir()) or manifest_kind(d) == "result",
                      "empty or a run of `tltsim real run`")
-    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter, "--answers": args.answers})
     check_target(args.model)  # here, with its message, not in every worker after they spawn
     config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model, task=args.task,
                        drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
@@ -224,7 +227,7 @@ def _run(args) -> int:
                        grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank),
                        warmup_steps=args.warmup_steps,
                        probe=args.probe, probe_static=args.probe_static, spot_lr=args.spot_lr,
-                       speed_probe=args.speed_probe)
+                       speed_probe=args.speed_probe, answers=args.answers)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args), bar=show_progress(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0

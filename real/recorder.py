@@ -3,8 +3,9 @@ the simulator's recorder (tltsim.sim.recorder) does for a simulated one.
 
 Each worker describes its step in a `WorkerStep` (intervals, engine calls, responses); rank 0
 merges them into a `Recorder` and rewrites RUN_DIR: the Result files (timeline, steps, requests,
-iterations, config, summary last) and trace.parquet, each atomically, so a run killed at any
-moment leaves every finished step readable.
+iterations, config, summary last), trace.parquet and answers.parquet (every response's token ids, which
+`tltsim real run --answers RUN_DIR` replays), each atomically, so a run killed at any moment leaves every
+finished step readable.
 
 Clock: seconds since the run began, one origin for every worker. A step runs from its start (all
 workers past a barrier) to the end of the last worker's weight sync; each worker's intervals tile
@@ -23,13 +24,22 @@ import numpy as np
 import pandas as pd
 
 from real.adaptive import EngineCall
+from real.run_config import ANSWERS_FILE  # step, prompt_id, sample, tokens (the response's token ids)
 from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow, merge_states
+from tltsim.io import atomic_path
 from tltsim.summary import summarize
 from tltsim.trace import Trace, TraceMeta, save as save_trace
 
 ITERATION_COLUMNS = ["step", "worker", "batch_size", "mode", "strategy", "accepted", "wall_s", "t_end", "tokens",
                      "reprefill"]
 TRACE_FILE = "trace.parquet"
+
+
+def recorded_answers(run_dir: str | Path) -> dict[tuple[int, int, int], list[int]]:
+    """A run directory's answers.parquet: (step, prompt_id, sample) -> the response's token ids."""
+    frame = pd.read_parquet(Path(run_dir) / ANSWERS_FILE)
+    return {(int(a), int(p), int(j)): [int(t) for t in tokens]
+            for a, p, j, tokens in zip(frame["step"], frame["prompt_id"], frame["sample"], frame["tokens"])}
 
 
 @dataclass
@@ -39,7 +49,8 @@ class WorkerStep:
     worker: int
     calls: list[EngineCall]  # engine calls of its rollout, in order
     phases: list[tuple[str, float, float]]  # (state, t_start, t_end) after its rollout: idle, drafter_train, reward, ...
-    responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at
+    responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at,
+    # tokens (the response's token ids)
     done_at: float  # run clock when its share was generated
     drafter_batches: int = 0  # spot-training batches it ran this step
     extra: dict = field(default_factory=dict)  # per-worker counts summed into the step row (a hybrid's history_rows,
@@ -64,6 +75,7 @@ class Recorder:
         self.requests: list[dict] = []
         self.iterations: list[dict] = []
         self.trace: list[dict] = []
+        self.answers: list[dict] = []
         self.extra_summary: dict = {}
 
     @classmethod
@@ -79,6 +91,9 @@ class Recorder:
         rec.requests = keep(old.requests).to_dict("records")
         rec.iterations = keep(old.iterations).to_dict("records") if old.iterations is not None else []
         rec.trace = keep(pd.read_parquet(Path(out) / TRACE_FILE)).to_dict("records")
+        if (Path(out) / ANSWERS_FILE).is_file():  # a run recorded before answers were
+            rec.answers = [{**a, "tokens": list(a["tokens"])}
+                           for a in keep(pd.read_parquet(Path(out) / ANSWERS_FILE)).to_dict("records")]
         rec.extra_summary = {k: old.summary[k] for k in ("drafter_warmup_s",) if k in old.summary}
         return rec
 
@@ -110,6 +125,8 @@ class Recorder:
                 self.trace.append({"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
                                    "prompt_len": resp["prompt_len"], "response_len": resp["response_len"],
                                    "reward": resp["reward"], "finished": resp["finished"], "engine": r.worker})
+                self.answers.append({"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
+                                     "tokens": list(resp["tokens"])})
         responses = [resp for r in reports for resp in r.responses]
         finished_at = np.array([resp["finished_at"] for resp in responses]) - t0
         t90 = float(np.quantile(finished_at, 0.9, method="inverted_cdf")) if len(finished_at) else 0.0
@@ -153,9 +170,12 @@ class Recorder:
         return Result(timeline, steps, requests, summary, self.config, iterations)
 
     def save(self, out: str | Path) -> Result:
-        """Write trace.parquet, then the Result (summary.json last); each file atomically."""
+        """Write trace.parquet and answers.parquet, then the Result (summary.json last); each file atomically."""
         trace = Trace.from_frame(pd.DataFrame(self.trace), self.meta)
         save_trace(trace, Path(out) / TRACE_FILE)
+        answers = pd.DataFrame(self.answers, columns=["step", "prompt_id", "sample", "tokens"])
+        with atomic_path(Path(out) / ANSWERS_FILE) as tmp:
+            answers.to_parquet(tmp, index=False)
         result = self.result()
         result.save(out)
         return result

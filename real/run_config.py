@@ -1,7 +1,9 @@
 """The configuration of a `tltsim real run` (what config.json holds), checked before any worker starts."""
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from real.settings import SHIPPED_TARGET, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
@@ -11,6 +13,7 @@ from tltsim.errors import TltsimError
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto", "das", "das+tlt")
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
+ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.recorder writes it)
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 # spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on
 # a step's 8 answers with the target fixed, went 2.72 -> 2.38 tokens per call at 1e-3, 2.61 at 1e-4, 2.81 at 1e-5
@@ -47,6 +50,7 @@ class RunConfig:
     probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
     probe_static: bool = False  # also probe the starting drafter, never trained (steps column static_drafter_accepted)
     speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
+    answers: str | None = None  # a recorded run directory whose responses this run emits token for token (None: its own)
 
     def checked(self) -> "RunConfig":
         """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""
@@ -85,6 +89,8 @@ class RunConfig:
         knobs = self.tlt_knobs()
         if self.drafter is not None:
             self._check_drafter(knobs)
+        if self.answers is not None:
+            self._check_answers()
         if self.probe_static and not (knobs and knobs.spot):
             raise TltsimError(f"--probe-static: policy {self.policy!r} trains no drafter, so there is no starting "
                               f"drafter to probe beside it; drop --probe-static")
@@ -103,6 +109,24 @@ class RunConfig:
             raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
                               f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "
                               f"drafter is the default")
+
+    def _check_answers(self) -> None:
+        """That `answers` is a run directory holding every response this run will generate: the same target, task,
+        prompts, groups, cap, sampling and seed, and at least `steps` steps; TltsimError else."""
+        where = Path(self.answers)
+        if not (where / "config.json").is_file():
+            raise TltsimError(f"--answers {where}: not a run directory (no config.json); give one `tltsim real run -o` wrote")
+        if not (where / ANSWERS_FILE).is_file():
+            raise TltsimError(f"--answers {where}: no {ANSWERS_FILE} (a run recorded before runs kept their answers); "
+                              f"record the run again")
+        recorded, mine = json.loads((where / "config.json").read_text()), asdict(self)
+        for name in ("model", "task", "seed", "prompts", "group", "max_new_tokens", "greedy", "temperature", "grpo"):
+            if recorded.get(name) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
+                raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
+                                  f"a run replays the answers of a run of the same prompts, sampling and training")
+        if int(recorded.get("steps", 0)) < self.steps:
+            raise TltsimError(f"--answers {where}: {recorded.get('steps')} steps recorded, {self.steps} asked; run at "
+                              f"most as many steps")
 
     def make_task(self):
         """The run's task: `task` by name, or the target's own (real.models.load_task: its checkpoint's task

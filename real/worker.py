@@ -19,7 +19,7 @@ from real.hybrid import HybridDrafter
 from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
-from real.recorder import Recorder, WorkerStep
+from real.recorder import Recorder, WorkerStep, recorded_answers
 from real.run_config import WARM_SPOT_LR, RunConfig
 from real.settings import GenerateSettings, SamplingParams
 from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
@@ -50,6 +50,7 @@ class Worker:
         reference = self._load(config.model) if config.grpo.kl > 0 else None
         self.grpo = GRPO(self.target, config.grpo, reference, seed=config.seed)
         self.sampling = SamplingParams(config.greedy, config.temperature)
+        self.answers = recorded_answers(config.answers) if config.answers else None  # (step, prompt, sample) -> ids
         k = self.knobs
         self.trains = k is not None and k.spot
         self.control = k.control(rank, config.seed) if k else None
@@ -204,7 +205,8 @@ class Worker:
         drafted = self._drafted_rows()
         if self.control is not None:
             self.control.begin_rollout()  # the step's owner begins the rollout, as the simulator's policy does
-        ro = rollout(engine, prompts, self.clock, self.control, max_running=cfg.max_running, start=t0,
+        answers = [self.answers[(step, pid, j)] for pid, j in rows] if self.answers is not None else None
+        ro = rollout(engine, prompts, self.clock, self.control, max_running=cfg.max_running, start=t0, answers=answers,
                      poll=(lambda: self.dispatcher.poll(throttled=True)) if self.dispatcher and self.trains else None)
         done = ro.calls[-1].t_end if ro.calls else t0
         self.store.set(f"{step}/done/{self.rank}", repr(done))
@@ -234,7 +236,7 @@ class Worker:
         report = WorkerStep(self.rank, ro.calls, phases, [
             {"prompt_id": pid, "sample": j, "prompt_len": len(f.prompt), "response_len": len(f.tokens),
              "reward": r, "finished": bool(f.tokens[-1] in engine.eos), "admitted_at": ro.admitted_at[i],
-             "finished_at": ro.finished_at[i]}
+             "finished_at": ro.finished_at[i], "tokens": f.tokens}
             for (pid, j), f, r, i in zip(rows, finished, rewards, ro.ids)], done, batches,
             dict(zip(("history_rows", "trained_rows"), np.subtract(self._drafted_rows(), drafted).tolist()))
             if drafted else {})

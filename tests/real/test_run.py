@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -292,6 +293,28 @@ def test_the_default_run_has_a_long_tail_that_few_responses_cut():
     assert tail_share(lengths) >= 0.05
 
 
+def test_a_run_replays_a_recorded_runs_answers_token_for_token(target, tmp_path):
+    """verl samples and records its answers; tlt given them (--answers) emits the very same responses, so the
+    rewards agree too, while it speculates on them; a run of other prompts or sampling is refused up front."""
+    cfg = base(target, steps=1, dtype="float64")
+    launch(replace(cfg, policy="verl", knobs={}), tmp_path / "verl")
+    launch(replace(cfg, answers=str(tmp_path / "verl")), tmp_path / "tlt")
+    answers = {run: pd.read_parquet(tmp_path / run / "answers.parquet").sort_values(["step", "prompt_id", "sample"])
+               for run in ("verl", "tlt")}
+    assert len(answers["verl"]) == 3 * 2 and answers["verl"]["tokens"].map(len).nunique() > 1  # sampled, ragged
+    same = lambda df: [(r.step, r.prompt_id, r.sample, list(r.tokens)) for r in df.itertuples()]  # noqa: E731
+    assert same(answers["tlt"]) == same(answers["verl"])
+    traces = [load_trace(tmp_path / run / "trace.parquet").df.sort_values(["prompt_id", "sample"]) for run in ("verl", "tlt")]
+    for col in ("response_len", "reward"):
+        assert traces[0][col].tolist() == traces[1][col].tolist()
+    assert Result.load(tmp_path / "tlt").summary["sd_share"] > 0
+    with pytest.raises(TltsimError, match="its seed is 0, this run's 1"):
+        launch(replace(cfg, seed=1, answers=str(tmp_path / "verl")), tmp_path / "other")
+    with pytest.raises(TltsimError, match="1 steps recorded, 2 asked"):
+        launch(replace(cfg, steps=2, answers=str(tmp_path / "verl")), tmp_path / "longer")
+    assert not (tmp_path / "other").exists() and not (tmp_path / "longer").exists()
+
+
 def test_bad_runs_are_refused_before_any_worker_starts(tmp_path):
     with pytest.raises(TltsimError, match="tlt-base"):
         launch(base("test-llama", policy="tlt-base"), tmp_path / "a")
@@ -437,13 +460,14 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     assert res.steps["step"].tolist() == list(range(res.config["steps"]))
     trace = load_trace(run / "trace.parquet")
     assert trace.meta.source == "real" and len(trace.df) == res.config["steps"] * res.config["prompts"] * res.config["group"]
-    assert sorted(p.name for p in run.iterdir()) == ["README.md", "config.json", "iterations.parquet", "manifest.json",
-                                                     "requests.parquet", "steps.parquet", "summary.json",
-                                                     "timeline.parquet", "trace.parquet"]
+    names = sorted(p.name for p in run.iterdir() if p.name != "answers.parquet")  # runs record answers since session 11
+    assert names == ["README.md", "config.json", "iterations.parquet", "manifest.json", "requests.parquet",
+                     "steps.parquet", "summary.json", "timeline.parquet", "trace.parquet"]
     assert sum(p.stat().st_size for p in run.iterdir()) < 1_000_000
     assert res.config["command"] in (run / "README.md").read_text()
     twin = Result.load(ROOT / "traces" / SHIPPED_TWINS[name]).config
-    # what differs by policy: its name, knobs and command line, and whether the starting drafter is probed too (a
-    # verl run has no drafter to probe)
-    same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "probe_static")}  # noqa: E731
+    # what differs by policy: its name, knobs and command line, whether the starting drafter is probed too (a
+    # verl run has no drafter to probe), and whose answers it replays (its twin's, or none)
+    same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "probe_static",  # noqa: E731
+                                                               "answers")}
     assert same(res.config) == same(twin)
