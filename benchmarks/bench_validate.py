@@ -69,7 +69,7 @@ def main() -> None:
         sh(["real", "pretrain", "-o", str(target)])
     order = [name.strip() for name in args.order.split(",") if name.strip()]
     policy = {name: name.rsplit("-", 1)[0] for name in order}  # tlt-auto-a: policy tlt-auto, pair a
-    pairs = sorted({name.rsplit("-", 1)[1] for name in order})
+    pairs = sorted({name.rsplit("-", 1)[1] for name in order if policy[name] != "verl"})  # verl alone: nothing to pair
     other = {name.rsplit("-", 1)[1]: name for name in order if policy[name] != "verl"}  # pair -> its non-verl run
     missing = [name for name in order if args.skip_runs and not (out / name / "summary.json").is_file()]
     if missing:

@@ -17,10 +17,10 @@ again), and the first one of all, or after `set_drafter`, on every token of ever
 features are kept only when the drafter reads them or `collect_features` asks for them.
 
 Replayed answers: `add(prompts, answers=...)` gives each row the answer it must produce (another run's recorded
-response to the same prompt). The target still runs every forward and the drafter still drafts, but the token
-that follows each position is the recorded one instead of a draw of the engine's own (real.sampling,
-`verify_chosen`): drafts are accepted where they equal it, and the row emits the recorded answer to its end.
-An engine replays every row or none.
+response to the same prompt). The target still runs every forward, the drafter still drafts and the engine
+still draws its own tokens (so an iteration costs what it costs in a run of its own), but the token that
+follows each position is then the recorded one (real.sampling, `verify_chosen`): drafts are accepted where
+they equal it, and the row emits the recorded answer to its end. An engine replays every row or none.
 """
 from __future__ import annotations
 
@@ -201,15 +201,15 @@ class Engine:
         hidden = self._forward(self.cache, tree.tokens, positions, tree.visible())
         logits = self.lm_head(hidden)
         t_verify = self._clock()
-        if self.answers is not None:
-            path, accepted, nxt = verify_chosen(tree.tokens, tree.parents, self._recorded(tree.depth))
-        elif mode == "decode":  # same rule as a one-node tree, without the walk
+        if mode == "decode":  # same rule as a one-node tree, without the walk
             path = torch.zeros_like(roots)[:, None]
             accepted, nxt = torch.zeros_like(roots), next_tokens(logits[:, 0], self.sampling, self.generator)
         elif tree.chain and self.sampling.greedy:
             path, accepted, nxt = verify_greedy_chain(tree.tokens, logits)
         else:
             path, accepted, nxt = verify_tree(tree.tokens, tree.parents, logits, self.sampling, self.generator)
+        if self.answers is not None:  # the engine's own draw is made (its cost is a run's) and replaced
+            path, accepted, nxt = verify_chosen(tree.tokens, tree.parents, self._recorded(tree.depth))
         self.cache.commit(path.clamp(min=0), accepted + 1, hidden)
         emitted = self._append(tree.tokens, path, accepted, nxt)
         self._last_mode = mode

@@ -91,7 +91,7 @@ class Recorder:
         rec.requests = keep(old.requests).to_dict("records")
         rec.iterations = keep(old.iterations).to_dict("records") if old.iterations is not None else []
         rec.trace = keep(pd.read_parquet(Path(out) / TRACE_FILE)).to_dict("records")
-        if (Path(out) / ANSWERS_FILE).is_file():  # a run recorded before answers were
+        if (Path(out) / ANSWERS_FILE).is_file():  # absent from a run recorded before runs kept their answers
             rec.answers = [{**a, "tokens": list(a["tokens"])}
                            for a in keep(pd.read_parquet(Path(out) / ANSWERS_FILE)).to_dict("records")]
         rec.extra_summary = {k: old.summary[k] for k in ("drafter_warmup_s",) if k in old.summary}
