@@ -221,9 +221,11 @@ plt.show()
 # `--task longtail` (real/longtail.py): word problems with a Zipf-distributed number of steps, answered with
 # one worked line per step, capped at 1024 tokens; a LoRA GRPO update in micro-batches. A recorded verl/tlt
 # pair of 6 steps each (4 prompts x 4, bfloat16, 2 CPU workers), the profile of the same machine beside it;
-# each run directory's README.md gives the commands. Per step: the answers' shape, the measured and the
-# predicted rollout, where each worker's time went, and the drafter's probe (its accepted length with the
-# run's current target, greedy, before each step) spot-trained beside the never-trained start.
+# each run directory's README.md gives the commands. The tlt run replayed the verl run's answers
+# (`tltsim real run --answers`): both emitted the same tokens, so the pair differs only in how fast each
+# produced them. Per step: the answers' shape, the measured and the predicted rollout, where each worker's
+# time went, and the drafter's probe (its accepted length with the run's current target, greedy, before each
+# step) spot-trained beside the never-trained start.
 
 # %%
 from tltsim.analysis.plots.style import policy_color
@@ -286,13 +288,11 @@ per_batch(lt_runs[LONGTAIL[1]]).round(2)
 # %% [markdown]
 # ### The same workload with history drafting
 # A `das` run (real/suffix.py: drafts copied from the prompt, the row's siblings and earlier responses; no
-# drafter forwards, nothing trained) beside a verl run made in the same session, with the same config and
-# seed (verl's plain sampling is deterministic by seed, so its answers are those of the verl run above; its
-# times are that session's machine's). Here the guard retries a refused batch within a rollout; the same das
-# config before that rule is in benchmarks/results/bench_validate_das_longtail_before_retry.txt.
+# drafter forwards, nothing trained) that replayed the same verl run's answers. Earlier das runs of this
+# config, which drew answers of their own, are in benchmarks/results/bench_validate_das_longtail*.txt.
 
 # %%
-DAS_LONGTAIL = ["../traces/real_verl_smollm2_longtail_b", "../traces/real_das_smollm2_longtail"]
+DAS_LONGTAIL = ["../traces/real_verl_smollm2_longtail", "../traces/real_das_smollm2_longtail"]
 das_runs = {d: Result.load(d) for d in DAS_LONGTAIL}
 das_lt = validate(DAS_LONGTAIL, profile=LONGTAIL_PROFILE)
 s = das_lt.speedup
@@ -302,19 +302,25 @@ print(f"das over verl: measured {s['measured']:.3f}x, predicted {s['predicted']:
 print(per_batch(das_runs[DAS_LONGTAIL[1]]).round(2))
 run_totals(das_lt.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
 
-# %% [markdown]
-# What these pairs show. The answers have reasoning RL's shape (the first table: the longest several times
-# the median) and rollout is most of each step (the bars). With TLT's trained drafter the pair is at or
-# below verl: at the tail's small batches, where the longest answers run deep into their context, its
-# speculative iterations gain few tokens a row (the per-batch table of the tlt run; the drafter was warmed
-# up on answers of at most 128 tokens), and the guard decodes plainly where it measured a loss. History
-# drafting costs no drafter forwards and pays at the small batches (its per-batch table: speculative
-# against plain tokens per second), so das beats verl; but lossless sampling draws other answers than
-# verl's, so the measured ratio mixes the mechanism with the lengths drawn (the tokens printed above), and
-# the replay speculates more than the run did (the work table): at the smallest batches, where speculation
-# paid, the real guard still decoded plainly in most iterations. The tlt pair was recorded before the guard
-# retried a refused batch within a rollout; its replay uses today's guard, which speculates where the run's
-# had stopped, so that prediction is further off than when it was recorded. On this CPU a verify costs more
-# than a decode step once the batch or the context grows (benchmarks/results/bench_verify_cost.txt), which
-# is where the guard turns speculation off; the regime TLT was built for, where a verify costs about a
-# decode step (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` checks when a GPU is lent.
+# %%
+from IPython.display import Markdown
+
+spec = {name: s for name, s in (("TLT", lt.speedup), ("das", das_lt.speedup))}
+same = len({int(r.requests.response_len.sum()) for r in [*lt_runs.values(), *das_runs.values()]}) == 1
+Markdown(
+    "What these pairs show. The answers have reasoning RL's shape (the first table: the longest several times the "
+    "median) and rollout is most of each step (the bars). "
+    + ("All three runs emitted the same answers, token for token, so each ratio is the mechanism alone: "
+       if same else "The runs drew answers of other lengths, so each ratio mixes the mechanism with the lengths: ")
+    + "; ".join(f"{name} over verl measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x "
+                f"({s['error']:+.1%})" for name, s in spec.items()) + ". "
+    "Where speculation pays is the small batches of the tail (the per-batch tables: speculative against plain "
+    "tokens per second). TLT's drafter was warmed up on answers of at most 128 tokens and gains few tokens a row "
+    "deep into the long answers' context; history drafting gains more there and costs no drafter forwards. "
+    "The replay speculates more than the runs did (the work tables): just after the switch turns on, at batch "
+    "7-8, the model mostly puts a speculative iteration's rate well above what the runs measured, so it speculates "
+    "where the real guard measured break-even and decoded plainly (validate's divergence table). On this CPU a "
+    "verify costs more than a decode step once the batch or the context grows "
+    "(benchmarks/results/bench_verify_cost.txt); the regime TLT was built for, where a verify costs about a "
+    "decode step (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` checks when a GPU is lent."
+)

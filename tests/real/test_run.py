@@ -443,7 +443,7 @@ def test_samples_are_shared_as_all_gather_object_would(tmp_path):
 SHIPPED_PAIRS = [("real_tlt_cpu", "real_verl_cpu"), ("real_tlt_smollm2", "real_verl_smollm2"),  # (run, its verl twin)
                  ("real_tlt_smollm2_longtail", "real_verl_smollm2_longtail"),
                  ("real_tlt_auto_smollm2", "real_verl_smollm2_b"), ("real_das_smollm2", "real_verl_smollm2_b"),
-                 ("real_das_smollm2_longtail", "real_verl_smollm2_longtail_b")]
+                 ("real_das_smollm2_longtail", "real_verl_smollm2_longtail")]
 SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run, verl in SHIPPED_PAIRS}  # a verl run two
 # pairs share is checked against the later pair's run
 
