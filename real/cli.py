@@ -90,7 +90,7 @@ def _profile(args) -> int:
     from tltsim.io import atomic_path, check_apart, check_output
 
     check_output(args.out)
-    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter, "--answers": args.answers})
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
 
     def ints(text, flag):
         try:

@@ -5,6 +5,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import pandas as pd
+
 from real.settings import SHIPPED_TARGET, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.knobs import build
@@ -124,9 +126,11 @@ class RunConfig:
             if recorded.get(name) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
                 raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
                                   f"a run replays the answers of a run of the same prompts, sampling and training")
-        if int(recorded.get("steps", 0)) < self.steps:
-            raise TltsimError(f"--answers {where}: {recorded.get('steps')} steps recorded, {self.steps} asked; run at "
-                              f"most as many steps")
+        per_step = pd.read_parquet(where / ANSWERS_FILE, columns=["step"])["step"].value_counts()
+        whole = next(s for s in range(self.steps + 1) if per_step.get(s, 0) < self.prompts * self.group)
+        if whole < self.steps:  # a run stopped early holds fewer steps than its config.json asked for
+            raise TltsimError(f"--answers {where}: holds the answers of {whole} whole steps, this run asks for "
+                              f"{self.steps}; run at most {whole} steps")
 
     def make_task(self):
         """The run's task: `task` by name, or the target's own (real.models.load_task: its checkpoint's task

@@ -310,7 +310,7 @@ def test_a_run_replays_a_recorded_runs_answers_token_for_token(target, tmp_path)
     assert Result.load(tmp_path / "tlt").summary["sd_share"] > 0
     with pytest.raises(TltsimError, match="its seed is 0, this run's 1"):
         launch(replace(cfg, seed=1, answers=str(tmp_path / "verl")), tmp_path / "other")
-    with pytest.raises(TltsimError, match="1 steps recorded, 2 asked"):
+    with pytest.raises(TltsimError, match="holds the answers of 1 whole steps, this run asks for 2"):
         launch(replace(cfg, steps=2, answers=str(tmp_path / "verl")), tmp_path / "longer")
     assert not (tmp_path / "other").exists() and not (tmp_path / "longer").exists()
 
