@@ -20,15 +20,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tltsim.control.tuner import RewardWindow
 from tltsim.records import Result
 
 
 def windows_below(rewards: np.ndarray, plain: float, window: int) -> tuple[float, float]:
-    """Share of the sliding windows (the last `window` rewards up to each one) whose median, and whose mean,
-    is below `plain`."""
-    medians = [np.median(rewards[max(0, i - window + 1):i + 1]) for i in range(len(rewards))]
-    means = [np.mean(rewards[max(0, i - window + 1):i + 1]) for i in range(len(rewards))]
-    return float(np.mean(np.array(medians) < plain)), float(np.mean(np.array(means) < plain))
+    """Share of the sliding windows (the guard's own RewardWindow, after each reward) whose median, and whose
+    mean, is below `plain`."""
+    w, below = RewardWindow(window), []
+    for reward in rewards:
+        w.add(float(reward))
+        below.append((w.median() < plain, w.mean() < plain))
+    return tuple(float(x) for x in np.mean(below, axis=0))
 
 
 def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame:
