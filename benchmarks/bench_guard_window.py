@@ -10,6 +10,12 @@ median seconds of its plain iterations) and speculation's delivered rate (its to
 gains per speculative iteration, and, sliding the guard's window over the speculative iterations' rewards
 (tokens / seconds, in their order), the share of windows whose median and whose mean lie below plain's rate.
 The windows are those the run measured, under the guard it ran with; this reads them, it does not re-run it.
+
+Where the decode time went: each batch's share of the run's decode seconds and the speculative share of
+that batch's seconds; and the guard's ceiling, the decode seconds had every token at each batch come at the
+faster of the two rates measured there (plain's median rate, speculation's delivered rate). The ceiling
+bounds what a better guard could save with this drafter on this device; only a longer accepted length or a
+cheaper verify lifts it.
 """
 from __future__ import annotations
 
@@ -36,7 +42,9 @@ def windows_below(rewards: np.ndarray, plain: float, window: int) -> tuple[float
 
 def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame:
     rows = []
-    for b, g in iterations[iterations["batch_size"] <= max_batch].groupby("batch_size", sort=True):
+    decoding = iterations[iterations["mode"].isin(["decode", "spec_decode"])]
+    total_s = decoding["wall_s"].sum()
+    for b, g in decoding[iterations["batch_size"] <= max_batch].groupby("batch_size", sort=True):
         plain, spec = g[g["mode"] == "decode"], g[g["mode"] == "spec_decode"]
         if plain.empty or spec.empty:
             continue
@@ -44,7 +52,10 @@ def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame
         rewards = (spec["tokens"] / spec["wall_s"]).to_numpy()
         gains = (spec["tokens"] / b).to_numpy()
         median_below, mean_below = windows_below(rewards, plain_rate, window)
-        rows.append({"batch": int(b), "plain_tok_s": plain_rate, "spec_tok_s": spec["tokens"].sum() / spec["wall_s"].sum(),
+        spec_rate = spec["tokens"].sum() / spec["wall_s"].sum()
+        rows.append({"batch": int(b), "plain_tok_s": plain_rate, "spec_tok_s": spec_rate,
+                     "time_share": g["wall_s"].sum() / total_s, "spec_time_share": spec["wall_s"].sum() / g["wall_s"].sum(),
+                     "ceiling_s": g["tokens"].sum() / max(plain_rate, spec_rate), "seconds": g["wall_s"].sum(),
                      "spec_iters": len(spec), "gain_1_share": float(np.mean(gains <= 1.0)),
                      "gain_max_share": float(np.mean(gains >= gains.max())), "median_below": median_below,
                      "mean_below": mean_below})
@@ -66,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run: {args.run}  window: {args.window}")
     print("gain_1_share: speculative iterations that gained one token a row; gain_max_share: the most a row gained")
     print("median_below / mean_below: share of windows whose median / mean reward is below plain's rate")
-    print(out.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    print("time_share: the batch's share of all decode seconds; spec_time_share: speculative share of the batch's")
+    print(out.drop(columns=["ceiling_s", "seconds"]).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    seconds, ceiling = out["seconds"].sum(), out["ceiling_s"].sum()
+    print(f"decode seconds at these batches: {seconds:.1f}; at the faster rate at every batch (the guard's ceiling): "
+          f"{ceiling:.1f}, {seconds / ceiling:.3f}x")
     return 0
 
 
