@@ -44,7 +44,7 @@ def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame
     rows = []
     decoding = iterations[iterations["mode"].isin(["decode", "spec_decode"])]
     total_s = decoding["wall_s"].sum()
-    for b, g in decoding[iterations["batch_size"] <= max_batch].groupby("batch_size", sort=True):
+    for b, g in decoding[decoding["batch_size"] <= max_batch].groupby("batch_size", sort=True):
         plain, spec = g[g["mode"] == "decode"], g[g["mode"] == "spec_decode"]
         if plain.empty or spec.empty:
             continue
