@@ -10,7 +10,7 @@ the share a step of +lr and of -lr changes, at each learning rate; no timing, th
 
 With `--data FILE` (the answers `tltsim real drafter --data FILE` collected and kept), it also takes `--steps`
 AdamW steps of spot training (train_step, lr `--lr`, real.run_config.WARM_SPOT_LR by default: a warm drafter's
-spot learning rate) on the shipped drafter over the first 8 answers, with the target and drafter in bfloat16
+spot learning rate) on the checkpoint's drafter over the first 8 answers (up to 400 tokens each), with the target and drafter in bfloat16
 and then in float32, and counts the weights that changed.
 
     python benchmarks/bench_bf16_updates.py --data answers.pt
@@ -43,26 +43,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=None, help="default: real.run_config.WARM_SPOT_LR")
     args = ap.parse_args(argv)
-    state = torch.load(args.checkpoint, weights_only=True)["state"]
-    weights = [v for v in state.values() if v.is_floating_point()]
+    payload = torch.load(args.checkpoint, weights_only=True)
+    weights = [v for v in payload["state"].values() if v.is_floating_point()]
     print(f"checkpoint: {args.checkpoint}  weights: {sum(w.numel() for w in weights):,}  "
           f"median |w|: {torch.cat([w.float().abs().flatten() for w in weights]).median().item():.4g}")
     print("lr        share of bf16 weights a step of lr moves")
     for lr in LRS:
         print(f"{lr:<9g} {moved_share(weights, lr):.4f}")
     if args.data:
-        fit_check(args.checkpoint, args.data, args.steps, args.lr)
+        fit_check(args.checkpoint, payload["meta"]["model"], args.data, args.steps, args.lr)
     return 0
 
 
-def fit_check(checkpoint: Path, data: Path, steps: int, lr: float | None) -> None:
+def fit_check(checkpoint: Path, model: str, data: Path, steps: int, lr: float | None) -> None:
     from real import drafting
     from real.models import load_target
     from real.run_config import WARM_SPOT_LR
 
     lr = WARM_SPOT_LR if lr is None else lr
     torch.manual_seed(0)
-    model = torch.load(checkpoint, weights_only=True)["meta"]["model"]
     pairs = [(t[:400], f[:399]) for t, f in torch.load(data, weights_only=True)["pairs"][:8]]
     for dtype in ("bfloat16", "float32"):
         target = load_target(model, dtype=dtype)
@@ -73,7 +72,7 @@ def fit_check(checkpoint: Path, data: Path, steps: int, lr: float | None) -> Non
             drafter.train_step([(t, f.to(getattr(torch, dtype))) for t, f in pairs], optimizer)
         changed = sum(int((p.detach() != b).sum()) for p, b in zip(drafter.parameters(), before))
         print(f"{dtype}: {changed / sum(b.numel() for b in before):.4f} of the weights changed after {steps} "
-              f"AdamW steps at lr {lr:g} (8 answers, 400 tokens each)")
+              f"AdamW steps at lr {lr:g} (8 answers, up to 400 tokens each)")
 
 
 if __name__ == "__main__":

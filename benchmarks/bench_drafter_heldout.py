@@ -3,8 +3,8 @@
     python benchmarks/bench_drafter_heldout.py real/assets/smollm2-135m-drafter.pt \
         real/assets/smollm2-135m-longtail-drafter.pt | tee benchmarks/results/bench_drafter_heldout.txt
 
-The same problems and settings as a checkpoint's `heldout_tokens_per_call_4_1_4` (real.warmup.make_drafter):
-the task's test split drawn with seed + 1, greedy, chain 4_1_4, batch 8, the given cap and dtype; so drafters
+The same problems and settings as a checkpoint's `heldout_tokens_per_call_4_1_4` (real.warmup.heldout_tokens_per_call:
+the task's test split drawn with seed + 1, greedy, chain 4_1_4, batch 8), at the given cap and dtype; so drafters
 warmed on different data are compared on one set. Counts, no timing: the same output every run.
 """
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import torch
 
 
@@ -28,18 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     from real import drafting
-    from real.evaluate import accepted_length
     from real.models import load_target, load_task
+    from real.warmup import heldout_tokens_per_call
 
     torch.set_num_threads(args.threads)
     target, task = load_target(args.model, dtype=args.dtype), load_task(args.model, args.task)
-    test = task.sample(np.random.default_rng(args.seed + 1), args.heldout, split="test")
     print(f"model {args.model}  task {args.task}  held-out problems {args.heldout} (seed {args.seed + 1}, test split)  "
           f"cap {args.max_new_tokens}  {args.dtype}  greedy, chain 4_1_4, batch 8")
     print("tokens_per_call  drafter")
     for path in args.drafters:
         drafter = drafting.load(path, target)
-        tpc = accepted_length(target, drafter, task, test, max_new_tokens=args.max_new_tokens, batch=8)
+        tpc = heldout_tokens_per_call(target, drafter, task, args.heldout, args.seed, args.max_new_tokens)
         print(f"{tpc:15.3f}  {path}", flush=True)
     return 0
 
