@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from real.kvcache import RaggedCache
+from real.master_weights import MasterWeightAdamW
 from real.spec import DraftTree, select_tree
 from tltsim.control.strategy import Strategy
 from tltsim.errors import TltsimError
@@ -213,7 +214,7 @@ class Drafter(nn.Module):
             prev = torch.cat([g.new_zeros(batch, 1, g.shape[2]), g[:, :-1]], dim=1)  # its own, for the next pass
         return total / max(1, weights.unroll)
 
-    def train_step(self, pairs, optimizer: torch.optim.Optimizer, weights: DrafterLoss = DrafterLoss()) -> float:
+    def train_step(self, pairs, optimizer: MasterWeightAdamW, weights: DrafterLoss = DrafterLoss()) -> float:
         """One optimiser step on a batch of (tokens long [L], features [L - 1, H]) pairs; returns the loss."""
         tokens, features, lengths = _pad(pairs, self.fc.weight.device)
         self.train()
@@ -232,7 +233,7 @@ class Drafter(nn.Module):
         if not pairs:
             raise TltsimError("drafter fit: no training pair has 2 or more tokens; generate longer sequences")
         rng = random.Random(seed)
-        optimizer = torch.optim.AdamW(self.parameters(), lr=lr)
+        optimizer = MasterWeightAdamW(self.parameters(), lr=lr)
         losses, order = [], []
         for _ in range(steps):
             if len(order) < batch_size:

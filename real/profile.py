@@ -45,6 +45,7 @@ from real import drafting
 from real.adaptive import rollout
 from real.generate import Engine, generate
 from real.grpo import GRPO, barrier, free_port
+from real.master_weights import MasterWeightAdamW
 from real.models import load_target, load_task
 from real.processes import start_workers
 from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
@@ -216,8 +217,8 @@ def _time_training(grpo: GRPO, drafter, sequences, rows_per_batch, repeats, rng)
     target = grpo.model
     vocab = target.get_output_embeddings().weight.shape[0]
     dtype, device = next(target.parameters()).dtype, next(target.parameters()).device
-    dopt = torch.optim.AdamW(drafter.parameters(), lr=0.0)
-    for opt in (grpo.optimizer, dopt):  # time the steps, leave the weights alone
+    dopt = MasterWeightAdamW(drafter.parameters(), lr=0.0)  # as spot training steps the drafter
+    for opt in (grpo.optimizer, dopt.optimizer):  # time the steps, leave the weights alone
         for group in opt.param_groups:
             group["lr"], group["weight_decay"] = 0.0, 0.0
     for rows in rows_per_batch:

@@ -16,6 +16,7 @@ from real.evaluate import accepted_tokens
 from real.generate import Engine, generate
 from real.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.hybrid import HybridDrafter
+from real.master_weights import MasterWeightAdamW
 from real.models import load_target
 from real.profile import speed_probe
 from real.progress import StepProgress
@@ -283,14 +284,14 @@ class Worker:
             phases.append(("drafter_train", t, self.clock()))
         return [p for p in phases if p[2] > p[1]] or [("idle", done, done)], batches
 
-    def _drafter_optimizer(self) -> torch.optim.Optimizer:
-        """This worker's AdamW over its drafter copy, kept across steps (the weights it steps are
-        averaged in place at every weight sync; its moments stay its own)."""
+    def _drafter_optimizer(self) -> MasterWeightAdamW:
+        """This worker's AdamW over its drafter copy's fp32 master weights (real.master_weights), kept across
+        steps (the masters are averaged at every weight sync; the moments stay this worker's own)."""
         if self.drafter_opt is None:
             cfg = self.config
             warm = cfg.drafter or find_shipped_drafter(cfg.model)
             lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
-            self.drafter_opt = torch.optim.AdamW(self.trained.parameters(), lr=lr)
+            self.drafter_opt = MasterWeightAdamW(self.trained.parameters(), lr=lr)
             if self.drafter_opt_state is not None:
                 self.drafter_opt.load_state_dict(self.drafter_opt_state)
         return self.drafter_opt
@@ -340,12 +341,14 @@ class Worker:
         dist.all_reduce(weight)
         if weight.item() == 0:
             return
-        params = [p.data for p in self.trained.parameters()]
-        for p in params:
-            p.mul_(batches)
-        all_reduce_tensors(params)
-        for p in params:
-            p.div_(weight.item())
+        optimizer = self._drafter_optimizer()  # the masters are the weights: average those, then round them back
+        masters = [m.data for m in optimizer.masters]
+        for m in masters:
+            m.mul_(batches)
+        all_reduce_tensors(masters)
+        for m in masters:
+            m.div_(weight.item())
+        optimizer.write_back()
 
     def _speed(self) -> float:
         """Seconds of the speed probe's plain decode iteration (real.profile.speed_probe), every rank at once as
