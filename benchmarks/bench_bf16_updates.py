@@ -3,15 +3,16 @@
     python benchmarks/bench_bf16_updates.py | tee benchmarks/results/bench_bf16_updates.txt
 
 Spot training once stepped the drafter in the target's dtype (plain AdamW over the drafter's own bf16
-parameters); these counts are why it now steps fp32 master weights (real.master_weights). Adam's step on a weight is about the learning rate in size, whatever the gradient's
-scale, so in bfloat16 (8 significant bits) a step of lr leaves a weight unchanged wherever lr is under half the
-spacing of the bf16 values around it. This counts, for the shipped drafter's weights (or a checkpoint given),
-the share a step of +lr and of -lr changes, at each learning rate; no timing, the same output every run.
+parameters); these counts are why it now steps fp32 master weights (real.master_weights). Adam's step on a
+weight is about the learning rate in size, whatever the gradient's scale, so in bfloat16 (8 significant bits)
+a step of lr leaves a weight unchanged wherever lr is under half the spacing of the bf16 values around it.
+This counts, for the shipped drafter's weights (or a checkpoint given), the share a step of +lr and of -lr
+changes, at each learning rate; no timing, the same output every run.
 
 With `--data FILE` (the answers `tltsim real drafter --data FILE` collected and kept), it also takes `--steps`
-plain AdamW steps of spot training (train_step, lr `--lr`, real.run_config.WARM_SPOT_LR by default: a warm drafter's
-spot learning rate) on the checkpoint's drafter over the first 8 answers (up to 400 tokens each), with the target and drafter in bfloat16
-and then in float32, and counts the weights that changed.
+plain AdamW steps of spot training (train_step, lr `--lr`, real.run_config.WARM_SPOT_LR by default: a warm
+drafter's spot learning rate) on the checkpoint's drafter over the first 8 answers (up to 400 tokens each),
+with the target and drafter in bfloat16 and then in float32, and counts the weights that changed.
 
     python benchmarks/bench_bf16_updates.py --data answers.pt
 """

@@ -2,7 +2,8 @@
 idles, decodes too, or spot-trains the drafter.
 
     python benchmarks/bench_spot_interference.py [--model smollm2-135m] [--dtype bfloat16]
-        [--drafter CKPT] [--train-tokens 1024] [--batches 1,4,8] [--rounds 3] [--iterations 8] | tee benchmarks/results/bench_spot_interference.txt
+        [--drafter CKPT] [--train-tokens 1024] [--batches 1,4,8] [--rounds 3] [--iterations 8] \
+        | tee benchmarks/results/bench_spot_interference.txt
 
 Two worker processes, one torch thread each, as `tltsim real run --workers 2` places them. Worker 0 times
 `--iterations` plain decode iterations at each batch (real.profile.speed_probe's loop: prompts of random
@@ -51,8 +52,7 @@ def _worker(rank: int, args, port: int, out: str) -> None:
     rng = np.random.default_rng(rank)
     drafter = drafting.load(args.drafter or drafting.SHIPPED, target, args.model) if rank == 1 else None
     if drafter is not None:
-        optimizer = MasterWeightAdamW(drafter.parameters(), lr=0.0)
-        optimizer.optimizer.param_groups[0]["weight_decay"] = 0.0
+        optimizer = MasterWeightAdamW(drafter.parameters(), lr=0.0)  # AdamW's decay is lr-scaled: none either
         dtype = next(target.parameters()).dtype
         pairs = [(torch.tensor(t := rng.integers(3, vocab, size=args.train_tokens).tolist()),
                   torch.randn(len(t) - 1, target.config.hidden_size, dtype=dtype)) for _ in range(8)]
