@@ -170,3 +170,26 @@ def test_replay_takes_the_runs_spot_trainer_settings(tmp_path):
     # a batch: 8 sequences of the buffer's mean length (< 20 tokens) at 1000 tokens/s, so < 0.16 s past the barrier
     assert ((releases[8] > 0) & (releases[8] < 0.16)).all()
     assert np.allclose(releases[None], 0.0)
+
+
+def test_a_pairs_speedup_at_one_machine_speed():
+    """Under --speed the pair's speedup also comes at one machine speed: the measured one times the ratio of the
+    runs' time-weighted speed factors, and the predicted one from the unscaled replays."""
+    from tltsim.cost.profiled import Profiled
+    from tltsim.records import Result
+    from tltsim.analysis.validate import speed_factors
+
+    pair, profile = ["traces/real_verl_smollm2", "traces/real_tlt_smollm2"], "traces/smollm2_cpu_profile.csv"
+    scaled, unscaled = validate(pair, profile, speed=True).speedup, validate(pair, profile).speedup
+    cost = Profiled.fit(profile)
+    means = []
+    for run in pair:
+        result = Result.load(run)
+        f, steps = speed_factors(result, cost), result.steps.set_index("step")
+        means.append(sum(f[s] * t for s, t in steps["total_s"].items()) / steps["total_s"].sum())
+    assert scaled["speed_ratio"] == pytest.approx(means[1] / means[0])
+    assert scaled["speed_ratio"] != pytest.approx(1.0, abs=1e-3)  # the two runs did meet different speeds
+    assert scaled["measured_at_one_speed"] == pytest.approx(scaled["measured"] * scaled["speed_ratio"])
+    assert scaled["predicted_at_one_speed"] == pytest.approx(unscaled["predicted"])
+    assert scaled["predicted"] != pytest.approx(unscaled["predicted"])
+    assert "speed_ratio" not in unscaled

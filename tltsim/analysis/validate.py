@@ -19,6 +19,13 @@ ran then: a run measures, before every step, a fixed plain decode iteration of i
 factor (tltsim.cost.scaled.StepScaled). On a machine shared with others, whose speed moves by tens of
 percent between minutes, this separates the simulator's errors from the machine's drift; the
 unscaled comparison stays the test of the profile as a forecast.
+
+A pair's speedup under `speed=True` also comes at one machine speed: two runs made one after the other on
+such a machine ran at different speeds, and the ratio of their makespans carries that drift (benchmarks/results/NOTES.md has
+a pair whose two orders differ by about what speculation saved). `speed_ratio` is the second
+run's mean speed factor over the first's (each step's factor weighted by its measured seconds; above 1: the
+machine ran the second run slower); `measured_at_one_speed` is the measured speedup times it, and
+`predicted_at_one_speed` the ratio of the two unscaled replays' makespans, which the drift cannot reach.
 """
 from __future__ import annotations
 
@@ -152,6 +159,14 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
     return measured, predicted
 
 
+def _one_speed(run_dir: Path, measured: Result, cost) -> tuple[float, Result]:
+    """(the run's mean speed factor, each step's weighted by its measured seconds; its replay unscaled)."""
+    factors = speed_factors(measured, cost, str(run_dir))
+    total = measured.steps.set_index("step")["total_s"].astype(float)
+    mean = float(sum(factors[int(s)] * t for s, t in total.items()) / total.sum())
+    return mean, replay(run_dir, cost, speed=False)[1]
+
+
 class ReplayedQuality(TLTPolicy):
     """A speculative policy whose drafter quality at each step is the one measured in the real run."""
 
@@ -201,9 +216,10 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         if profile is None and not prof.exists():
             raise TltsimError(f"{d}: no profile given and none in the run directory; measure one with "
                               f"`tltsim real profile -o profile.csv` on the same machine and pass --profile profile.csv")
-        measured, pred = replay(d, Profiled.fit(prof), speed)
+        cost = Profiled.fit(prof)
+        measured, pred = replay(d, cost, speed)
         name = f"{measured.config.get('policy', d.name)} ({d.name})"
-        runs[name] = (measured, pred)
+        runs[name] = (measured, pred, _one_speed(d, measured, cost) if speed else None)
         predicted[name] = pred
         work.append(compare_work(name, measured, pred))
         diverged.append(divergences(name, measured, pred, measured.config.get("knobs") or {}))
@@ -225,10 +241,14 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
                         "predicted": np.nan, "error": float(errs.median())})
     speedup = None
     if len(runs) >= 2:
-        (a, (ma, pa)), (b, (mb, pb)) = list(runs.items())[:2]
+        (a, (ma, pa, oa)), (b, (mb, pb, ob)) = list(runs.items())[:2]
         meas = ma.summary["makespan_s"] / mb.summary["makespan_s"]
         pred_ = pa.summary["makespan_s"] / pb.summary["makespan_s"]
         speedup = {"baseline": a, "run": b, "measured": meas, "predicted": pred_, "error": pred_ / meas - 1}
+        if speed:
+            ratio = ob[0] / oa[0]
+            speedup.update(speed_ratio=ratio, measured_at_one_speed=meas * ratio,
+                           predicted_at_one_speed=oa[1].summary["makespan_s"] / ob[1].summary["makespan_s"])
     return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted, pd.concat(work, ignore_index=True),
                       _concat([d for d in diverged if len(d)], diverged[0]))
 

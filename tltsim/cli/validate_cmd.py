@@ -81,6 +81,11 @@ def cmd_validate(args) -> int:
         s = v.speedup
         print(f"\nspeedup of {s['run']} over {s['baseline']}: measured {s['measured']:.3f}, predicted "
               f"{s['predicted']:.3f} ({s['error']:+.1%})")
+        if "speed_ratio" in s:
+            pace = "slower" if s["speed_ratio"] > 1 else "faster"
+            print(f"at one machine speed (the speed probes ran {s['speed_ratio']:.3f}x as long during {s['run']}: the "
+                  f"machine was {pace} then): measured {s['measured_at_one_speed']:.3f}, predicted "
+                  f"{s['predicted_at_one_speed']:.3f}")
     print("\nwork domain (counted, not timed: the machine's speed does not move it; per step and engine in work.csv)")
     print(format_table(["run", "metric", "measured", "predicted", "error"],
                        [[r.run, r.metric, r.measured, r.predicted, r.error] for r in run_totals(v.work).itertuples()]))
