@@ -193,3 +193,23 @@ def test_a_pairs_speedup_at_one_machine_speed():
     assert scaled["predicted_at_one_speed"] == pytest.approx(unscaled["predicted"])
     assert scaled["predicted"] != pytest.approx(unscaled["predicted"])
     assert "speed_ratio" not in unscaled
+
+
+def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
+    """The what-if of benchmarks/bench_longtail_whatif.py: the verl run's responses under the tlt run's knobs, with
+    a drafter quality given per step; a better drafter speculates more and finishes sooner."""
+    from tltsim.cost.profiled import Profiled
+    from tltsim.records import Result
+    from tltsim.analysis.validate import measured_qualities, replay
+
+    verl, tlt, cost = "traces/real_verl_smollm2", "traces/real_tlt_smollm2", Profiled.fit("traces/smollm2_cpu_profile.csv")
+    run = Result.load(tlt)
+    _, own = replay(tlt, cost)
+    _, same = replay(tlt, cost, policy="tlt", knobs=run.config["knobs"], qualities=measured_qualities(run))
+    assert same.summary["makespan_s"] == pytest.approx(own.summary["makespan_s"])
+    _, plain = replay(verl, cost)
+    assert plain.summary.get("sd_share", 0.0) == 0.0
+    what_if = {q: replay(verl, cost, policy="tlt", knobs={**run.config["knobs"], "sd": "always"},
+                         qualities={s: q for s in range(3)})[1] for q in (0.2, 0.9)}
+    assert what_if[0.9].summary["sd_share"] > 0.5
+    assert what_if[0.9].summary["makespan_s"] < what_if[0.2].summary["makespan_s"]

@@ -128,9 +128,12 @@ def speed_factors(result: Result, cost, where: str = "run") -> dict[int, float]:
     return {int(s): float(v / ref) for s, v in during.items()}
 
 
-def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Result]:
+def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = None, knobs: dict | None = None,
+           qualities: dict[int, float] | None = None) -> tuple[Result, Result]:
     """(measured, predicted) for one run directory, with the given cost model (scaled by the run's per-step
-    speed factors when `speed`)."""
+    speed factors when `speed`). `policy`, `knobs` and `qualities` (per step, the drafter quality) replace the
+    run's own for a what-if on its responses (benchmarks/bench_longtail_whatif.py): what another policy, or
+    another drafter, would have made of them on this machine."""
     measured, trace = load_run(run_dir)
     if speed:
         cost = StepScaled(cost, speed_factors(measured, cost, str(run_dir)))
@@ -139,7 +142,7 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
     per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
     sim_cfg = SimConfig(
         trace=str(Path(run_dir) / TRACE_FILE),
-        policy=cfg.get("policy", "verl"),
+        policy=policy or cfg.get("policy", "verl"),
         cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine), split="trace"),
         rl=RLConfig(reward_s=0.0, balance_train=False,
                     micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0)),
@@ -147,14 +150,14 @@ def replay(run_dir: str | Path, cost, speed: bool = False) -> tuple[Result, Resu
         seed=int(cfg.get("seed", 0)),
         exact=True,
     )
-    knobs = dict(cfg.get("knobs") or {})
+    knobs = dict((cfg.get("knobs") or {}) if knobs is None else knobs)
     if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), stops at the end of its
         # batch in progress, and saves its drafter inside its training span, at this machine's speed (no fixed
         # seconds of a paper's checkpoint, which would also tie the samples to the machine's speed under --speed)
         knobs.update(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
     policy = make_policy(sim_cfg.policy, knobs)
     if isinstance(policy, TLTPolicy):
-        policy = ReplayedQuality(policy, measured_qualities(measured))
+        policy = ReplayedQuality(policy, measured_qualities(measured) if qualities is None else qualities)
     predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
     return measured, predicted
 
