@@ -1,0 +1,101 @@
+"""Where a drafter's acceptance has room to grow: its first draft on a run's recorded answers, against the target.
+
+    python benchmarks/bench_draft_acceptance.py [--run traces/real_verl_smollm2_longtail] [--answers 8]
+        [--drafter real/assets/smollm2-135m-longtail-drafter.pt] [--temperature 0.7]
+
+For each of `--answers` recorded answers of the run (every third of its first and fourth steps, answers.parquet),
+behind the prompt of a problem of the run's task (the same chat template and instruction; the run does not record
+its prompts' text), the target reads prompt and answer once (teacher forcing) and the drafter reads the target's
+features, as an EAGLE drafter does after its catch-up. At every answer position, with p the target's distribution
+at the run's temperature, the probability that a first draft is accepted:
+
+    argmax draft     p(d), d the drafter's most likely token: what real.sampling's rule accepts (drafts are
+                     the drafter's top tokens, point masses)
+    sampled draft    sum_x min(p(x), q(x)), q the drafter's distribution at the same temperature: what the
+                     speculative-sampling rule with draft probabilities would accept
+    target's argmax  max_x p(x): a drafter that always proposed the target's most likely token
+
+The first two apart say whether drafting by sampling would pay; the second two apart, how much a better drafter
+would. Recorded: results/bench_draft_acceptance.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+import torch
+
+from real import drafting
+from real.models import load_target, load_task
+from tltsim.analysis.table import format_table
+
+
+def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int], temperature: float) -> dict:
+    """Per-position means over `answer` of the three acceptance probabilities (module docstring)."""
+    x = torch.tensor(prompt + answer)[None]
+    n = x.shape[1] - 1
+    with torch.no_grad():
+        f = target.model(input_ids=x).last_hidden_state  # f_i: what the target's lm_head reads at token i
+        p = torch.softmax(target.lm_head(f[0, :-1]).float() / temperature, -1)  # p_i: the token after x_i
+        prev = torch.cat([f.new_zeros(1, 1, f.shape[2]), f[:, : n - 1]], 1)  # the drafter reads (x_i, f_{i-1})
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        mask = torch.zeros(1, 1, n, n, dtype=f.dtype).masked_fill(~causal, torch.finfo(f.dtype).min)
+        logits = drafter.head(drafter(x[:, :n], prev, torch.arange(n)[None], mask))[0].float() / temperature
+    q_draft = torch.softmax(logits, -1)
+    q = torch.zeros_like(p)
+    q[:, drafter.to_target(torch.arange(q_draft.shape[1]))] = q_draft
+    top = drafter.to_target(logits.argmax(-1))
+    answer_rows = slice(len(prompt) - 1, n)  # positions whose next token is an answer token
+    return {"argmax draft": float(p.gather(1, top[:, None])[answer_rows].mean()),
+            "sampled draft": float(torch.minimum(p, q)[answer_rows].sum(-1).mean()),
+            "target's argmax": float(p.max(-1).values[answer_rows].mean()),
+            "tokens": len(answer)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", default="traces/real_verl_smollm2_longtail")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--task", default="longtail")
+    ap.add_argument("--drafter", default="real/assets/smollm2-135m-longtail-drafter.pt")
+    ap.add_argument("--answers", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    target = load_target(args.model, dtype="float32")
+    drafter = drafting.load(args.drafter, target)
+    drafter.eval()
+    task = load_task(args.model, args.task)
+    answers = pd.read_parquet(f"{args.run}/answers.parquet")
+    steps = sorted(answers["step"].unique())
+    chosen = answers[answers["step"].isin([steps[0], steps[min(3, len(steps) - 1)]])].iloc[::3][: args.answers]
+    problems = task.sample(np.random.default_rng(0), len(chosen))
+    rows = []
+    for (_, a), problem in zip(chosen.iterrows(), problems):
+        r = first_draft_acceptance(target, drafter, task.prompt_ids(problem), [int(t) for t in a["tokens"]],
+                                   args.temperature)
+        rows.append({"step": int(a["step"]), "prompt": int(a["prompt_id"]), "sample": int(a["sample"]), **r})
+        print(f"  answer {len(rows)}/{len(chosen)}: {r['tokens']} tokens", file=sys.stderr, flush=True)
+    df = pd.DataFrame(rows)
+    weights = df["tokens"] / df["tokens"].sum()
+    cols = ["argmax draft", "sampled draft", "target's argmax"]
+    print(f"# python benchmarks/bench_draft_acceptance.py --run {args.run} --drafter {args.drafter} "
+          f"--answers {args.answers} --temperature {args.temperature} (float32)")
+    print(format_table(["step", "prompt", "sample", "tokens", *cols],
+                       [[r.step, r.prompt, r.sample, r.tokens, *[getattr(r, c.replace(" ", "_").replace("'", ""))
+                                                                 for c in cols]]
+                        for r in df.rename(columns=lambda c: c.replace(" ", "_").replace("'", "")).itertuples()]))
+    means = {c: float((df[c] * weights).sum()) for c in cols}
+    print("\nper answer token: " + ", ".join(f"{c} {v:.3f}" for c, v in means.items()))
+    chain = {c: sum(v ** k for k in range(5)) for c, v in means.items()}  # 1 + a + .. + a^4, if every depth took a
+    print("a chain of 4 accepting at that rate at every depth, tokens per target call (a bound: deeper drafts read "
+          "the drafter's own features, not the target's): "
+          + ", ".join(f"{c} {v:.2f}" for c, v in chain.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
