@@ -202,7 +202,8 @@ def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
     from tltsim.records import Result
     from tltsim.analysis.validate import measured_qualities, replay
 
-    verl, tlt, cost = "traces/real_verl_smollm2", "traces/real_tlt_smollm2", Profiled.fit("traces/smollm2_cpu_profile.csv")
+    verl, tlt = "traces/real_verl_smollm2", "traces/real_tlt_smollm2"
+    cost = Profiled.fit("traces/smollm2_cpu_profile.csv")
     run = Result.load(tlt)
     _, own = replay(tlt, cost)
     _, same = replay(tlt, cost, policy="tlt", knobs=run.config["knobs"], qualities=measured_qualities(run))

@@ -21,11 +21,11 @@ percent between minutes, this separates the simulator's errors from the machine'
 unscaled comparison stays the test of the profile as a forecast.
 
 A pair's speedup under `speed=True` also comes at one machine speed: two runs made one after the other on
-such a machine ran at different speeds, and the ratio of their makespans carries that drift (benchmarks/results/NOTES.md has
-a pair whose two orders differ by about what speculation saved). `speed_ratio` is the second
-run's mean speed factor over the first's (each step's factor weighted by its measured seconds; above 1: the
-machine ran the second run slower); `measured_at_one_speed` is the measured speedup times it, and
-`predicted_at_one_speed` the ratio of the two unscaled replays' makespans, which the drift cannot reach.
+such a machine ran at different speeds, and the ratio of their makespans carries that drift
+(benchmarks/results/NOTES.md has a pair whose two orders differ by about what speculation saved).
+`speed_ratio` is the second run's mean speed factor over the first's (each step's factor weighted by its
+measured seconds; above 1: the machine ran the second run slower); `measured_at_one_speed` is the measured
+speedup times it, and `predicted_at_one_speed` the ratio of the two unscaled replays' makespans, which the drift cannot reach.
 """
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         cost = Profiled.fit(prof)
         measured, pred = replay(d, cost, speed)
         name = f"{measured.config.get('policy', d.name)} ({d.name})"
-        runs[name] = (measured, pred, _one_speed(d, measured, cost) if speed else None)
+        runs[name] = (measured, pred, _one_speed(d, measured, cost) if speed and len(run_dirs) >= 2 else None)
         predicted[name] = pred
         work.append(compare_work(name, measured, pred))
         diverged.append(divergences(name, measured, pred, measured.config.get("knobs") or {}))
