@@ -85,9 +85,7 @@ def main(argv=None) -> int:
     print(f"# python benchmarks/bench_draft_acceptance.py --run {args.run} --drafter {args.drafter} "
           f"--answers {args.answers} --temperature {args.temperature} (float32)")
     print(format_table(["step", "prompt", "sample", "tokens", *cols],
-                       [[r.step, r.prompt, r.sample, r.tokens, *[getattr(r, c.replace(" ", "_").replace("'", ""))
-                                                                 for c in cols]]
-                        for r in df.rename(columns=lambda c: c.replace(" ", "_").replace("'", "")).itertuples()]))
+                       [[r["step"], r["prompt"], r["sample"], r["tokens"], *[r[c] for c in cols]] for r in rows]))
     means = {c: float((df[c] * weights).sum()) for c in cols}
     print("\nper answer token: " + ", ".join(f"{c} {v:.3f}" for c, v in means.items()))
     chain = {c: sum(v ** k for k in range(5)) for c, v in means.items()}  # 1 + a + .. + a^4, if every depth took a
