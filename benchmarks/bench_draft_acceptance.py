@@ -54,6 +54,15 @@ def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int]
             "tokens": len(answer)}
 
 
+COLUMNS = ("argmax draft", "sampled draft", "target's argmax")
+
+
+def per_token_means(results: list[dict]) -> dict:
+    """The three acceptance probabilities of `first_draft_acceptance`'s results, each answer weighted by its tokens."""
+    total = sum(r["tokens"] for r in results)
+    return {c: sum(r[c] * r["tokens"] for r in results) / total for c in COLUMNS}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="traces/real_verl_smollm2_longtail")
@@ -79,14 +88,12 @@ def main(argv=None) -> int:
                                    args.temperature)
         rows.append({"step": int(a["step"]), "prompt": int(a["prompt_id"]), "sample": int(a["sample"]), **r})
         print(f"  answer {len(rows)}/{len(chosen)}: {r['tokens']} tokens", file=sys.stderr, flush=True)
-    df = pd.DataFrame(rows)
-    weights = df["tokens"] / df["tokens"].sum()
-    cols = ["argmax draft", "sampled draft", "target's argmax"]
+    cols = COLUMNS
     print(f"# python benchmarks/bench_draft_acceptance.py --run {args.run} --drafter {args.drafter} "
           f"--answers {args.answers} --temperature {args.temperature} (float32)")
     print(format_table(["step", "prompt", "sample", "tokens", *cols],
                        [[r["step"], r["prompt"], r["sample"], r["tokens"], *[r[c] for c in cols]] for r in rows]))
-    means = {c: float((df[c] * weights).sum()) for c in cols}
+    means = per_token_means(rows)
     print("\nper answer token: " + ", ".join(f"{c} {v:.3f}" for c, v in means.items()))
     chain = {c: sum(v ** k for k in range(5)) for c, v in means.items()}  # 1 + a + .. + a^4, if every depth took a
     print("a chain of 4 accepting at that rate at every depth, tokens per target call (a bound: deeper drafts read "
