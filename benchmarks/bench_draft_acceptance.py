@@ -4,8 +4,8 @@
         [--drafter real/assets/smollm2-135m-longtail-drafter.pt] [--temperature 0.7]
 
 For each of `--answers` recorded answers of the run (every third of its first and fourth steps, answers.parquet),
-behind the prompt of a problem of the run's task (the same chat template and instruction; the run does not record
-its prompts' text), the target reads prompt and answer once (teacher forcing) and the drafter reads the target's
+behind its own prompt (the run records no prompt text; real.worker.step_problems rebuilds the step's problems from
+the run's seed), the target reads prompt and answer once (teacher forcing) and the drafter reads the target's
 features, as an EAGLE drafter does after its catch-up. At every answer position, with p the target's distribution
 at the run's temperature, the probability that a first draft is accepted:
 
@@ -21,14 +21,16 @@ would. Recorded: results/bench_draft_acceptance.txt.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from real import drafting
 from real.models import load_target, load_task
+from real.worker import step_problems
 from tltsim.analysis.table import format_table
 
 
@@ -57,6 +59,15 @@ def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int]
 COLUMNS = ("argmax draft", "sampled draft", "target's argmax")
 
 
+def recorded_prompts(run: str | Path, task, answers: pd.DataFrame) -> list[list[int]]:
+    """The prompt token ids each row of the run's `answers` (answers.parquet rows) was answering."""
+    config = json.loads((Path(run) / "config.json").read_text())
+    problems = {}
+    for step in answers["step"].unique():
+        problems[int(step)] = step_problems(task, config["seed"], int(step), config["prompts"])
+    return [task.prompt_ids(problems[int(a)][int(p)]) for a, p in zip(answers["step"], answers["prompt_id"])]
+
+
 def per_token_means(results: list[dict]) -> dict:
     """The three acceptance probabilities of `first_draft_acceptance`'s results, each answer weighted by its tokens."""
     total = sum(r["tokens"] for r in results)
@@ -81,11 +92,9 @@ def main(argv=None) -> int:
     answers = pd.read_parquet(f"{args.run}/answers.parquet")
     steps = sorted(answers["step"].unique())
     chosen = answers[answers["step"].isin([steps[0], steps[min(3, len(steps) - 1)]])].iloc[::3][: args.answers]
-    problems = task.sample(np.random.default_rng(0), len(chosen))
     rows = []
-    for (_, a), problem in zip(chosen.iterrows(), problems):
-        r = first_draft_acceptance(target, drafter, task.prompt_ids(problem), [int(t) for t in a["tokens"]],
-                                   args.temperature)
+    for (_, a), prompt in zip(chosen.iterrows(), recorded_prompts(args.run, task, chosen)):
+        r = first_draft_acceptance(target, drafter, prompt, [int(t) for t in a["tokens"]], args.temperature)
         rows.append({"step": int(a["step"]), "prompt": int(a["prompt_id"]), "sample": int(a["sample"]), **r})
         print(f"  answer {len(rows)}/{len(chosen)}: {r['tokens']} tokens", file=sys.stderr, flush=True)
     cols = COLUMNS

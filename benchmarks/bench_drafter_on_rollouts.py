@@ -3,8 +3,8 @@
     python benchmarks/bench_drafter_on_rollouts.py [--lr 3e-4] [--rounds 1]
 
 Continues the long-tail drafter (real/assets/smollm2-135m-longtail-drafter.pt, warmed on greedy answers) on the
-shipped verl run's sampled answers of steps 0-2 (behind prompts of the task's template, as
-bench_draft_acceptance.py puts them), ROUNDS x 100 AdamW steps of 8 answers at LR, and measures the first draft's
+shipped verl run's sampled answers of steps 0-2 (behind their own prompts, as bench_draft_acceptance.py puts
+them), ROUNDS x 100 AdamW steps of 8 answers at LR, and measures the first draft's
 acceptance (bench_draft_acceptance.first_draft_acceptance) on 8 answers of steps 3-5 before and after each round.
 float32, 2 threads. Recorded in results/NOTES.md (session 14).
 """
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bench_draft_acceptance import first_draft_acceptance, per_token_means
+from bench_draft_acceptance import first_draft_acceptance, per_token_means, recorded_prompts
 from real import drafting
 from real.models import load_target, load_task
 
@@ -34,23 +34,24 @@ def main(argv=None) -> int:
     torch.set_num_threads(2)
     target = load_target("smollm2-135m", dtype="float32")
     task = load_task("smollm2-135m", "longtail")
-    answers = pd.read_parquet("traces/real_verl_smollm2_longtail/answers.parquet")
+    run = "traces/real_verl_smollm2_longtail"
+    answers = pd.read_parquet(f"{run}/answers.parquet")
     train, test = answers[answers.step <= 2], answers[answers.step >= 3].iloc[::4][:8]
-    problems = task.sample(np.random.default_rng(1), len(train) + len(test))
+    train_prompts, test_prompts = recorded_prompts(run, task, train), recorded_prompts(run, task, test)
     drafter = drafting.load("real/assets/smollm2-135m-longtail-drafter.pt", target)
     drafter.eval()
 
     def evaluate(label: str) -> None:
-        results = [first_draft_acceptance(target, drafter, task.prompt_ids(p), [int(t) for t in a], TEMPERATURE)
-                   for a, p in zip(test.tokens, problems[len(train):])]
+        results = [first_draft_acceptance(target, drafter, p, [int(t) for t in a], TEMPERATURE)
+                   for a, p in zip(test.tokens, test_prompts)]
         print(label, {k: round(v, 3) for k, v in per_token_means(results).items()}, flush=True)
 
     evaluate("before")
     t0 = time.time()
     pairs = []
     with torch.no_grad():
-        for a, p in zip(train.tokens, problems[: len(train)]):
-            x = torch.tensor(task.prompt_ids(p) + [int(t) for t in a])
+        for a, p in zip(train.tokens, train_prompts):
+            x = torch.tensor(p + [int(t) for t in a])
             pairs.append((x, target.model(input_ids=x[None]).last_hidden_state[0, :-1]))
     print("features", round(time.time() - t0), "s", sum(len(x) for x, _ in pairs), "tokens", flush=True)
     for _ in range(args.rounds):

@@ -260,13 +260,16 @@ def _model_list(args) -> int:
 
 def add_drafter(sub) -> None:
     p = sub.add_parser("drafter", help="warm up a drafter offline on a pretrained target's word-problem answers",
-                       description="Collects the target's greedy answers (tokens and final hidden states) to training "
-                                   "word problems, picks a reduced draft vocabulary (the most frequent tokens), fits an "
+                       description="Collects the target's answers (greedy, or sampled with --temperature; tokens and "
+                                   "final hidden states) to training word problems, picks a reduced draft vocabulary (the most frequent tokens), fits an "
                                    "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory")
     d = {f.name: f.default for f in fields(WarmupSettings)}
     p.add_argument("--problems", type=whole(1), default=d["problems"], help="training problems answered")
+    p.add_argument("--temperature", type=number(above=0), default=None, help="sample the answers at this temperature, "
+                   "as the runs that will use the drafter sample their rollouts (default: greedy answers)")
+    p.add_argument("--lr", type=number(above=0), default=d["lr"], help="AdamW learning rate")
     p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
                    help="the chat task whose problems it answers (longtail: real/longtail.py)")
     p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
@@ -280,6 +283,8 @@ def add_drafter(sub) -> None:
                    help="the target's dtype throughout, as the runs that will use the drafter (bfloat16: the "
                         "features they will draft from, and a faster fit on CPUs with bf16 units)")
     p.add_argument("--data", default=None, help="file to keep the collected answers in and reuse (same settings)")
+    p.add_argument("--init", default=None, help="a drafter checkpoint to continue from (its input projection and "
+                   "layer; the draft vocabulary is these answers'), e.g. one warmed on greedy answers")
     p.set_defaults(func=_drafter)
 
 
@@ -290,17 +295,18 @@ def _drafter(args) -> int:
     check_output(args.out)
     if args.data:
         check_output(args.data)
-    check_apart({"-o": args.out, "--data": args.data}, {"--model": args.model})
+    check_apart({"-o": args.out, "--data": args.data}, {"--model": args.model, "--init": args.init})
     if args.out == args.data:
         raise TltsimError(f"-o and --data name one file, {args.out}; the answers and the drafter need a file each")
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
-        ("model", args.model), ("task", args.task), ("problems", args.problems), ("max_new_tokens", args.max_new_tokens),
-        ("vocab", args.vocab), ("steps", args.steps), ("unroll", args.unroll), ("heldout", args.heldout),
-        ("seed", args.seed), ("dtype", args.dtype), ("threads", args.threads))])
-    settings = WarmupSettings(problems=args.problems, max_new_tokens=args.max_new_tokens, vocab=args.vocab,
-                              steps=args.steps, unroll=args.unroll, heldout=args.heldout, seed=args.seed, task=args.task,
-                              dtype=args.dtype)
+        ("model", args.model), ("task", args.task), ("problems", args.problems), ("temperature", args.temperature),
+        ("max_new_tokens", args.max_new_tokens), ("vocab", args.vocab), ("steps", args.steps), ("lr", args.lr),
+        ("unroll", args.unroll), ("heldout", args.heldout), ("seed", args.seed), ("dtype", args.dtype),
+        ("init", args.init), ("threads", args.threads)) if v is not None])
+    settings = WarmupSettings(problems=args.problems, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                              vocab=args.vocab, steps=args.steps, lr=args.lr, unroll=args.unroll, heldout=args.heldout,
+                              seed=args.seed, task=args.task, dtype=args.dtype, init=args.init)
     result = make_drafter(args.model, args.out, settings, data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))

@@ -148,7 +148,8 @@ class ProfileSettings:
 class WarmupSettings:
     """The offline drafter warm-up of real.warmup.make_drafter (`tltsim real drafter`)."""
 
-    problems: int = 160  # training word problems the target answers (greedy)
+    problems: int = 160  # training word problems the target answers
+    temperature: float | None = None  # sample the answers at this temperature, as a run's rollouts (None: greedy)
     max_new_tokens: int = 128  # answer cap
     vocab: int = 2048  # draft vocabulary size (the most frequent tokens of the answers)
     steps: int = 400  # AdamW steps
@@ -160,10 +161,15 @@ class WarmupSettings:
     collect_batch: int = 16  # prompts decoded together while collecting
     task: str = "wordproblems"  # the chat task whose problems the target answers (longtail: real/longtail.py)
     dtype: str = "float32"  # the target's dtype while collecting, fitting and measuring (a run's --dtype)
+    init: str | None = None  # a drafter checkpoint whose trained weights the fit starts from (None: a fresh drafter)
 
     def __post_init__(self):
         if self.unroll < 1:
             raise TltsimError(f"--unroll {self.unroll}: must be >= 1")
+        if self.temperature is not None and not self.temperature > 0:
+            raise TltsimError(f"--temperature {self.temperature}: must be > 0 (omit it for greedy answers)")
+        if not self.lr > 0:
+            raise TltsimError(f"--lr {self.lr}: must be > 0")
 
 
 @dataclass(frozen=True)

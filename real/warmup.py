@@ -1,7 +1,8 @@
 """Offline drafter warm-up on a pretrained target's own generations on the word-problem task.
 
-`collect` runs the target (greedy, plain decoding) on training problems and keeps every sequence's
-tokens and the target's final hidden states, which are what the EAGLE drafter regresses onto
+`collect` runs the target (plain decoding; greedy, or sampled at a run's temperature so the drafter learns
+the text rollouts are made of) on training problems and keeps every sequence's tokens and the target's final
+hidden states, which are what the EAGLE drafter regresses onto
 (real.drafter). `draft_vocab` picks the `size` most frequent tokens of those sequences (EOS always
 in): the drafter proposes among them only (EAGLE-3's reduced draft vocabulary), so a draft step's
 head is a `size`-row slice of the target's lm_head instead of all of it; verification is untouched
@@ -21,7 +22,7 @@ from real.generate import generate
 from real.drafter import Drafter, DrafterLoss
 from real.evaluate import accepted_length
 from real.hub import known_name
-from real.settings import GenerateSettings, WarmupSettings
+from real.settings import GenerateSettings, SamplingParams, WarmupSettings
 from real.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 from tltsim.io import atomic_path
@@ -45,13 +46,17 @@ def shipped_drafter(model: str | Path) -> Path:
     return found
 
 
-def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_tokens: int = 128, log=None):
-    """(tokens long [L], features bf16 [L - 1, H]) per problem: prompt + the target's greedy response."""
+def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_tokens: int = 128,
+            temperature: float | None = None, seed: int = 0, log=None):
+    """(tokens long [L], features bf16 [L - 1, H]) per problem: prompt + the target's response, greedy, or
+    sampled at `temperature` (each batch's generator seeded from `seed` and the batch's start)."""
+    sampling = SamplingParams() if temperature is None else SamplingParams(greedy=False, temperature=temperature)
     pairs = []
     for start in range(0, len(problems), batch):
         chunk = problems[start: start + batch]
         gen = generate(target, [task.prompt_ids(p) for p in chunk],
-                       settings=GenerateSettings(max_new_tokens=max_new_tokens, collect_features=True))
+                       settings=GenerateSettings(max_new_tokens=max_new_tokens, collect_features=True,
+                                                 sampling=sampling, seed=seed * 1_000_003 + start))
         pairs += [(torch.tensor(f.prompt + f.tokens), f.features.to(torch.bfloat16)) for f in gen.finished]
         if log:
             log(f"collected {len(pairs)}/{len(problems)} sequences")
@@ -93,11 +98,17 @@ def coverage(pairs, vocab: torch.Tensor) -> float:
 
 
 def warm_up(target, pairs, vocab: torch.Tensor | None, steps: int, batch_size: int = 8, lr: float = 3e-3,
-            seed: int = 0, unroll: int = 1, log=None) -> tuple[Drafter, list[float]]:
-    """A fresh drafter (seeded) with draft vocabulary `vocab`, fitted on the pairs with `unroll` passes of the
-    training-time test (real.drafter.DrafterLoss); returns it and its losses."""
+            seed: int = 0, unroll: int = 1, init: Drafter | None = None, log=None) -> tuple[Drafter, list[float]]:
+    """A drafter with draft vocabulary `vocab`, fitted on the pairs with `unroll` passes of the training-time test
+    (real.drafter.DrafterLoss); returns it and its losses. It starts fresh (seeded), or from the trained weights
+    of the drafter `init`: those are its input projection and layer, while its head is rows of the target's, so
+    a drafter trained on other answers continues under this data's draft vocabulary."""
     dtype = next(target.parameters()).dtype
     drafter = Drafter.for_target(target, seed=seed, draft_vocab=vocab)
+    if init is not None:
+        trained = {k: v for k, v in init.state_dict().items() if k != "draft_vocab"}
+        missing = drafter.load_state_dict(trained, strict=False).missing_keys
+        assert set(missing) <= {"draft_vocab"}, missing  # the trained part is the same shape for one target
     losses = drafter.fit([(t, f.to(dtype)) for t, f in pairs], steps=steps, batch_size=batch_size, lr=lr, seed=seed,
                          weights=DrafterLoss(unroll=unroll), log=log)
     return drafter, losses
@@ -120,22 +131,26 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
     t0 = time.perf_counter()
     meta = {"model": known_name(model) or str(model), "task": s.task, "problems": s.problems, "seed": s.seed,
             "max_new_tokens": s.max_new_tokens, "batch": s.collect_batch, "dtype": s.dtype}
+    if s.temperature is not None:  # greedy collections' meta as before, so their --data files still match
+        meta["temperature"] = s.temperature
     target, task = load_target(model, dtype=s.dtype), load_task(model, s.task)
+    init = Drafter.load(s.init, target) if s.init else None  # a bad --init fails here, before the collection
     pairs = load_pairs(data, meta) if data else None
     if pairs is None:
         train = task.sample(np.random.default_rng(s.seed), s.problems, split="train")
-        pairs = collect(target, task, train, batch=s.collect_batch, max_new_tokens=s.max_new_tokens, log=log)
+        pairs = collect(target, task, train, batch=s.collect_batch, max_new_tokens=s.max_new_tokens,
+                        temperature=s.temperature, seed=s.seed, log=log)
         if data:
             save_pairs(pairs, data, meta)
     t1 = time.perf_counter()
     eos = target.generation_config.eos_token_id
     ids = draft_vocab(pairs, s.vocab, [eos] if isinstance(eos, int) else list(eos or []))
-    drafter, losses = warm_up(target, pairs, ids, s.steps, s.batch_size, s.lr, s.seed, s.unroll,
+    drafter, losses = warm_up(target, pairs, ids, s.steps, s.batch_size, s.lr, s.seed, s.unroll, init,
                               log=lambda step, loss: log(f"step {step}/{s.steps} loss {loss:.3f}") if step % 25 == 0 else None)
     t2 = time.perf_counter()
     provenance = {**meta, "tokens": int(sum(len(t) for t, _ in pairs)), "draft_vocab": len(ids),
-                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "steps": s.steps, "unroll": s.unroll,
-                  "batch_size": s.batch_size, "lr": s.lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
+                  "draft_vocab_coverage": round(coverage(pairs, ids), 4), "init": s.init, "steps": s.steps,
+                  "unroll": s.unroll, "batch_size": s.batch_size, "lr": s.lr, "final_loss": round(float(np.mean(losses[-20:])), 4),
                   "heldout_problems": s.heldout, "heldout_tokens_per_call_4_1_4":
                       round(heldout_tokens_per_call(target, drafter, task, s.heldout, s.seed, s.max_new_tokens), 3),
                   "collect_s": round(t1 - t0, 1), "train_s": round(t2 - t1, 1), "command": command}

@@ -36,6 +36,13 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
+def step_problems(task, seed: int, step: int, prompts: int) -> list:
+    """The `prompts` problems a run with `seed` poses at `step`. A run records no prompt text, but its answers'
+    `prompt_id` (answers.parquet, trace.parquet) indexes this list, so a recorded answer's prompt is
+    `task.prompt_ids(step_problems(task, config["seed"], step, config["prompts"])[prompt_id])`."""
+    return task.sample(np.random.default_rng(_seed(seed, step)), prompts)
+
+
 class Worker:
     """One rank's state across the run (model, drafter, policy objects) and its step loop."""
 
@@ -197,7 +204,7 @@ class Worker:
         t0 = t0[0]
         if self.dispatcher:
             self.dispatcher.start(step, t0)
-        problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, step)), cfg.prompts)
+        problems = step_problems(self.task, cfg.seed, step, cfg.prompts)
         mine = np.array_split(np.arange(cfg.prompts), self.world)[self.rank].tolist()
         rows = [(pid, j) for pid in mine for j in range(cfg.group)]
         prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]

@@ -514,6 +514,8 @@ REAL_PATHS = {
     "real drafter -o a directory": (["drafter", "-o", "userdir"], "userdir: is a directory; name a file"),
     "real drafter -o its --data": (["drafter", "-o", "d.pt", "--data", "d.pt"], "-o and --data name one file"),
     "real drafter --data a directory": (["drafter", "-o", "d.pt", "--data", "userdir"], "userdir: is a directory"),
+    "real drafter --temperature 0": (["drafter", "-o", "d.pt", "--temperature", "0"], "--temperature"),
+    "real drafter -o its --init": (["drafter", "--init", "file.txt", "-o", "file.txt"], "is also --init"),
     "real run -o a user's directory": (["run", "-o", "ud_config"], "ud_config: exists and is not empty or a run"),
     "real run -o a file": (["run", "-o", "file.txt"], "is a file, not a directory"),
     "real run --device tpu": (["run", "--device", "tpu", "-o", "r_out"], "invalid choice: 'tpu'"),

@@ -19,7 +19,8 @@ from real.run import RunConfig, launch
 from real.settings import ProfileSettings, SamplingParams
 from real.task import GcdTask
 from real.wordproblems import INSTRUCTION, WordProblemTask
-from real.worker import _seed
+from real.recorder import recorded_answers
+from real.worker import step_problems
 from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
 
@@ -85,7 +86,7 @@ def runs(chat_model, tmp_path_factory):
 def test_runs_on_a_chat_model_are_recorded_in_the_schema(runs, chat_model):
     out, cfg = runs
     task = load_task(chat_model)
-    problems = task.sample(np.random.default_rng(_seed(cfg.seed, 0)), cfg.prompts)
+    problems = step_problems(task, cfg.seed, 0, cfg.prompts)
     for policy in ("tlt", "verl"):
         res = Result.load(out / policy)
         assert list(res.timeline.columns) == TIMELINE_COLUMNS and set(STEP_COLUMNS) <= set(res.steps.columns)
@@ -96,6 +97,10 @@ def test_runs_on_a_chat_model_are_recorded_in_the_schema(runs, chat_model):
         assert (trace["response_len"] >= 1).all() and (trace["response_len"] <= CAP).all()
         # the prompts are the step's word problems through the chat template, not gcd prompts
         assert trace["prompt_len"].tolist() == [len(task.prompt_ids(problems[i])) for i in trace["prompt_id"]]
+        # and each recorded answer, under the problem step_problems gives it, earns the reward the run recorded
+        answers = recorded_answers(out / policy)
+        assert [task.reward(problems[r.prompt_id], answers[(r.step, r.prompt_id, r.sample)]) for r in trace.itertuples()] \
+            == trace["reward"].tolist()
     assert (Result.load(out / "tlt").timeline["state"] == "spec_decode").any()
     # the checkpoint's target carries the tokenizer, so the task is found there again
     assert isinstance(load_task(out / "tlt" / "checkpoint" / "target"), WordProblemTask)
@@ -143,4 +148,44 @@ def test_drafter_cli_warms_up_on_the_models_own_answers_and_records_how(chat_mod
         main(args[:-2] + ["--unroll", "0", "-o", str(tmp_path / "bad.pt")])
     err = capsys.readouterr().err.strip().splitlines()
     assert exit_.value.code == 2 and len(err) == 1 and "argument --unroll: 0 is out of range" in err[0]
+    assert not (tmp_path / "bad.pt").exists()
+
+
+def test_drafter_cli_can_warm_up_on_sampled_answers_and_continue_a_drafter(chat_model, tmp_path, capsys):
+    """--temperature samples the answers (seeded: the same seed, the same answers) and records it; greedy answers
+    kept in --data are not reused for sampled ones. --init continues a drafter's trained weights under the new
+    answers' draft vocabulary."""
+    import torch
+
+    from real.drafter import Drafter
+    from tltsim.cli import main
+
+    common = ["real", "drafter", "--model", str(chat_model), "--problems", "4", "--max-new-tokens", "8",
+              "--heldout", "1", "--vocab", "40"]
+    runs = {}
+    for name, extra in (("greedy", ["--steps", "20", "--lr", "0.01"]), ("hot", ["--temperature", "5", "--steps", "1"]),
+                        ("hot_again", ["--temperature", "5", "--steps", "1"])):
+        data = tmp_path / f"{name}.answers"
+        assert main(common + extra + ["--data", str(data), "-o", str(tmp_path / f"{name}.pt")]) == 0
+        runs[name] = torch.load(data, weights_only=True)
+    meta = torch.load(tmp_path / "greedy.pt", weights_only=True)["meta"]
+    assert meta["lr"] == 0.01 and "--lr 0.01" in meta["command"] and meta["init"] is None
+    meta = torch.load(tmp_path / "hot.pt", weights_only=True)["meta"]
+    assert meta["temperature"] == 5 and "--temperature 5" in meta["command"]
+    assert "temperature" not in runs["greedy"]["meta"] and runs["hot"]["meta"]["temperature"] == 5
+    tokens = {k: [t.tolist() for t, _ in v["pairs"]] for k, v in runs.items()}
+    assert tokens["hot"] == tokens["hot_again"] and tokens["hot"] != tokens["greedy"]
+
+    cont = tmp_path / "cont.pt"  # one step at a vanishing rate: the greedy drafter's weights, the hot vocabulary
+    assert main(common + ["--temperature", "5", "--steps", "1", "--lr", "1e-12", "--data", str(tmp_path / "hot.answers"),
+                          "--init", str(tmp_path / "greedy.pt"), "-o", str(cont)]) == 0
+    target = load_target(chat_model)
+    greedy, hot, continued = (Drafter.load(tmp_path / f"{n}.pt", target) for n in ("greedy", "hot", "cont"))
+    assert torch.load(cont, weights_only=True)["meta"]["init"] == str(tmp_path / "greedy.pt")
+    assert continued.draft_vocab.tolist() == hot.draft_vocab.tolist() != greedy.draft_vocab.tolist()
+    assert torch.equal(continued.fc.weight, greedy.fc.weight) and not torch.equal(hot.fc.weight, greedy.fc.weight)
+    capsys.readouterr()  # a bad --init: one line and exit 2, before any answer is collected
+    assert main(common + ["--init", str(tmp_path / "hot.answers"), "-o", str(tmp_path / "bad.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hot.answers: not a drafter checkpoint" in err[0] and "collected" not in err[0]
     assert not (tmp_path / "bad.pt").exists()
