@@ -261,8 +261,9 @@ def _model_list(args) -> int:
 def add_drafter(sub) -> None:
     p = sub.add_parser("drafter", help="warm up a drafter offline on a pretrained target's word-problem answers",
                        description="Collects the target's answers (greedy, or sampled with --temperature; tokens and "
-                                   "final hidden states) to training word problems, picks a reduced draft vocabulary (the most frequent tokens), fits an "
-                                   "EAGLE drafter, measures tokens per target call on held-out problems; writes it in bf16.")
+                                   "final hidden states) to training word problems, picks a reduced draft vocabulary "
+                                   "(the most frequent tokens), fits an EAGLE drafter, measures tokens per target call on "
+                                   "held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory")
     d = {f.name: f.default for f in fields(WarmupSettings)}
