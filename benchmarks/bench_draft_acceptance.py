@@ -16,7 +16,8 @@ at the run's temperature, the probability that a first draft is accepted:
     target's argmax  max_x p(x): a drafter that always proposed the target's most likely token
 
 The first two apart say whether drafting by sampling would pay; the second two apart, how much a better drafter
-would. Recorded: results/bench_draft_acceptance.txt.
+would. A second table splits the answer tokens by kind (token_kinds: a number or text, seen earlier in the
+rollout or new), which says what the drafter misses and whether the rollout's own history holds it. Recorded: results/bench_draft_acceptance.txt.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -50,10 +52,10 @@ def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int]
     q[:, drafter.to_target(torch.arange(q_draft.shape[1]))] = q_draft
     top = drafter.to_target(logits.argmax(-1))
     answer_rows = slice(len(prompt) - 1, n)  # positions whose next token is an answer token
-    return {"argmax draft": float(p.gather(1, top[:, None])[answer_rows].mean()),
-            "sampled draft": float(torch.minimum(p, q)[answer_rows].sum(-1).mean()),
-            "target's argmax": float(p.max(-1).values[answer_rows].mean()),
-            "tokens": len(answer)}
+    at = {"argmax draft": p.gather(1, top[:, None])[answer_rows, 0], "sampled draft":
+          torch.minimum(p, q)[answer_rows].sum(-1), "target's argmax": p.max(-1).values[answer_rows]}
+    return {**{c: float(v.mean()) for c, v in at.items()}, "tokens": len(answer),
+            "per_token": {c: v.numpy() for c, v in at.items()}}
 
 
 COLUMNS = ("argmax draft", "sampled draft", "target's argmax")
@@ -74,6 +76,32 @@ def per_token_means(results: list[dict]) -> dict:
     return {c: sum(r[c] * r["tokens"] for r in results) / total for c in COLUMNS}
 
 
+KINDS = ("number, seen", "number, new", "text, seen", "text, new")
+
+
+def token_kinds(tokenizer, prompt: list[int], answer: list[int], context: int = 3) -> list[str]:
+    """Each answer token's kind (KINDS): a number (its text has a digit) or text, and seen (it and the `context`
+    tokens before it occurred together earlier in prompt and answer: a lookup in the rollout's own history could
+    have drafted it) or new."""
+    x, seen, kinds = prompt + answer, set(), []
+    for i in range(len(x)):
+        gram = tuple(x[max(0, i - context): i + 1])
+        if i >= len(prompt):
+            number = any(ch.isdigit() for ch in tokenizer.decode([x[i]]))
+            kinds.append(f"{'number' if number else 'text'}, {'seen' if gram in seen else 'new'}")
+        seen.add(gram)
+    return kinds
+
+
+def by_kind(tokenizer, prompts: list[list[int]], answers: list[list[int]], results: list[dict]) -> list[list]:
+    """Rows of (kind, share of the answer tokens, the three acceptance probabilities) over token_kinds: what the
+    drafter misses, and whether the rollout's history holds it."""
+    kinds = np.concatenate([token_kinds(tokenizer, p, a) for p, a in zip(prompts, answers)])
+    per_token = {c: np.concatenate([r["per_token"][c] for r in results]) for c in COLUMNS}
+    return [[k, float(np.mean(kinds == k)), *[float(per_token[c][kinds == k].mean()) for c in COLUMNS]]
+            for k in KINDS if (kinds == k).any()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="traces/real_verl_smollm2_longtail")
@@ -92,8 +120,8 @@ def main(argv=None) -> int:
     answers = pd.read_parquet(f"{args.run}/answers.parquet")
     steps = sorted(answers["step"].unique())
     chosen = answers[answers["step"].isin([steps[0], steps[min(3, len(steps) - 1)]])].iloc[::3][: args.answers]
-    rows = []
-    for (_, a), prompt in zip(chosen.iterrows(), recorded_prompts(args.run, task, chosen)):
+    rows, prompts = [], recorded_prompts(args.run, task, chosen)
+    for (_, a), prompt in zip(chosen.iterrows(), prompts):
         r = first_draft_acceptance(target, drafter, prompt, [int(t) for t in a["tokens"]], args.temperature)
         rows.append({"step": int(a["step"]), "prompt": int(a["prompt_id"]), "sample": int(a["sample"]), **r})
         print(f"  answer {len(rows)}/{len(chosen)}: {r['tokens']} tokens", file=sys.stderr, flush=True)
@@ -108,6 +136,9 @@ def main(argv=None) -> int:
     print("a chain of 4 accepting at that rate at every depth, tokens per target call (a bound: deeper drafts read "
           "the drafter's own features, not the target's): "
           + ", ".join(f"{c} {v:.2f}" for c, v in chain.items()))
+    print("\nby the kind of token drafted (seen: it and the 3 tokens before it occurred earlier in prompt or answer):")
+    answers = [[int(t) for t in a] for a in chosen["tokens"]]
+    print(format_table(["kind", "share", *cols], by_kind(task.tokenizer, prompts, answers, rows)))
     return 0
 
 
