@@ -14,10 +14,14 @@ at the run's temperature, the probability that a first draft is accepted:
     sampled draft    sum_x min(p(x), q(x)), q the drafter's distribution at the same temperature: what the
                      speculative-sampling rule with draft probabilities would accept
     target's argmax  max_x p(x): a drafter that always proposed the target's most likely token
+    history draft    p(h), h the history drafter's first draft (real.suffix; its history only this answer and its
+                     prompt: less than a run's, which also holds the siblings' and earlier steps' answers)
+    hybrid draft     p(h) where real.hybrid's rule takes the history draft (a long, confident match), else p(d)
 
-The first two apart say whether drafting by sampling would pay; the second two apart, how much a better drafter
-would. A second table splits the answer tokens by kind (token_kinds: a number or text, seen earlier in the
-rollout or new), which says what the drafter misses and whether the rollout's own history holds it. Recorded: results/bench_draft_acceptance.txt.
+The first two apart say whether drafting by sampling would pay; the first and third apart, how much a better
+drafter would; the last two, what drafting from the rollout's history would take of that. A second table splits
+the answer tokens by kind (token_kinds: a number or text, seen earlier in the rollout or new), which says what
+the drafter misses and whether the rollout's own history holds it. Recorded: results/bench_draft_acceptance.txt.
 """
 from __future__ import annotations
 
@@ -31,9 +35,14 @@ import pandas as pd
 import torch
 
 from real import drafting
+from real.hybrid import MIN_EXPECTED, MIN_MATCH
+from real.suffix import SuffixDrafter
 from real.models import load_target, load_task
 from real.worker import step_problems
 from tltsim.analysis.table import format_table
+
+COLUMNS = ("argmax draft", "sampled draft", "target's argmax", "history draft", "hybrid draft")
+CHAIN = 4  # drafts a history match is judged on, as for a 4_1_4 chain
 
 
 def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int], temperature: float) -> dict:
@@ -54,11 +63,30 @@ def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int]
     answer_rows = slice(len(prompt) - 1, n)  # positions whose next token is an answer token
     at = {"argmax draft": p.gather(1, top[:, None])[answer_rows, 0], "sampled draft":
           torch.minimum(p, q)[answer_rows].sum(-1), "target's argmax": p.max(-1).values[answer_rows]}
+    history, hybrid = history_drafts(prompt, answer, top[answer_rows].tolist())
+    at["history draft"] = p[answer_rows].gather(1, torch.tensor(history)[:, None])[:, 0]
+    at["hybrid draft"] = p[answer_rows].gather(1, torch.tensor(hybrid)[:, None])[:, 0]
     return {**{c: float(v.mean()) for c, v in at.items()}, "tokens": len(answer),
             "per_token": {c: v.numpy() for c, v in at.items()}}
 
 
-COLUMNS = ("argmax draft", "sampled draft", "target's argmax")
+def history_drafts(prompt: list[int], answer: list[int], trained: list[int], n: int = CHAIN) -> tuple[list, list]:
+    """At each answer position, the first draft of the history drafter (real.suffix, its history this answer and
+    its prompt alone: no siblings, no earlier steps) and of the hybrid (real.hybrid's rule: the history draft where
+    its match of `n` drafts is long and confident, else the trained drafter's, `trained`)."""
+    session = SuffixDrafter().session()
+    session.add([prompt])
+    history, hybrid = [], []
+    for r in range(len(answer)):
+        committed = prompt + answer[:r]
+        session.catch_up([committed])
+        m = session.matches(n)[0]
+        history.append(m.tokens[0] if m.tokens else committed[-1])  # no match: the chain repeats its root
+        sure = m.length >= MIN_MATCH and m.expected >= MIN_EXPECTED
+        hybrid.append(history[-1] if sure else trained[r])
+    return history, hybrid
+
+
 
 
 def recorded_prompts(run: str | Path, task, answers: pd.DataFrame) -> list[list[int]]:
@@ -132,7 +160,7 @@ def main(argv=None) -> int:
                        [[r["step"], r["prompt"], r["sample"], r["tokens"], *[r[c] for c in cols]] for r in rows]))
     means = per_token_means(rows)
     print("\nper answer token: " + ", ".join(f"{c} {v:.3f}" for c, v in means.items()))
-    chain = {c: sum(v ** k for k in range(5)) for c, v in means.items()}  # 1 + a + .. + a^4, if every depth took a
+    chain = {c: sum(means[c] ** k for k in range(5)) for c in COLUMNS[:3]}  # 1 + a + .. + a^4, if every depth took a
     print("a chain of 4 accepting at that rate at every depth, tokens per target call (a bound: deeper drafts read "
           "the drafter's own features, not the target's): "
           + ", ".join(f"{c} {v:.2f}" for c, v in chain.items()))
