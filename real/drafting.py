@@ -96,7 +96,10 @@ def kind(name: str) -> type:
 
 def load(name: str | Path, target, model: str | Path | None = None) -> Drafting:
     """The drafter `name` names for `target`: SHIPPED (the trained drafter shipped for the known model `model`),
-    a kind name of DRAFTERS (its `build(target, model)`), or else a path to a trained drafter's checkpoint."""
+    a kind name of DRAFTERS (its `build(target, model)`), "hybrid:NAME" (the hybrid over the trained drafter NAME
+    names, with a fresh history), or else a path to a trained drafter's checkpoint."""
+    if str(name).startswith("hybrid:"):
+        return kind("hybrid")(load(str(name)[len("hybrid:"):], target, model), kind("suffix")())
     if name == SHIPPED:
         return kind("eagle").build(target, model)
     if str(name) in DRAFTERS:

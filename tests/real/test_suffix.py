@@ -117,10 +117,16 @@ def test_the_registry_loads_every_kind(tmp_path):
     Drafter.for_target(model, seed=1).save(path)
     assert isinstance(drafting.load("suffix", model), SuffixDrafter)
     assert isinstance(drafting.load(path, model), Drafter)
+    hybrid = drafting.load(f"hybrid:{path}", model)  # the hybrid over that checkpoint, with a fresh history
+    assert isinstance(hybrid, HybridDrafter) and isinstance(hybrid.history, SuffixDrafter)
+    assert all(torch.equal(a, b) for a, b in zip(hybrid.trained.state_dict().values(),
+                                                  Drafter.load(path, model).state_dict().values()))
     for name in drafting.DRAFTERS:
         assert drafting.kind(name).kind == name
     with pytest.raises(TltsimError, match="not shipped, a kind"):
         drafting.load(tmp_path / "missing.pt", model)
+    with pytest.raises(TltsimError, match="not shipped, a kind"):
+        drafting.load(f"hybrid:{tmp_path / 'missing.pt'}", model)
 
 
 def _hybrid(arch, kind, **kw):
