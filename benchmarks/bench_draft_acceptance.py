@@ -21,7 +21,8 @@ at the run's temperature, the probability that a first draft is accepted:
 The first two apart say whether drafting by sampling would pay; the first and third apart, how much a better
 drafter would; the last two, what drafting from the rollout's history would take of that. A second table splits
 the answer tokens by kind (token_kinds: a number or text, seen earlier in the rollout or new), which says what
-the drafter misses and whether the rollout's own history holds it. Recorded: results/bench_draft_acceptance.txt.
+the drafter misses and whether the rollout's own history holds it; a third, the hybrid's first draft under other
+thresholds of its rule. Recorded: results/bench_draft_acceptance.txt.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from tltsim.analysis.table import format_table
 
 COLUMNS = ("argmax draft", "sampled draft", "target's argmax", "history draft", "hybrid draft")
 CHAIN = 4  # drafts a history match is judged on, as for a 4_1_4 chain
+RULES = [(m, e) for m in (2, 4, 6) for e in (0.0, 0.5, 0.9, 1.0, 1.5)]  # the hybrid's (min_match, min_expected) swept
 
 
 def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int], temperature: float) -> dict:
@@ -63,30 +65,41 @@ def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int]
     answer_rows = slice(len(prompt) - 1, n)  # positions whose next token is an answer token
     at = {"argmax draft": p.gather(1, top[:, None])[answer_rows, 0], "sampled draft":
           torch.minimum(p, q)[answer_rows].sum(-1), "target's argmax": p.max(-1).values[answer_rows]}
-    history, hybrid = history_drafts(prompt, answer, top[answer_rows].tolist())
-    at["history draft"] = p[answer_rows].gather(1, torch.tensor(history)[:, None])[:, 0]
-    at["hybrid draft"] = p[answer_rows].gather(1, torch.tensor(hybrid)[:, None])[:, 0]
+    matches, history = history_drafts(prompt, answer)
+    trained = top[answer_rows].tolist()
+    on_answer = p[answer_rows]
+
+    def accepted(drafts: list[int]) -> torch.Tensor:
+        return on_answer.gather(1, torch.tensor(drafts)[:, None])[:, 0]
+
+    at["history draft"] = accepted(history)
+    at["hybrid draft"] = accepted(hybrid_drafts(matches, history, trained, MIN_MATCH, MIN_EXPECTED))
+    rules = {rule: accepted(hybrid_drafts(matches, history, trained, *rule)).numpy() for rule in RULES}
     return {**{c: float(v.mean()) for c, v in at.items()}, "tokens": len(answer),
-            "per_token": {c: v.numpy() for c, v in at.items()}}
+            "per_token": {c: v.numpy() for c, v in at.items()}, "rules": rules}
 
 
-def history_drafts(prompt: list[int], answer: list[int], trained: list[int], n: int = CHAIN) -> tuple[list, list]:
-    """At each answer position, the first draft of the history drafter (real.suffix, its history this answer and
-    its prompt alone: no siblings, no earlier steps) and of the hybrid (real.hybrid's rule: the history draft where
-    its match of `n` drafts is long and confident, else the trained drafter's, `trained`)."""
+def history_drafts(prompt: list[int], answer: list[int], n: int = CHAIN) -> tuple[list, list[int]]:
+    """At each answer position, the history drafter's match of up to `n` drafts (real.suffix; its history this
+    answer and its prompt alone: no siblings, no earlier steps) and its first draft."""
     session = SuffixDrafter().session()
     session.add([prompt])
-    history, hybrid = [], []
+    matches, history = [], []
     for r in range(len(answer)):
         committed = prompt + answer[:r]
         session.catch_up([committed])
         m = session.matches(n)[0]
+        matches.append(m)
         history.append(m.tokens[0] if m.tokens else committed[-1])  # no match: the chain repeats its root
-        sure = m.length >= MIN_MATCH and m.expected >= MIN_EXPECTED
-        hybrid.append(history[-1] if sure else trained[r])
-    return history, hybrid
+    return matches, history
 
 
+def hybrid_drafts(matches: list, history: list[int], trained: list[int], min_match: int,
+                  min_expected: float) -> list[int]:
+    """real.hybrid's rule at each position: the history draft where its match is at least `min_match` tokens long and
+    expects at least `min_expected` accepted drafts, else the trained drafter's."""
+    return [h if m.length >= min_match and m.expected >= min_expected else t
+            for m, h, t in zip(matches, history, trained)]
 
 
 def recorded_prompts(run: str | Path, task, answers: pd.DataFrame) -> list[list[int]]:
@@ -167,6 +180,10 @@ def main(argv=None) -> int:
     print("\nby the kind of token drafted (seen: it and the 3 tokens before it occurred earlier in prompt or answer):")
     answers = [[int(t) for t in a] for a in chosen["tokens"]]
     print(format_table(["kind", "share", *cols], by_kind(task.tokenizer, prompts, answers, rows)))
+    print(f"\nthe hybrid's first draft by its rule (real.hybrid: min_match {MIN_MATCH}, min_expected {MIN_EXPECTED}):")
+    total = sum(r["tokens"] for r in rows)
+    print(format_table(["min_match", "min_expected", "hybrid draft"],
+                       [[m, e, sum(float(r["rules"][(m, e)].sum()) for r in rows) / total] for m, e in RULES]))
     return 0
 
 
