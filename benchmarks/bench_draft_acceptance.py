@@ -48,7 +48,8 @@ RULES = [(m, e) for m in (2, 4, 6) for e in (0.0, 0.5, 0.9, 1.0, 1.5)]  # the hy
 
 
 def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int], temperature: float) -> dict:
-    """Per-position means over `answer` of the three acceptance probabilities (module docstring)."""
+    """Means over `answer`'s positions of the acceptance probabilities (COLUMNS, module docstring), the same per
+    position (`per_token`), and the hybrid's per position under each rule of RULES (`rules`)."""
     x = torch.tensor(prompt + answer)[None]
     n = x.shape[1] - 1
     with torch.no_grad():
@@ -112,7 +113,7 @@ def recorded_prompts(run: str | Path, task, answers: pd.DataFrame) -> list[list[
 
 
 def per_token_means(results: list[dict]) -> dict:
-    """The three acceptance probabilities of `first_draft_acceptance`'s results, each answer weighted by its tokens."""
+    """The acceptance probabilities of `first_draft_acceptance`'s results, each answer weighted by its tokens."""
     total = sum(r["tokens"] for r in results)
     return {c: sum(r[c] * r["tokens"] for r in results) / total for c in COLUMNS}
 
@@ -135,7 +136,7 @@ def token_kinds(tokenizer, prompt: list[int], answer: list[int], context: int = 
 
 
 def by_kind(tokenizer, prompts: list[list[int]], answers: list[list[int]], results: list[dict]) -> list[list]:
-    """Rows of (kind, share of the answer tokens, the three acceptance probabilities) over token_kinds: what the
+    """Rows of (kind, share of the answer tokens, the acceptance probabilities) over token_kinds: what the
     drafter misses, and whether the rollout's history holds it."""
     kinds = np.concatenate([token_kinds(tokenizer, p, a) for p, a in zip(prompts, answers)])
     per_token = {c: np.concatenate([r["per_token"][c] for r in results]) for c in COLUMNS}
