@@ -36,9 +36,9 @@ import pandas as pd
 import torch
 
 from real import drafting
-from real.hybrid import MIN_EXPECTED, MIN_MATCH
-from real.suffix import SuffixDrafter
+from real.hybrid import MIN_EXPECTED, MIN_MATCH, sure
 from real.models import load_target, load_task
+from real.suffix import SuffixDrafter
 from real.worker import step_problems
 from tltsim.analysis.table import format_table
 
@@ -97,10 +97,9 @@ def history_drafts(prompt: list[int], answer: list[int], n: int = CHAIN) -> tupl
 
 def hybrid_drafts(matches: list, history: list[int], trained: list[int], min_match: int,
                   min_expected: float) -> list[int]:
-    """real.hybrid's rule at each position: the history draft where its match is at least `min_match` tokens long and
-    expects at least `min_expected` accepted drafts, else the trained drafter's."""
-    return [h if m.length >= min_match and m.expected >= min_expected else t
-            for m, h, t in zip(matches, history, trained)]
+    """real.hybrid's rule (real.hybrid.sure) at each position: the history draft where its match is at least
+    `min_match` tokens long and expects at least `min_expected` accepted drafts, else the trained drafter's."""
+    return [h if sure(m, min_match, min_expected) else t for m, h, t in zip(matches, history, trained)]
 
 
 def recorded_prompts(run: str | Path, task, answers: pd.DataFrame) -> list[list[int]]:

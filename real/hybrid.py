@@ -21,6 +21,11 @@ MIN_MATCH = 4  # context suffix tokens the history draft must start from
 MIN_EXPECTED = 1.0  # draft tokens the history draft must expect to get accepted
 
 
+def sure(match, min_match: int = MIN_MATCH, min_expected: float = MIN_EXPECTED) -> bool:
+    """Whether a row drafts from history: its match (real.suffix.Match) is long and confident enough."""
+    return match.length >= min_match and match.expected >= min_expected
+
+
 class HybridDrafter:
     """See the module docstring. `history_rows` / `trained_rows`: rows drafted by each, summed over iterations."""
 
@@ -67,7 +72,7 @@ class HybridSession:
     def draft(self, roots: torch.Tensor, positions: torch.Tensor, strategy: Strategy) -> DraftTree:
         d = self.drafter
         matches = self.history.matches(strategy.verify)
-        use = [m.length >= d.min_match and m.expected >= d.min_expected for m in matches]
+        use = [sure(m, d.min_match, d.min_expected) for m in matches]
         d.history_rows += sum(use)
         d.trained_rows += len(use) - sum(use)
         if all(use):
