@@ -39,7 +39,7 @@ from real import drafting
 from real.hybrid import MIN_EXPECTED, MIN_MATCH, sure
 from real.models import load_target, load_task
 from real.suffix import SuffixDrafter
-from real.worker import step_problems
+from real.worker import recorded_prompts
 from tltsim.analysis.table import format_table
 
 COLUMNS = ("argmax draft", "sampled draft", "target's argmax", "history draft", "hybrid draft")
@@ -100,15 +100,6 @@ def hybrid_drafts(matches: list, history: list[int], trained: list[int], min_mat
     """real.hybrid's rule (real.hybrid.sure) at each position: the history draft where its match is at least
     `min_match` tokens long and expects at least `min_expected` accepted drafts, else the trained drafter's."""
     return [h if sure(m, min_match, min_expected) else t for m, h, t in zip(matches, history, trained)]
-
-
-def recorded_prompts(run: str | Path, task, answers: pd.DataFrame) -> list[list[int]]:
-    """The prompt token ids each row of the run's `answers` (answers.parquet rows) was answering."""
-    config = json.loads((Path(run) / "config.json").read_text())
-    problems = {}
-    for step in answers["step"].unique():
-        problems[int(step)] = step_problems(task, config["seed"], int(step), config["prompts"])
-    return [task.prompt_ids(problems[int(a)][int(p)]) for a, p in zip(answers["step"], answers["prompt_id"])]
 
 
 def per_token_means(results: list[dict]) -> dict:

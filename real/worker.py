@@ -3,6 +3,7 @@ its RL step loop (real/run.py launches the workers; see its docstring for the st
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -41,6 +42,14 @@ def step_problems(task, seed: int, step: int, prompts: int) -> list:
     `prompt_id` (answers.parquet, trace.parquet) indexes this list, so a recorded answer's prompt is
     `task.prompt_ids(step_problems(task, config["seed"], step, config["prompts"])[prompt_id])`."""
     return task.sample(np.random.default_rng(_seed(seed, step)), prompts)
+
+
+def recorded_prompts(run: str | Path, task, answers) -> list[list[int]]:
+    """The prompt token ids each row of a run's `answers` (answers.parquet's rows: step, prompt_id) was answering."""
+    config = json.loads((Path(run) / "config.json").read_text())
+    problems = {int(step): step_problems(task, config["seed"], int(step), config["prompts"])
+                for step in answers["step"].unique()}
+    return [task.prompt_ids(problems[int(a)][int(p)]) for a, p in zip(answers["step"], answers["prompt_id"])]
 
 
 class Worker:

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -20,7 +21,7 @@ from real.settings import ProfileSettings, SamplingParams
 from real.task import GcdTask
 from real.wordproblems import INSTRUCTION, WordProblemTask
 from real.recorder import recorded_answers
-from real.worker import step_problems
+from real.worker import recorded_prompts, step_problems
 from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
 
@@ -97,6 +98,9 @@ def test_runs_on_a_chat_model_are_recorded_in_the_schema(runs, chat_model):
         assert (trace["response_len"] >= 1).all() and (trace["response_len"] <= CAP).all()
         # the prompts are the step's word problems through the chat template, not gcd prompts
         assert trace["prompt_len"].tolist() == [len(task.prompt_ids(problems[i])) for i in trace["prompt_id"]]
+        # recorded_prompts (what benchmarks read a run's answers with) puts each answer behind that prompt
+        rows = pd.read_parquet(out / policy / "answers.parquet").merge(trace, on=["step", "prompt_id", "sample"])
+        assert [len(p) for p in recorded_prompts(out / policy, task, rows)] == rows["prompt_len"].tolist()
         # and each recorded answer, under the problem step_problems gives it, earns the reward the run recorded
         answers = recorded_answers(out / policy)
         assert [task.reward(problems[r.prompt_id], answers[(r.step, r.prompt_id, r.sample)]) for r in trace.itertuples()] \

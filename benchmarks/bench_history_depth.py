@@ -1,0 +1,100 @@
+"""Would longer history drafts pay on the long tail? Tokens a call of the history drafter, by chain depth and batch,
+on a run's recorded answers, as a run replaying them (`tltsim real run --answers`) would accept them.
+
+    python benchmarks/bench_history_depth.py [--run traces/real_verl_smollm2_longtail] [--depths 4,8,12,16]
+
+SuffixDecoding drafts long where its match is long, and a capped long-tail answer repeats itself (59% of its
+tokens repeat a 4-gram: bench_draft_acceptance.txt), so a deeper chain than 4_1_4 might take whole repeated
+stretches in one call. This replays the run's rollouts with no model: each step, each engine's rows (trace.parquet's
+`engine`) advance together, every iteration speculative; each row drafts `depth` tokens from its engine's
+real.suffix history (its prompt, its in-flight siblings, earlier steps' responses of every engine, as a run feeds
+it), and keeps the drafts that equal its recorded continuation, plus one: the replay's acceptance rule, which needs
+no target. Printed: tokens per call (accepted + 1) overall and at each batch size (rows still running), and
+row-iterations at each. What it leaves out: the cost of a verify, which grows with depth (on a CPU at batch 4-8 a
+verify of 5 tokens a row already costs 1.4-1.8x a decode step), so a depth pays only where its tokens a call grow
+faster than that cost. Recorded: results/bench_history_depth.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from real.models import load_task
+from real.suffix import SuffixDrafter
+from real.worker import recorded_prompts
+from tltsim.analysis.table import format_table
+
+
+def accepted(draft: list[int], rest: list[int]) -> int:
+    """Drafts kept by the replay's rule: the leading ones equal to the recorded continuation `rest`, leaving its last
+    token to the target's own (bonus) token."""
+    n = 0
+    while n < len(draft) and n + 1 < len(rest) and draft[n] == rest[n]:
+        n += 1
+    return n
+
+
+def replay(rows: pd.DataFrame, depth: int) -> dict[int, list[int]]:
+    """Tokens per call of every row-iteration, by the batch it ran at, of `rows` (step, engine, prompt, tokens)
+    replayed step by step with history drafts of `depth` tokens (module docstring)."""
+    drafters = {e: SuffixDrafter() for e in sorted(rows["engine"].unique())}
+    calls = defaultdict(list)
+    for step in sorted(rows["step"].unique()):
+        this = rows[rows["step"] == step]
+        for engine, group in this.groupby("engine"):
+            session = drafters[engine].session()
+            prompts, answers = list(group["prompt"]), [list(t) for t in group["tokens"]]
+            session.add(prompts)
+            done, live = [0] * len(answers), list(range(len(answers)))
+            while live:
+                session.catch_up([prompts[i] + answers[i][:done[i]] for i in live])
+                for i, match in zip(live, session.matches(depth)):
+                    gained = accepted(match.tokens, answers[i][done[i]:]) + 1
+                    done[i] += gained
+                    calls[len(live)].append(gained)
+                keep = [k for k, i in enumerate(live) if done[i] < len(answers[i])]
+                session.select(keep, [prompts[i] + answers[i] for k, i in enumerate(live) if k not in keep])
+                live = [live[k] for k in keep]
+        for engine, drafter in drafters.items():  # every other engine's responses of the step join the history
+            for prompt, tokens, other in zip(this["prompt"], this["tokens"], this["engine"]):
+                if other != engine:
+                    drafter.remember(prompt, list(tokens))
+    return calls
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", default="traces/real_verl_smollm2_longtail")
+    ap.add_argument("--model", default="smollm2-135m", help="whose tokenizer rebuilds the prompts")
+    ap.add_argument("--depths", default="4,8,12,16")
+    args = ap.parse_args(argv)
+    config = json.loads((Path(args.run) / "config.json").read_text())
+    task = load_task(args.model, config.get("task"))
+    trace = pd.read_parquet(Path(args.run) / "trace.parquet")[["step", "prompt_id", "sample", "engine"]]
+    rows = pd.read_parquet(Path(args.run) / "answers.parquet").merge(trace, on=["step", "prompt_id", "sample"])
+    rows["prompt"] = recorded_prompts(args.run, task, rows)
+    depths = [int(d) for d in args.depths.split(",")]
+    by_depth = {d: replay(rows, d) for d in depths}
+    batches = sorted({b for calls in by_depth.values() for b in calls})
+    header = ["depth", "all"] + [f"b{b}" for b in batches]
+    table = [[d, round(float(np.mean([x for v in calls.values() for x in v])), 3)]
+             + [round(float(np.mean(calls[b])), 2) if calls.get(b) else None for b in batches]
+             for d, calls in by_depth.items()]
+    print(f"# {args.run}: {len(rows)} answers, {int(rows['tokens'].map(len).sum())} tokens; tokens per call "
+          f"(accepted history drafts + 1), overall and at each batch (b<k>: k rows running)")
+    print(format_table(header, table))
+    print("# row-iterations at each batch")
+    print(format_table(["depth", "all"] + header[2:],
+                       [[d, sum(map(len, calls.values()))] + [len(calls.get(b, [])) for b in batches]
+                        for d, calls in by_depth.items()]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
