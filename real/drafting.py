@@ -99,7 +99,13 @@ def load(name: str | Path, target, model: str | Path | None = None) -> Drafting:
     a kind name of DRAFTERS (its `build(target, model)`), "hybrid:NAME" (the hybrid over the trained drafter NAME
     names, with a fresh history), or else a path to a trained drafter's checkpoint."""
     if str(name).startswith("hybrid:"):
-        return kind("hybrid")(load(str(name)[len("hybrid:"):], target, model), kind("suffix")())
+        inner = str(name)[len("hybrid:"):]
+        if not inner.strip() or inner in ("hybrid", "suffix") or inner.startswith("hybrid:"):
+            raise TltsimError(f"drafter {name}: name the trained drafter the hybrid drafts with after 'hybrid:' "
+                              f"({SHIPPED} or a checkpoint file)")
+        return kind("hybrid")(load(inner, target, model), kind("suffix")())
+    if not str(name).strip():
+        raise TltsimError("drafter '': no drafter named; give a kind, a checkpoint file or hybrid:CHECKPOINT")
     if name == SHIPPED:
         return kind("eagle").build(target, model)
     if str(name) in DRAFTERS:

@@ -127,6 +127,9 @@ def test_the_registry_loads_every_kind(tmp_path):
         drafting.load(tmp_path / "missing.pt", model)
     with pytest.raises(TltsimError, match="not shipped, a kind"):
         drafting.load(f"hybrid:{tmp_path / 'missing.pt'}", model)
+    for name in ("", "hybrid:", "hybrid: ", "hybrid:suffix", "hybrid:hybrid:x"):  # no trained drafter named
+        with pytest.raises(TltsimError, match="no drafter named|name the trained drafter"):
+            drafting.load(name, model)
 
 
 def _hybrid(arch, kind, **kw):
