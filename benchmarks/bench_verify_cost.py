@@ -14,6 +14,10 @@ before the drafter's own forwards are paid. For each dtype, batch and context th
 of forwards over 1 and over k = 2..5 tokens (interleaved, the cache cropped back after each), their ratio, and
 that ceiling at accepted lengths 2 and 3 for a chain of k - 1. One torch thread, as a `tltsim real run`
 worker computes on a CPU.
+
+What it times is the model's forward over transformers' DynamicCache, not the engine's real.kvcache.RaggedCache:
+at long contexts the DynamicCache's own copies can weigh on a 1-token forward as much as on a 5-token one, so
+read its long-context rows with care; `tltsim real profile` times the engine's own decode and verify iterations.
 """
 from __future__ import annotations
 
