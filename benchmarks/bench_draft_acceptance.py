@@ -27,9 +27,7 @@ thresholds of its rule. Recorded: results/bench_draft_acceptance.txt.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -8,11 +8,12 @@ tokens repeat a 4-gram: bench_draft_acceptance.txt), so a deeper chain than 4_1_
 stretches in one call. This replays the run's rollouts with no model: each step, each engine's rows (trace.parquet's
 `engine`) advance together, every iteration speculative; each row drafts `depth` tokens from its engine's
 real.suffix history (its prompt, its in-flight siblings, earlier steps' responses of every engine, as a run feeds
-it), and keeps the drafts that equal its recorded continuation, plus one: the replay's acceptance rule, which needs
-no target. Printed: tokens per call (accepted + 1) overall and at each batch size (rows still running), and
-row-iterations at each. What it leaves out: the cost of a verify, which grows with depth (on a CPU at batch 4-8 a
-verify of 5 tokens a row already costs 1.4-1.8x a decode step), so a depth pays only where its tokens a call grow
-faster than that cost. Recorded: results/bench_history_depth.txt.
+it), padded to `depth` as the engine pads it (real.suffix.chain), and keeps the drafts that equal its recorded
+continuation (real.generate.recorded_table), plus one: the replay's acceptance rule (real.sampling.verify_chosen),
+which needs no target. Printed: tokens per call (accepted + 1) overall and at each batch size (rows still
+running), and row-iterations at each. What it leaves out: the cost of a verify, which grows with depth (on a
+CPU at batch 4-8 a verify of 5 tokens a row already costs 1.4-1.8x a decode step), so a depth pays only where its
+tokens a call grow faster than that cost. Recorded: results/bench_history_depth.txt.
 """
 from __future__ import annotations
 
@@ -24,20 +25,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
+from real.generate import recorded_table
 from real.models import load_task
-from real.suffix import SuffixDrafter
+from real.sampling import verify_chosen
+from real.suffix import SuffixDrafter, chain
 from real.worker import recorded_prompts
 from tltsim.analysis.table import format_table
-
-
-def accepted(draft: list[int], rest: list[int]) -> int:
-    """Drafts kept by the replay's rule: the leading ones equal to the recorded continuation `rest`, leaving its last
-    token to the target's own (bonus) token."""
-    n = 0
-    while n < len(draft) and n + 1 < len(rest) and draft[n] == rest[n]:
-        n += 1
-    return n
 
 
 def replay(rows: pd.DataFrame, depth: int) -> dict[int, list[int]]:
@@ -53,11 +48,15 @@ def replay(rows: pd.DataFrame, depth: int) -> dict[int, list[int]]:
             session.add(prompts)
             done, live = [0] * len(answers), list(range(len(answers)))
             while live:
-                session.catch_up([prompts[i] + answers[i][:done[i]] for i in live])
-                for i, match in zip(live, session.matches(depth)):
-                    gained = accepted(match.tokens, answers[i][done[i]:]) + 1
-                    done[i] += gained
-                    calls[len(live)].append(gained)
+                context = [prompts[i] + answers[i][:done[i]] for i in live]
+                session.catch_up(context)
+                tree = chain(torch.tensor([c[-1] for c in context]), session.matches(depth), depth)
+                ahead = recorded_table([answers[i] for i in live], [done[i] for i in live],
+                                       int(tree.depth.max()) + 1).gather(1, tree.depth)
+                _, kept, _ = verify_chosen(tree.tokens, tree.parents, ahead)
+                for i, a in zip(live, kept.tolist()):
+                    done[i] = min(done[i] + a + 1, len(answers[i]))
+                    calls[len(live)].append(a + 1)
                 keep = [k for k, i in enumerate(live) if done[i] < len(answers[i])]
                 session.select(keep, [prompts[i] + answers[i] for k, i in enumerate(live) if k not in keep])
                 live = [live[k] for k in keep]

@@ -82,6 +82,16 @@ class Generation:
         return pd.DataFrame([asdict(it) for it in self.iterations])
 
 
+def recorded_table(answers: list[list[int]], done: list[int], width: int) -> torch.Tensor:
+    """long [B, width] on the CPU: the `width` recorded tokens of each row's answer after its first `done` ones, -1
+    (which no draft equals) past the answer's end: what a replaying engine checks its drafts against."""
+    table = torch.full((len(answers), width), -1, dtype=torch.long)
+    for b, (answer, n) in enumerate(zip(answers, done)):
+        ahead = answer[n: n + width]
+        table[b, : len(ahead)] = torch.tensor(ahead, dtype=torch.long)
+    return table
+
+
 class Engine:
     """A running batch over a transformers causal LM (Llama, Qwen2, ...). See the module docstring."""
 
@@ -219,13 +229,8 @@ class Engine:
     def _recorded(self, depth: torch.Tensor) -> torch.Tensor:
         """long [B, N]: each row's recorded token after each tree node (at `depth` below the pending token); -1,
         which no draft equals, past the answer's end (never emitted: the row finishes at its last token)."""
-        width = int(depth.max()) + 1
-        table = torch.full((self.running, width), -1, dtype=torch.long)
-        for b, answer in enumerate(self.answers):
-            done = len(self.tokens[b]) - len(self.prompts[b])
-            ahead = answer[done: done + width]
-            table[b, : len(ahead)] = torch.tensor(ahead, dtype=torch.long)
-        return table.to(self.device).gather(1, depth)
+        done = [len(t) - len(p) for t, p in zip(self.tokens, self.prompts)]
+        return recorded_table(self.answers, done, int(depth.max()) + 1).to(self.device).gather(1, depth)
 
     def _clock(self) -> float:
         """perf_counter once the device has finished the work queued so far (a no-op wait on the CPU)."""
