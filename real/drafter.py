@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from real import attention
 from real.kvcache import RaggedCache
 from real.master_weights import MasterWeightAdamW
 from real.spec import DraftTree, select_tree
@@ -178,10 +179,12 @@ class Drafter(nn.Module):
         q, k = sys.modules[type(layer).__module__].apply_rotary_pos_emb(q, k, *rope)
         if cache_layer is not None:
             k, v = cache_layer.update(k, v)
-        out = nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=attn.attention_dropout if self.training else 0.0, scale=attn.scaling,
-            enable_gqa=True)
-        h = h + _linear(attn.o_proj, out.transpose(1, 2).reshape(batch, t, -1))
+        out = None if self.training else attention.attend_few(q, k, v, mask, attn.scaling)  # [B, T, Hq, D]
+        if out is None:
+            out = nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=attn.attention_dropout if self.training else 0.0, scale=attn.scaling,
+                enable_gqa=True).transpose(1, 2)
+        h = h + _linear(attn.o_proj, out.reshape(batch, t, -1))
         x = _rms_norm(layer.post_attention_layernorm, h)
         return h + _linear(mlp.down_proj, mlp.act_fn(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
 

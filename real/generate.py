@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 import torch
 
+from real import attention
 from real.kvcache import RaggedCache
 from real.sampling import next_tokens, verify_chosen, verify_greedy_chain, verify_tree
 from real.drafting import DraftSession, Drafting
@@ -103,6 +104,7 @@ class Engine:
         if "sliding_attention" in (getattr(config, "layer_types", None) or []):
             raise TltsimError("target uses sliding-window attention, which this engine does not mask; "
                               "use a model with full attention")
+        attention.use(target)  # decode and verify forwards attend without SDPA's per-forward copies of the cache
         self.target = target
         self.decoder = target.get_decoder()
         self.lm_head = target.get_output_embeddings()

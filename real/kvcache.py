@@ -1,7 +1,8 @@
 """A batched KV cache whose rows have different lengths (ragged), with per-row commit and rollback.
 
 Every layer's keys and values live in one preallocated tensor `kv` [L, 2, B, kv_heads, capacity,
-head_dim] (capacity grows by doubling), and a forward's new keys and values are written into it in
+head_dim] (capacity grows by an eighth, at least GROW_SLOTS slots: the engine's attention reads each row's
+whole capacity, real.attention, so room held empty costs as much to read as keys do), and a forward's new keys and values are written into it in
 place: no step copies the cache (a `transformers.DynamicCache` concatenates every layer's whole
 cache at every step). `cache` is the `transformers.Cache` over it that a model's forward takes.
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+GROW_SLOTS = 64  # the least a cache's capacity grows by
 
 
 class RaggedCache:
@@ -130,10 +133,10 @@ class RaggedCache:
         assert self.batch == batch + other.batch
 
     def reserve(self, slots: int) -> None:
-        """Make room for `slots` slots per row (at least doubling the capacity when it grows)."""
+        """Make room for `slots` slots per row (growing the capacity by at least an eighth, or GROW_SLOTS slots)."""
         if slots <= self.capacity:
             return
-        capacity = max(slots, 2 * self.capacity)
+        capacity = max(slots, self.capacity + max(GROW_SLOTS, self.capacity // 8))
         self._set_storage(_grow(self.kv, capacity, 4))
         if self._features is not None:
             self._features = _grow(self._features, capacity, 1)
