@@ -11,7 +11,8 @@ thread (a `tltsim real run` worker's), where plain decode steps and speculative 
 sampled-answer long-tail drafter) alternate between the target on SDPA and on real.attention, iteration by
 iteration, so that the machine's drift falls on both alike. It prints the median target seconds (the target's
 forward and lm_head: what the attention changes) and the whole iteration's, and the verify's cost in decode steps,
-which is what speculation's gain is divided by.
+which is what speculation's gain is divided by. Only the target's attention is switched: the drafter's layer
+attends through real.attention in both columns, and the cache grows as real.kvcache grows it in both.
 """
 from __future__ import annotations
 

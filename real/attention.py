@@ -6,9 +6,9 @@ of a small forward's time in per-block overhead. A decode step (T = 1) or a veri
 hundreds of slots per row with a handful of queries, which two batched matmuls and one softmax do directly: the
 G = heads / kv_heads query heads that share a key/value head are folded into the query axis ([B, kv_heads, G * T,
 D] against the cache's [B, kv_heads, S, D], nothing copied), scores are masked and normalised in float32 (or
-float64), and the weighted values come back in the model's dtype. Measured on a 2-core CPU in bfloat16 (SmolLM2-135M's 9 query and 3
-key/value heads, batch 8, 700 cached slots), a layer's attention took 1.2 ms against 4.8 for a 5-token verify and
-0.4 against 0.9 for a decode step (benchmarks/bench_attention.py).
+float64), and the weighted values come back in the model's dtype. On a 2-core CPU in bfloat16 this takes a
+verify's attention to under half of SDPA's time and a decode step's to about half
+(benchmarks/results/bench_attention.txt, `python benchmarks/bench_attention.py`).
 
 `use(model)` makes a transformers model take this path for forwards of at most FEW_QUERIES new tokens per row
 without dropout; every other forward (a prefill, the trainer's log-probs, anything with gradients or dropout) goes
@@ -22,7 +22,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "tltsim_few_queries"
-FEW_QUERIES = 16  # new tokens per row up to which the matmul path beats SDPA (bench_attention.py's crossover)
+FEW_QUERIES = 16  # new tokens a row served here: a verify tree has up to 13 (4_4_12); SDPA serves longer forwards
 
 
 def few_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
