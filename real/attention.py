@@ -28,7 +28,7 @@ FEW_QUERIES = 16  # new tokens a row served here: a verify tree has up to 13 (4_
 def few_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                         scaling: float) -> torch.Tensor:
     """softmax(q k^T * scaling + mask) v for query [B, Hq, T, D] over key, value [B, Hkv, S, D] (Hq a multiple of
-    Hkv; query head h reads key/value head h // (Hq / Hkv), as transformers' repeat_kv lays them out) with an
+    Hkv; query head h reads key/value head h // (Hq / Hkv), as transformers' repeat_kv lays them out) under a
     mask [B, 1, T, S], additive (float) or what each query may see (bool), or None: every query sees every key.
     Returns [B, T, Hq, D], contiguous."""
     batch, heads, t, dim = query.shape
