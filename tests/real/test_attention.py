@@ -9,7 +9,8 @@ from real.models import build_target
 
 
 def _sdpa(query, key, value, mask, scaling):
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=True).transpose(1, 2)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2)
 
 
 @pytest.mark.parametrize("t", [1, 5, 13])
@@ -21,14 +22,13 @@ def test_few_query_attention_matches_sdpa_on_slices_of_buffers_and_whole_tensors
     gen = torch.Generator().manual_seed(t)
     batch, heads, kv_heads, dim, slots = 3, 6, 2, 8, 21
     room = 11 if sliced else 0  # a buffer with room to grow, whose first `slots` slots are the keys
-    key, value = (torch.randn(batch, kv_heads, slots + room, dim, generator=gen, dtype=torch.float64).narrow(2, 0, slots)
-                  for _ in range(2))
+    key, value = (torch.randn(batch, kv_heads, slots + room, dim, generator=gen, dtype=torch.float64)
+                  .narrow(2, 0, slots) for _ in range(2))
     query = torch.randn(batch, heads, t, dim, generator=gen, dtype=torch.float64)
     visible = torch.rand(batch, 1, t, slots, generator=gen) < 0.6
     visible[..., 0] = True
-    mask = {"bool": visible, "none": None,
-            "float": torch.zeros(visible.shape, dtype=torch.float64).masked_fill(~visible, torch.finfo(torch.float64).min)}[
-        mask_kind]
+    additive = torch.zeros(visible.shape, dtype=torch.float64).masked_fill(~visible, torch.finfo(torch.float64).min)
+    mask = {"bool": visible, "none": None, "float": additive}[mask_kind]
     with torch.no_grad():
         out = attention.attend_few(query, key, value, mask, 0.3)
         assert out.shape == (batch, t, heads, dim) and out.is_contiguous()
@@ -65,13 +65,15 @@ def test_a_model_using_the_engines_attention_computes_what_it_computes_on_sdpa()
         decoder, got = model.get_decoder(), []
         with torch.no_grad():
             causal = torch.ones(7, 7, dtype=torch.bool).tril()
-            visible = (causal[None] & (torch.arange(7)[None, :] < lens[:, None])[:, None]) | torch.eye(7, dtype=torch.bool)
+            valid = torch.arange(7)[None, :] < lens[:, None]
+            visible = (causal[None] & valid[:, None]) | torch.eye(7, dtype=torch.bool)
             positions = torch.arange(7)[None].expand(3, 7)
             decoder(input_ids=tokens, attention_mask=cache.mask(visible), position_ids=positions, cache=cache.cache)
             cache.commit(positions, lens)
             for t in (5, 1):
                 assert cache.capacity > cache.width + t  # the keys are a slice of a larger buffer
-                out = decoder(input_ids=new_tokens[t], attention_mask=cache.mask(torch.ones(3, t, t, dtype=torch.bool).tril()),
+                causal_new = torch.ones(3, t, t, dtype=torch.bool).tril()
+                out = decoder(input_ids=new_tokens[t], attention_mask=cache.mask(causal_new),
                               position_ids=cache.lens[:, None] + torch.arange(t), cache=cache.cache)
                 got.append(out.last_hidden_state)
                 cache.commit(torch.arange(t)[None].expand(3, t), torch.full((3,), t))
