@@ -453,6 +453,19 @@ def test_every_shipped_run_is_in_a_twin_pair():
     assert sorted(p.name for p in (ROOT / "traces").glob("real_*") if p.is_dir()) == sorted(SHIPPED_TWINS)
 
 
+def test_the_shipped_long_tail_runs_emitted_the_same_answers():
+    """They replayed one verl run's answers, so the set compares the policies' speed alone (notebook 06 says so)."""
+    import pandas as pd
+
+    runs = sorted((ROOT / "traces").glob("real_*_smollm2_longtail"))
+    assert len(runs) == 4
+    answers = [pd.read_parquet(run / "answers.parquet").sort_values(["step", "prompt_id", "sample"]) for run in runs]
+    keys = [a[["step", "prompt_id", "sample"]].to_numpy().tolist() for a in answers]
+    tokens = [[list(t) for t in a["tokens"]] for a in answers]
+    assert all(k == keys[0] for k in keys) and all(t == tokens[0] for t in tokens)
+    assert len({int(Result.load(run).requests.response_len.sum()) for run in runs}) == 1
+
+
 @pytest.mark.parametrize("name", sorted(SHIPPED_TWINS))
 def test_shipped_runs_are_complete_small_and_documented(name):
     run = ROOT / "traces" / name
