@@ -5,8 +5,9 @@
 For each seed: a `tlt` run of the shipped target (2 workers, 3 steps, the setting of tests/real/test_run.py::
 test_spot_training_keeps_the_drafter_ahead_of_a_static_one), then the run's final (RL-updated) target decodes
 32 held-out prompts greedily with chain 4_1_4, once with the warm-up drafter (what static-sd keeps) and once
-with the spot-trained one; prints their mean accepted lengths (bonus included), the spot batches and mean
-reward per step. The optional JSON argument overrides RunConfig fields.
+with the spot-trained one; prints their mean accepted lengths (bonus included), the spot batches, mean
+reward per step and whether GRPO updated the target that step (some group had mixed rewards). The optional
+JSON argument overrides RunConfig fields.
 """
 import json
 import shutil
@@ -55,7 +56,8 @@ def main():
         print(json.dumps({"seed": seed, "static": round(accepted(target, static, task), 3),
                           "spot": round(accepted(target, spot, task), 3),
                           "batches": st["drafter_train_batches"].tolist(),
-                          "reward": st["mean_reward"].round(3).tolist()}), flush=True)
+                          "reward": st["mean_reward"].round(3).tolist(),
+                          "updated": st["grpo_loss"].ne(0).tolist()}), flush=True)
 
 
 if __name__ == "__main__":
