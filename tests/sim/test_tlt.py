@@ -60,9 +60,10 @@ class SlowVerify(ConstantCost):
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_guard_tries_a_losing_arm_then_decodes_plainly_retrying_after_a_doubling_wait(exact):
-    """One arm, measured slower than plain decoding after one iteration: the rest of the rollout decodes
-    plainly but for one retry after retry_plain (16) plain iterations, refused again; the next rollout, with the
-    same guard, waits out the doubled wait (32, 11 of them already waited) before its one retry."""
+    """One arm, measured slower than plain decoding after one iteration (the guard's trial cannot pay: every
+    iteration is as slow): the rest of the rollout decodes plainly but for one retry after retry_plain (16)
+    plain iterations, refused again; the next rollout, with the same guard, waits out the doubled wait (32,
+    11 of them already waited) before its one retry."""
     from tests.sim.test_engine import run_exact
     go = (lambda sp: run_exact([10, 10], [3, 40], SlowVerify(), 8, sp)) if exact else \
         (lambda sp: fast_rollout([10, 10], [3, 40], SlowVerify(), max_running=8, spec=sp))

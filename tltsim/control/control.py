@@ -10,8 +10,8 @@ path and `real/` (an iteration at a time) all drive it the same way:
                                          before it turns on
     decide(batch) -> Strategy | None     before each iteration (or chunk of iterations): the strategy to
                                          speculate with, or None to decode plainly
-    measured(batch)                      fast path: whether the guard has measured speculation at this batch
-                                         (if not, it speculates one iteration, to measure it)
+    to_try(batch)                        fast path: speculative iterations at most before the guard judges
+                                         speculation at this batch (0 once it has; it may judge after any)
     plain_left(batch)                    fast path, after decide said plain: iterations before the guard tries
                                          speculation at this batch again
     observe_plain(batch, seconds, n)     n plain iterations took `seconds` each
@@ -70,9 +70,10 @@ class EngineControl:
             return None
         return self.tuner.choose(batch)
 
-    def measured(self, batch: int) -> bool:
-        """Whether speculation at `batch` has a measurement the guard trusts (always, without a guard)."""
-        return self.guard is None or self.guard.tried(batch)
+    def to_try(self, batch: int) -> int:
+        """Fast path: speculative iterations at `batch` at most before the guard judges speculation there (0
+        without a guard, or once it has judged); the fast path speculates them one at a time."""
+        return 0 if self.guard is None else self.guard.to_try(batch)
 
     def plain_left(self, batch: int) -> float:
         """Fast path, after `decide` said plain: iterations at `batch` before the guard tries speculation again

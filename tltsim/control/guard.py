@@ -16,8 +16,16 @@ the same way. Like the tuner, one guard per engine lives across rollouts.
   draft, little between), and what speculation delivers over a stretch of iterations is their mean;
   a median of mostly one-token gains refuses a batch where speculation is the faster. A stalled
   iteration only lowers the mean (a reward cannot be large), so it errs towards plain decoding;
-* speculation pays at b while it has not been tried at b (so each batch size is tried), and then
-  while its rate beats plain decoding's;
+* speculation pays at b while it has not been tried at b (so each batch size is tried), while its
+  measurement there is on trial, and then while its rate beats plain decoding's. One iteration's reward
+  is mostly noise: a history drafter's gains come in bursts, the first iteration after plain ones pays
+  the drafter's catch-up, and a shared machine stalls; judged on it, a retry is refused at a batch where
+  speculation pays over a stretch, and each such refusal doubles the wait (benchmarks/bench_guard_trial.py
+  counts a recorded run's refusals by the iterations that decided them). So a fresh measurement is judged
+  after `trial` speculative iterations, or as soon as it cannot pay: when even the best rate speculation
+  has ever shown at b, over the rest of the trial, would leave its mean at or below plain decoding's. A
+  drafter that steadily loses is refused after one iteration, as without a trial; one whose bursts paid
+  at b before gets the whole trial;
 * a batch's speculative measurement expires `retry_after` rollouts after it was last renewed (the
   drafter changes between rollouts: spot training, policy drift), so a refused batch is tried again
   then, once;
@@ -38,8 +46,9 @@ from tltsim.control.tuner import RewardWindow
 class SpeculationGuard:
     """Told every plain and speculative iteration's outcome; asked before every decode iteration."""
 
-    def __init__(self, window: int = 8, retry_after: int = 4, retry_plain: int = 16):
+    def __init__(self, window: int = 8, retry_after: int = 4, retry_plain: int = 16, trial: int = 4):
         self.window = window  # iterations per batch size behind its estimates (plain: median; speculation: mean)
+        self.trial = min(trial, window)  # speculative iterations in a fresh measurement before it is judged
         self.retry_after = retry_after  # rollouts after which a speculative measurement expires
         self.retry_plain = retry_plain  # plain iterations at a refused batch before it is tried again (x2 per refusal)
         self._plain: dict[int, RewardWindow] = {}  # batch -> seconds per plain iteration
@@ -48,6 +57,7 @@ class SpeculationGuard:
         self._rollout = 0  # rollouts begun
         self._waited: dict[int, int] = {}  # refused batch -> plain iterations at it since it was refused
         self._refusals: dict[int, int] = {}  # batch -> retries in a row that were refused there
+        self._best: dict[int, float] = {}  # batch -> the highest speculative reward ever observed there
 
     def begin_rollout(self) -> None:
         """A rollout starts (the executor calls this before its first iteration)."""
@@ -73,15 +83,17 @@ class SpeculationGuard:
         window, _ = self._spec[batch]
         window.add(float(reward), max(1, int(n)))
         self._spec[batch] = (window, self._rollout)
+        self._best[batch] = max(self._best.get(batch, 0.0), float(reward))
         self._waited.pop(batch, None)
-        if self.pays(batch):
+        if self.to_try(batch) == 0 and self.pays(batch):  # judged, and it pays: a later refusal waits retry_plain
             self._refusals.pop(batch, None)
 
     def state_dict(self) -> dict:
         """What the guard has observed, as plain data."""
         return {"rollout": self._rollout, "plain": [[b, w.state_dict()] for b, w in self._plain.items()],
                 "spec": [[b, w.state_dict(), r] for b, (w, r) in self._spec.items()],
-                "waited": sorted(self._waited.items()), "refusals": sorted(self._refusals.items())}
+                "waited": sorted(self._waited.items()), "refusals": sorted(self._refusals.items()),
+                "best": sorted(self._best.items())}
 
     def load_state_dict(self, state: dict) -> None:
         self._rollout = int(state["rollout"])
@@ -90,6 +102,7 @@ class SpeculationGuard:
         self._sizes = sorted(self._plain)
         self._waited = {int(b): int(k) for b, k in state.get("waited", [])}  # a checkpoint from before retries: none
         self._refusals = {int(b): int(k) for b, k in state.get("refusals", [])}
+        self._best = {int(b): float(r) for b, r in state.get("best", [])}  # from before the trial: none
 
     def plain_rate(self, batch: int) -> float:
         """Tokens per second of plain decoding at `batch`, estimated; 0 when nothing was observed."""
@@ -112,9 +125,21 @@ class SpeculationGuard:
         """Plain iterations a refusal at `batch` waits out: retry_plain, doubled per refused retry in a row."""
         return self.retry_plain * 2 ** self._refusals.get(batch, 0)
 
+    def to_try(self, batch: int) -> int:
+        """Speculative iterations at `batch` at most before its measurement is judged (0 once it is): the rest
+        of the trial, unless even the best rate ever seen at `batch` over that rest could not make it pay."""
+        if not self.tried(batch):
+            return self.trial
+        window = self._spec[batch][0]
+        left = self.trial - window.count
+        if left <= 0 or window.mean() * window.count + left * self._best[batch] <= self.trial * self.plain_rate(batch):
+            return 0
+        return left
+
     def tried(self, batch: int) -> bool:
         """Whether speculation has an unexpired measurement at `batch`."""
         return batch in self._spec and self._rollout - self._spec[batch][1] < self.retry_after
 
     def pays(self, batch: int) -> bool:
-        return not self.tried(batch) or self.spec_rate(batch) > self.plain_rate(batch)
+        """Whether to speculate at `batch`: untried, on trial, or faster than plain decoding there."""
+        return self.to_try(batch) > 0 or self.spec_rate(batch) > self.plain_rate(batch)

@@ -121,6 +121,10 @@ class LearnedSwitch(SDSwitch):
         """Whether speculation has an unexpired measurement in the bucket of `batch`."""
         return self._fresh(bucket_of(batch))
 
+    def to_try(self, batch: int) -> int:
+        """Speculative iterations before the bucket of `batch` is judged: one while it is untried."""
+        return 0 if self.tried(batch) else 1
+
     def pays(self, batch: int) -> bool:
         """Whether to speculate at `batch` (once on): untried buckets are tried, measured ones compared."""
         k = bucket_of(batch)
