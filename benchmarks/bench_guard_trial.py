@@ -1,8 +1,9 @@
 """The guard's trial on a recorded run: how many iterations decided each refusal, and what a trial would
 have delivered on the run's own speculative rewards.
 
-    python benchmarks/bench_guard_trial.py traces/real_das_tlt_smollm2_longtail \
-        | tee benchmarks/results/bench_guard_trial_das_tlt_longtail.txt
+    python benchmarks/bench_guard_trial.py traces/real_das_tlt_smollm2_longtail
+
+(the three shipped long-tail runs' output: benchmarks/results/bench_guard_trial_longtail.txt)
 
 Reads a run's iterations frame as it was recorded. Part 1 replays each worker's iterations, in order, into a
 SpeculationGuard judging after every iteration (trial=1, the rule of the runs recorded before the trial), a
