@@ -20,16 +20,13 @@ Beside it, plain decoding's and speculation's delivered rates there.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from bench_guard_window import load_run, run_parser
 from tltsim.control import SpeculationGuard
-from tltsim.records import Result
 
 
 def decoding(iterations: pd.DataFrame) -> pd.DataFrame:
@@ -95,16 +92,13 @@ def trial_table(d: pd.DataFrame, trials: list[int], max_batch: int) -> pd.DataFr
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", type=Path, help="a recorded run directory (tltsim real run -o DIR)")
+    ap = run_parser(__doc__)
     ap.add_argument("--trials", default="1,2,4,8", help="trial lengths to compare (comma-separated)")
-    ap.add_argument("--max-batch", type=int, default=8)
     args = ap.parse_args(argv)
-    if not (args.run / "iterations.parquet").is_file():
-        print(f"bench_guard_trial: {args.run} has no iterations.parquet; give a directory `tltsim real run -o` "
-              "wrote", file=sys.stderr)
+    result = load_run(args.run, "bench_guard_trial")
+    if result is None:
         return 2
-    d = decoding(Result.load(args.run).iterations)
+    d = decoding(result.iterations)
     counts, agreement = replay_refusals(d)
     print(f"run: {args.run}")
     print(f"part 1: a guard judging every iteration, replayed on the run (agrees with the run on {agreement:.1%} of "

@@ -62,17 +62,30 @@ def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_parser(doc: str) -> argparse.ArgumentParser:
+    """The parser of a benchmark that reads one recorded run: its directory and the largest batch to show."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="a recorded run directory (tltsim real run -o DIR)")
-    ap.add_argument("--window", type=int, default=8, help="the guard's window (SpeculationGuard's default: 8)")
     ap.add_argument("--max-batch", type=int, default=8)
+    return ap
+
+
+def load_run(run: Path, prog: str) -> Result | None:
+    """The recorded run in `run`, or None after one line on stderr saying what is missing."""
+    if not (run / "iterations.parquet").is_file():
+        print(f"{prog}: {run} has no iterations.parquet; give a directory `tltsim real run -o` wrote",
+              file=sys.stderr)
+        return None
+    return Result.load(run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = run_parser(__doc__)
+    ap.add_argument("--window", type=int, default=8, help="the guard's window (SpeculationGuard's default: 8)")
     args = ap.parse_args(argv)
-    if not (args.run / "iterations.parquet").is_file():
-        print(f"bench_guard_window: {args.run} has no iterations.parquet; give a directory `tltsim real run -o` "
-              "wrote", file=sys.stderr)
+    result = load_run(args.run, "bench_guard_window")
+    if result is None:
         return 2
-    result = Result.load(args.run)
     out = table(result.iterations, args.window, args.max_batch)
     print(f"run: {args.run}  window: {args.window}")
     print("gain_1_share: speculative iterations that gained one token a row; gain_max_share: the most a row gained")
