@@ -132,6 +132,13 @@ def test_a_fresh_measurement_is_judged_after_the_trial_or_once_it_cannot_pay():
     back.observe_plain(1, 0.01, n=4)
     back.observe_spec(1, 20.0)
     assert back.to_try(1) == 3
+    first = SpeculationGuard()
+    first.observe_plain(1, 0.01)
+    first.observe_spec(1, 300.0)
+    assert first.to_try(1) == 3
+    back = SpeculationGuard()
+    back.load_state_dict({k: v for k, v in first.state_dict().items() if k != "best"})  # from before the trial
+    assert back.pays(1) and back.to_try(1) == 0  # no best rate to hope for: judged on what it has
     assert SpeculationGuard(window=2, trial=4).to_try(1) == 2  # a trial is at most a window
 
 

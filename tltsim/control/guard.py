@@ -132,7 +132,8 @@ class SpeculationGuard:
             return self.trial
         window = self._spec[batch][0]
         left = self.trial - window.count
-        if left <= 0 or window.mean() * window.count + left * self._best[batch] <= self.trial * self.plain_rate(batch):
+        best = self._best.get(batch, 0.0)  # none in a checkpoint from before the trial: judged at once
+        if left <= 0 or window.mean() * window.count + left * best <= self.trial * self.plain_rate(batch):
             return 0
         return left
 
