@@ -25,13 +25,13 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from bench_guard_window import load_run, run_parser
+from bench_guard_window import batches, decoding, load_run, run_parser
 from tltsim.control import SpeculationGuard
 
 
-def decoding(iterations: pd.DataFrame) -> pd.DataFrame:
-    """Decode iterations with the guard's reward (tokens gained a second) on speculative ones."""
-    d = iterations[iterations["mode"].isin(["decode", "spec_decode"])].copy()
+def with_rewards(iterations: pd.DataFrame) -> pd.DataFrame:
+    """A run's decode iterations with the guard's reward (tokens gained a second) on speculative ones."""
+    d = decoding(iterations).copy()
     d["reward"] = d["accepted"] * d["batch_size"] / d["wall_s"]
     return d
 
@@ -78,14 +78,11 @@ def delivered(spec: np.ndarray, plain_s: np.ndarray, batch: int, iterations: int
 
 def trial_table(d: pd.DataFrame, trials: list[int], max_batch: int) -> pd.DataFrame:
     rows = []
-    for b, g in d[d["batch_size"] <= max_batch].groupby("batch_size", sort=True):
-        plain, spec = g[g["mode"] == "decode"], g[g["mode"] == "spec_decode"]
-        if plain.empty or spec.empty:
-            continue
+    for b, g, plain, spec in batches(d, max_batch):
         row = {"batch": int(b), "iterations": len(g), "plain_tok_s": b / plain["wall_s"].median(),
                "spec_tok_s": (spec["accepted"] * b).sum() / spec["wall_s"].sum()}
+        pairs = np.column_stack([spec["accepted"] * b, spec["wall_s"]])
         for t in trials:
-            pairs = np.column_stack([spec["accepted"] * b, spec["wall_s"]])
             row[f"trial_{t}"] = delivered(pairs, plain["wall_s"].to_numpy(), int(b), len(g), t)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -98,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     result = load_run(args.run, "bench_guard_trial")
     if result is None:
         return 2
-    d = decoding(result.iterations)
+    d = with_rewards(result.iterations)
     counts, agreement = replay_refusals(d)
     print(f"run: {args.run}")
     print(f"part 1: a guard judging every iteration, replayed on the run (agrees with the run on {agreement:.1%} of "

@@ -40,14 +40,25 @@ def windows_below(rewards: np.ndarray, plain: float, window: int) -> tuple[float
     return tuple(float(x) for x in np.mean(below, axis=0))
 
 
-def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame:
-    rows = []
-    decoding = iterations[iterations["mode"].isin(["decode", "spec_decode"])]
-    total_s = decoding["wall_s"].sum()
+def decoding(iterations: pd.DataFrame) -> pd.DataFrame:
+    """A run's decode iterations, plain and speculative."""
+    return iterations[iterations["mode"].isin(["decode", "spec_decode"])]
+
+
+def batches(decoding: pd.DataFrame, max_batch: int):
+    """(batch, its iterations, the plain ones, the speculative ones) for each batch size up to `max_batch` where
+    the run decoded both ways, in order."""
     for b, g in decoding[decoding["batch_size"] <= max_batch].groupby("batch_size", sort=True):
         plain, spec = g[g["mode"] == "decode"], g[g["mode"] == "spec_decode"]
-        if plain.empty or spec.empty:
-            continue
+        if not (plain.empty or spec.empty):
+            yield b, g, plain, spec
+
+
+def table(iterations: pd.DataFrame, window: int, max_batch: int) -> pd.DataFrame:
+    rows = []
+    d = decoding(iterations)
+    total_s = d["wall_s"].sum()
+    for b, g, plain, spec in batches(d, max_batch):
         plain_rate = b / plain["wall_s"].median()
         rewards = (spec["tokens"] / spec["wall_s"]).to_numpy()
         gains = (spec["tokens"] / b).to_numpy()
