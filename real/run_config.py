@@ -127,7 +127,7 @@ class RunConfig:
                 raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
                                   f"a run replays the answers of a run of the same prompts, sampling and training")
         per_step = pd.read_parquet(where / ANSWERS_FILE, columns=["step"])["step"].value_counts()
-        whole = next(s for s in range(self.steps + 1) if per_step.get(s, 0) < self.prompts * self.group)
+        whole = next((s for s in range(self.steps) if per_step.get(s, 0) < self.prompts * self.group), self.steps)
         if whole < self.steps:  # a run stopped early holds fewer steps than its config.json asked for
             raise TltsimError(f"--answers {where}: holds the answers of {whole} whole steps, this run asks for "
                               f"{self.steps}; run at most {whole} steps")

@@ -300,23 +300,26 @@ def test_the_default_run_has_a_long_tail_that_few_responses_cut():
 
 def test_a_run_replays_a_recorded_runs_answers_token_for_token(target, tmp_path):
     """verl samples and records its answers; tlt given them (--answers) emits the very same responses, so the
-    rewards agree too, while it speculates on them; a run of other prompts or sampling is refused up front."""
+    rewards agree too, while it speculates on them (on the first of verl's two steps: a run may replay fewer
+    steps than it holds); a run of other prompts or sampling, or of more steps, is refused up front."""
     cfg = base(target, steps=1, dtype="float64")
-    launch(replace(cfg, policy="verl", knobs={}), tmp_path / "verl")
+    launch(replace(cfg, policy="verl", knobs={}, steps=2), tmp_path / "verl")
     launch(replace(cfg, answers=str(tmp_path / "verl")), tmp_path / "tlt")
     answers = {run: pd.read_parquet(tmp_path / run / "answers.parquet").sort_values(["step", "prompt_id", "sample"])
                for run in ("verl", "tlt")}
+    answers["verl"] = answers["verl"][answers["verl"]["step"] == 0]
     assert len(answers["verl"]) == 3 * 2 and answers["verl"]["tokens"].map(len).nunique() > 1  # sampled, ragged
     same = lambda df: [(r.step, r.prompt_id, r.sample, list(r.tokens)) for r in df.itertuples()]  # noqa: E731
     assert same(answers["tlt"]) == same(answers["verl"])
-    traces = [load_trace(tmp_path / run / "trace.parquet").df.sort_values(["prompt_id", "sample"]) for run in ("verl", "tlt")]
+    traces = [load_trace(tmp_path / run / "trace.parquet").df.query("step == 0").sort_values(["prompt_id", "sample"])
+              for run in ("verl", "tlt")]
     for col in ("response_len", "reward"):
         assert traces[0][col].tolist() == traces[1][col].tolist()
     assert Result.load(tmp_path / "tlt").summary["sd_share"] > 0
     with pytest.raises(TltsimError, match="its seed is 0, this run's 1"):
         launch(replace(cfg, seed=1, answers=str(tmp_path / "verl")), tmp_path / "other")
-    with pytest.raises(TltsimError, match="holds the answers of 1 whole steps, this run asks for 2"):
-        launch(replace(cfg, steps=2, answers=str(tmp_path / "verl")), tmp_path / "longer")
+    with pytest.raises(TltsimError, match="holds the answers of 2 whole steps, this run asks for 3"):
+        launch(replace(cfg, steps=3, answers=str(tmp_path / "verl")), tmp_path / "longer")
     assert not (tmp_path / "other").exists() and not (tmp_path / "longer").exists()
 
 
