@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tltsim.analysis.validate import measured_qualities, replay
+from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
 from tltsim.control import Strategy
 from tltsim.cost.profiled import Profiled
 from tltsim.records import Result
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cost = Profiled.fit(args.profile)
     tlt = Result.load(args.tlt)
-    knobs = dict(tlt.config.get("knobs") or {})
+    knobs = recorded_knobs(tlt.config)
     steps = sorted(int(s) for s in tlt.steps["step"])
     model = AcceptanceModel()
     _, verl = replay(args.verl, cost)

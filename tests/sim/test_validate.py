@@ -200,13 +200,13 @@ def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
     a drafter quality given per step; a better drafter speculates more and finishes sooner."""
     from tltsim.cost.profiled import Profiled
     from tltsim.records import Result
-    from tltsim.analysis.validate import measured_qualities, replay
+    from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
 
     verl, tlt = "traces/real_verl_smollm2", "traces/real_tlt_smollm2"
     cost = Profiled.fit("traces/smollm2_cpu_profile.csv")
     run = Result.load(tlt)
     _, own = replay(tlt, cost)
-    _, same = replay(tlt, cost, policy="tlt", knobs=run.config["knobs"], qualities=measured_qualities(run))
+    _, same = replay(tlt, cost, policy="tlt", knobs=recorded_knobs(run.config), qualities=measured_qualities(run))
     assert same.summary["makespan_s"] == pytest.approx(own.summary["makespan_s"])
     _, plain = replay(verl, cost)
     assert plain.summary.get("sd_share", 0.0) == 0.0
@@ -214,3 +214,26 @@ def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
                          qualities={s: q for s in range(3)})[1] for q in (0.2, 0.9)}
     assert what_if[0.9].summary["sd_share"] > 0.5
     assert what_if[0.9].summary["makespan_s"] < what_if[0.2].summary["makespan_s"]
+
+
+def test_a_run_is_replayed_with_the_guard_rule_it_ran():
+    """A run recorded before the guard's trial (no `guard_trial` in its knobs) judged a fresh measurement after
+    one speculative iteration, and is replayed so: on the short pair that replay speculates closer to the run
+    than one with today's trial of 4."""
+    from tltsim.cost.profiled import Profiled
+    from tltsim.control.decisions import DecisionKnobs
+    from tltsim.analysis.validate import recorded_knobs, replay
+    from tltsim.records import Result
+
+    assert recorded_knobs({"knobs": {"guard": True}}) == {"guard": True, "guard_trial": 1}
+    assert recorded_knobs({"knobs": {"guard": True, "guard_trial": 4}})["guard_trial"] == 4
+    assert recorded_knobs({"knobs": {"guard": False}}) == {"guard": False}
+    assert recorded_knobs({"policy": "verl"}) == {}
+    assert DecisionKnobs(guard_trial=2).control(0, 0).guard.trial == 2
+    tlt = "traces/real_tlt_smollm2"
+    run = Result.load(tlt)
+    cost = Profiled.fit("traces/smollm2_cpu_profile.csv")
+    spec = lambda r: int((r.iterations["mode"] == "spec_decode").sum())  # noqa: E731
+    _, own = replay(tlt, cost)
+    _, today = replay(tlt, cost, knobs={**run.config["knobs"], "guard_trial": 4})
+    assert abs(spec(own) - spec(run)) < abs(spec(today) - spec(run))

@@ -4,7 +4,8 @@
 
 For each run directory written by `tltsim real run`: its recorded trace (with the `engine` column, so
 every response lands on the worker that served it) goes through the simulator with the same policy and
-knobs, one engine per worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv, on the
+knobs (`recorded_knobs`: as the run acted on them, a rule added since as the run had it), one engine per
+worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv, on the
 simulator's exact executor (every iteration run and recorded, deciding before each as a real engine does). The
 drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
@@ -150,7 +151,7 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
         seed=int(cfg.get("seed", 0)),
         exact=True,
     )
-    knobs = dict((cfg.get("knobs") or {}) if knobs is None else knobs)
+    knobs = recorded_knobs(cfg) if knobs is None else dict(knobs)
     if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), stops at the end of its
         # batch in progress, and saves its drafter inside its training span, at this machine's speed (no fixed
         # seconds of a paper's checkpoint, which would also tie the samples to the machine's speed under --speed)
@@ -160,6 +161,16 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
         policy = ReplayedQuality(policy, measured_qualities(measured) if qualities is None else qualities)
     predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
     return measured, predicted
+
+
+def recorded_knobs(config: dict) -> dict:
+    """The decision knobs a real run acted on, from its config.json: as recorded, with the rules of knobs added
+    since spelled out as the run had them (a guard that judged a fresh measurement after its first speculative
+    iteration, before `guard_trial`)."""
+    knobs = dict(config.get("knobs") or {})
+    if knobs.get("guard") and "guard_trial" not in knobs:
+        knobs["guard_trial"] = 1
+    return knobs
 
 
 def _one_speed(run_dir: Path, measured: Result, cost) -> tuple[float, Result]:

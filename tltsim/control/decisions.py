@@ -61,6 +61,8 @@ class DecisionKnobs:
     keep_long_prev: float = knob(0.25, lo=0.0, hi=1.0)  # plus this share of the step before's longest samples
     guard: bool = knob(True)  # decode plainly at batches where speculating measured slower
     # (tltsim.control.SpeculationGuard)
+    guard_trial: int = knob(4, lo=1, hi=8, needs=("guard", True))  # speculative iterations a fresh measurement
+    # gets before the guard judges it (sooner once it cannot pay; at most the guard's window of 8)
 
     def checked(self, name: str) -> "DecisionKnobs":
         """This, checked (each knob by tltsim.control.knobs, then the knobs together); TltsimError naming policy
@@ -89,7 +91,7 @@ class DecisionKnobs:
             switch = LearnedSwitch(self.threshold, self.patience, prior)
             return EngineControl(switch, tuner, switch)
         return EngineControl(SDSwitch(self.sd, self.threshold, self.patience), tuner,
-                             SpeculationGuard() if self.guard else None)
+                             SpeculationGuard(trial=self.guard_trial) if self.guard else None)
 
     def trainer(self, workers: int) -> SpotTrainer:
         """The spot trainer over `workers` workers."""
