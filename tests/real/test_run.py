@@ -452,7 +452,8 @@ SHIPPED_PAIRS = [("real_tlt_cpu", "real_verl_cpu"), ("real_tlt_smollm2", "real_v
                  ("real_tlt_smollm2_longtail", "real_verl_smollm2_longtail"),
                  ("real_tlt_auto_smollm2", "real_verl_smollm2_b"), ("real_das_smollm2", "real_verl_smollm2_b"),
                  ("real_das_smollm2_longtail", "real_verl_smollm2_longtail"),
-                 ("real_das_tlt_smollm2_longtail", "real_verl_smollm2_longtail")]
+                 ("real_das_tlt_smollm2_longtail", "real_verl_smollm2_longtail"),
+                 ("real_tlt_smollm2_longtail_interleaved", "real_verl_smollm2_longtail_interleaved")]
 SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run, verl in SHIPPED_PAIRS}  # a verl run two
 # pairs share is checked against the later pair's run
 
@@ -462,11 +463,12 @@ def test_every_shipped_run_is_in_a_twin_pair():
 
 
 def test_the_shipped_long_tail_runs_emitted_the_same_answers():
-    """They replayed one verl run's answers, so the set compares the policies' speed alone (notebook 06 says so)."""
+    """They replayed one verl run's answers, so the set compares the policies' speed alone (notebook 06 says so);
+    the pair made in turn did too."""
     import pandas as pd
 
-    runs = sorted((ROOT / "traces").glob("real_*_smollm2_longtail"))
-    assert len(runs) == 4
+    runs = sorted((ROOT / "traces").glob("real_*_smollm2_longtail*"))
+    assert len(runs) == 6
     answers = [pd.read_parquet(run / "answers.parquet").sort_values(["step", "prompt_id", "sample"]) for run in runs]
     keys = [a[["step", "prompt_id", "sample"]].to_numpy().tolist() for a in answers]
     tokens = [[list(t) for t in a["tokens"]] for a in answers]
