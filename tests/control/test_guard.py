@@ -172,3 +172,32 @@ def test_the_trial_keeps_bursty_speculation_that_pays_and_still_refuses_what_los
     assert speculated_share(SpeculationGuard(), pays, 0.13) > 0.6
     judged_on_one = speculated_share(SpeculationGuard(trial=1), loses, 0.13)
     assert speculated_share(SpeculationGuard(), loses, 0.13) < 1.2 * judged_on_one
+
+
+def test_the_fast_path_runs_a_trial_that_paid_as_one_chunk():
+    """EngineControl.trial_chunk: the first iteration of a trial alone; once it paid, the trial's rest at once
+    (a steady reward above plain decoding's never ends a trial early); where it lost, nothing more once the
+    trial cannot pay, and one at a time while an earlier best rate there still might."""
+    from tltsim.control import EngineControl, FixedTuner, SDSwitch, Strategy
+
+    def control():
+        c = EngineControl(SDSwitch("always", 32, 0), FixedTuner("4_1_4"), SpeculationGuard())
+        c.observe_plain(4, 0.1)  # 40 tokens/s at batch 4
+        return c
+
+    s = Strategy.parse("4_1_4")
+    pays, loses = control(), control()
+    assert pays.trial_chunk(4) == 1
+    pays.observe_spec(s, 4, tokens=8, seconds=0.1)  # 80 tokens/s
+    assert pays.trial_chunk(4) == 3
+    pays.observe_spec(s, 4, tokens=24, seconds=0.1, iters=3)
+    assert pays.trial_chunk(4) == 0 and pays.decide(4) is not None  # judged: it pays
+    loses.observe_spec(s, 4, tokens=2, seconds=0.1)  # 20 tokens/s, the best seen there
+    assert loses.trial_chunk(4) == 0 and loses.decide(4) is None  # cannot pay: refused after one
+    guard = SpeculationGuard()
+    hoped = EngineControl(SDSwitch("always", 32, 0), FixedTuner("4_1_4"), guard)
+    hoped.observe_plain(4, 0.1)
+    guard.load_state_dict({**guard.state_dict(), "best": [[4, 200.0]]})  # it paid well there before
+    hoped.observe_spec(s, 4, tokens=2, seconds=0.1)
+    assert hoped.trial_chunk(4) == 1  # below plain now, but a burst like the best may come: one at a time
+    assert EngineControl(SDSwitch("always", 32, 0), FixedTuner("4_1_4"), None).trial_chunk(4) == 0

@@ -216,8 +216,8 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 t_seg += dt
                 t_log = t_seg
             acc = float(spec.acceptance.mean(s, spec.quality))
-            # a chunk, or one iteration while the guard's trial goes on (it may judge after any of them)
-            iters = min(1 if control.to_try(b) else spec.chunk_iters, remaining / acc)
+            # a chunk, or while the guard's trial goes on, its first iteration alone, then its rest if that paid
+            iters = min(control.trial_chunk(b) or spec.chunk_iters, remaining / acc)
             dt = iters * spec.draft_time(cost, b, s) + (1.0 + spec.lookup_fraction) * float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
