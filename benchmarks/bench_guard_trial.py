@@ -41,6 +41,7 @@ def replay_refusals(d: pd.DataFrame) -> tuple[pd.Series, float]:
     decided, agree, n = [], 0, 0
     for _, w in d.groupby("worker", sort=True):
         guard = SpeculationGuard(trial=1)
+        in_window: dict[int, int] = {}  # batch -> speculative iterations in the guard's window there
         for _, s in w.groupby("step", sort=True):
             guard.begin_rollout()
             switched = False
@@ -50,9 +51,11 @@ def replay_refusals(d: pd.DataFrame) -> tuple[pd.Series, float]:
                     agree += guard.pays(b) == (mode == "spec_decode")
                     n += 1
                 if mode == "spec_decode":
+                    fresh = not guard.tried(b)  # observe_spec starts a fresh window
                     guard.observe_spec(b, reward)
+                    in_window[b] = 1 if fresh else min(in_window[b] + 1, guard.window)
                     if not guard.pays(b):
-                        decided.append(guard._spec[b][0].count)
+                        decided.append(in_window[b])
                 else:
                     guard.observe_plain(b, seconds)
     counts = pd.Series(decided, dtype=int).value_counts().sort_index()
