@@ -333,3 +333,46 @@ Markdown(
     "about a decode step at larger batches too (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` "
     "checks when a GPU is lent."
 )
+
+# %% [markdown]
+# ## 6. verl and tlt a step at a time in turn: the machine's drift on both alike
+# The runs above were made one after another, on a machine whose speed wanders by tens of percent between
+# quarter hours, so a ratio of their makespans carries the drift. This pair was made by
+# `benchmarks/interleaved_pair.py`: each step of each run is a `tltsim real run --resume` of its own, and the
+# order turns every step (verl tlt, tlt verl, ...), so both runs sample the same stretches of the machine's
+# speed. Same config, seed and answers as the pair above (`--answers`: token for token the same responses);
+# the run directories' README.md give the commands. Per step: each run's time, their ratio, and each
+# step's speed probe (a fixed plain decode before the step: equal probes, equal machine speed).
+
+# %%
+INTERLEAVED = [f"../traces/real_{name}_smollm2_longtail_interleaved" for name in ("verl", "tlt")]
+turns = {name: Result.load(d).steps.set_index("step") for name, d in zip(("verl", "tlt"), INTERLEAVED)}
+by_step = pd.DataFrame({"verl_s": turns["verl"].total_s, "tlt_s": turns["tlt"].total_s,
+                        "verl / tlt": turns["verl"].total_s / turns["tlt"].total_s,
+                        "verl probe_s": turns["verl"].speed_probe_s, "tlt probe_s": turns["tlt"].speed_probe_s})
+by_step.round(3)
+
+# %%
+iv = validate(INTERLEAVED, profile=LONGTAIL_PROFILE, speed=True)
+inter = pd.Series({k: iv.speedup[k] for k in ("measured", "predicted", "error", "speed_ratio",
+                                              "measured_at_one_speed", "predicted_at_one_speed")})
+print(inter.round(3).to_string())
+run_totals(iv.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
+
+# %%
+work = run_totals(iv.work).query("run.str.startswith('tlt')").set_index("metric")
+div = iv.divergence.dropna(subset=["measured_spec_tok_s", "predicted_spec_tok_s"])
+Markdown(
+    f"Made in turn, tlt over verl measured {inter.measured:.3f}x over {len(by_step)} steps (per step "
+    f"{by_step['verl / tlt'].min():.2f}-{by_step['verl / tlt'].max():.2f}x), the two runs' machine speeds a factor "
+    f"{inter.speed_ratio:.3f} apart (1: the same), where one run after the other gave "
+    f"{speedups.loc['tlt', 'measured']:.3f}x above, at speeds a factor {speedups.loc['tlt', 'speed_ratio']:.3f} apart. "
+    f"The replay has the engines do what they did: its speculative iterations, accepted tokens and switch "
+    f"iteration are {work.loc['spec_iterations', 'error']:+.1%}, {work.loc['accepted_tokens', 'error']:+.1%} and "
+    f"{work.loc['switch_iteration', 'error']:+.1%} off the run's. The time is where the "
+    f"replay is off: it predicted {inter.predicted:.3f}x ({inter.error:+.1%}), because a speculative iteration "
+    f"costs more here than the profile has it: where the two decided otherwise, speculation measured a median "
+    f"{div.measured_spec_tok_s.median():.0f} tokens/s against the modelled {div.predicted_spec_tok_s.median():.0f}, "
+    f"while plain decoding's seconds agreed ({div.measured_plain_s.median():.3f} against "
+    f"{div.predicted_plain_s.median():.3f} s)."
+)
