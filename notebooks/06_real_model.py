@@ -341,11 +341,13 @@ Markdown(
 # `benchmarks/interleaved_pair.py`: each step of each run is a `tltsim real run --resume` of its own, and the
 # order turns every step (verl tlt, tlt verl, ...), so both runs sample the same stretches of the machine's
 # speed. Same config, seed and answers as the pair above (`--answers`: token for token the same responses);
-# the run directories' README.md give the commands. Per step: each run's time, their ratio, and each
-# step's speed probe (a fixed plain decode before the step: equal probes, equal machine speed).
+# the run directories' README.md give the commands; its profile was made on the same machine right after it.
+# Per step: each run's time, their ratio, and each step's speed probe (a fixed plain decode before the step:
+# equal probes, equal machine speed).
 
 # %%
 INTERLEAVED = [f"../traces/real_{name}_smollm2_longtail_interleaved" for name in ("verl", "tlt")]
+INTERLEAVED_PROFILE = "../traces/smollm2_longtail_interleaved_cpu_profile.csv"
 turns = {name: Result.load(d).steps.set_index("step") for name, d in zip(("verl", "tlt"), INTERLEAVED)}
 by_step = pd.DataFrame({"verl_s": turns["verl"].total_s, "tlt_s": turns["tlt"].total_s,
                         "verl / tlt": turns["verl"].total_s / turns["tlt"].total_s,
@@ -353,7 +355,7 @@ by_step = pd.DataFrame({"verl_s": turns["verl"].total_s, "tlt_s": turns["tlt"].t
 by_step.round(3)
 
 # %%
-iv = validate(INTERLEAVED, profile=LONGTAIL_PROFILE, speed=True)
+iv = validate(INTERLEAVED, profile=INTERLEAVED_PROFILE, speed=True)
 inter = pd.Series({k: iv.speedup[k] for k in ("measured", "predicted", "error", "speed_ratio",
                                               "measured_at_one_speed", "predicted_at_one_speed")})
 print(inter.round(3).to_string())
@@ -361,6 +363,7 @@ run_totals(iv.work).set_index(["run", "metric"])[["measured", "predicted", "erro
 
 # %%
 work = run_totals(iv.work).query("run.str.startswith('tlt')").set_index("metric")
+earlier = pd.Series(validate(INTERLEAVED, profile=LONGTAIL_PROFILE, speed=True).speedup)
 div = iv.divergence.dropna(subset=["measured_spec_tok_s", "predicted_spec_tok_s"])
 Markdown(
     f"Made in turn, tlt over verl measured {inter.measured:.3f}x over {len(by_step)} steps (per step "
@@ -370,8 +373,9 @@ Markdown(
     f"The replay has the engines do what they did: its speculative iterations, accepted tokens and switch "
     f"iteration are {work.loc['spec_iterations', 'error']:+.1%}, {work.loc['accepted_tokens', 'error']:+.1%} and "
     f"{work.loc['switch_iteration', 'error']:+.1%} off the run's. The time is where the "
-    f"replay is off: it predicted {inter.predicted:.3f}x ({inter.error:+.1%}), because a speculative iteration "
-    f"costs more here than the profile has it: where the two decided otherwise, speculation measured a median "
+    f"replay is off: it predicted {inter.predicted:.3f}x ({inter.error:+.1%}; with the profile made hours before, "
+    f"the one of the pairs above, {earlier.predicted:.3f}x), because a speculative iteration costs more in the "
+    f"run than in the profile: where the two decided otherwise, speculation measured a median "
     f"{div.measured_spec_tok_s.median():.0f} tokens/s against the modelled {div.predicted_spec_tok_s.median():.0f}, "
     f"while plain decoding's seconds agreed ({div.measured_plain_s.median():.3f} against "
     f"{div.predicted_plain_s.median():.3f} s)."
