@@ -10,10 +10,9 @@ path and `real/` (an iteration at a time) all drive it the same way:
                                          before it turns on
     decide(batch) -> Strategy | None     before each iteration (or chunk of iterations): the strategy to
                                          speculate with, or None to decode plainly
-    to_try(batch)                        speculative iterations at most before the guard judges speculation
-                                         at this batch (0 once it has; it may judge after any)
-    trial_chunk(batch)                   fast path: of those, how many to run as one (1, then the rest once
-                                         the first paid)
+    trial_chunk(batch)                   fast path: speculative iterations to run as one before the guard
+                                         judges speculation at this batch (0 once it has; while its trial
+                                         goes on, 1, then the trial's rest once the first paid)
     plain_left(batch)                    fast path, after decide said plain: iterations before the guard tries
                                          speculation at this batch again
     observe_plain(batch, seconds, n)     n plain iterations took `seconds` each
@@ -72,17 +71,12 @@ class EngineControl:
             return None
         return self.tuner.choose(batch)
 
-    def to_try(self, batch: int) -> int:
-        """Speculative iterations at `batch` at most before the guard judges speculation there (0 without a
-        guard, or once it has judged)."""
-        return 0 if self.guard is None else self.guard.to_try(batch)
-
     def trial_chunk(self, batch: int) -> int:
         """Fast path: speculative iterations at `batch` to run as one before the guard judges (0 once it has, or
         without a guard): one while its trial has not yet shown speculation paying, then the trial's rest. A
         fast-path chunk's iterations make one modelled reward, and a trial whose reward stays above plain
         decoding's never ends early, so its rest at once is judged as one iteration at a time would be."""
-        left = self.to_try(batch)
+        left = 0 if self.guard is None else self.guard.to_try(batch)
         if left and self.guard.tried(batch) and self.guard.spec_rate(batch) > self.guard.plain_rate(batch):
             return left
         return min(left, 1)

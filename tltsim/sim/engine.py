@@ -217,8 +217,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 t_log = t_seg
             acc = float(spec.acceptance.mean(s, spec.quality))
             # a chunk, or while the guard's trial goes on, its first iteration alone, then its rest if that paid
-            trial = control.trial_chunk(b)
-            iters = min(min(trial, spec.chunk_iters) if trial else spec.chunk_iters, remaining / acc)
+            iters = min(control.trial_chunk(b) or spec.chunk_iters, spec.chunk_iters, remaining / acc)
             dt = iters * spec.draft_time(cost, b, s) + (1.0 + spec.lookup_fraction) * float(
                 cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
             )
