@@ -127,3 +127,50 @@ def test_validate_out_writes_the_work_domain_and_replaces_an_older_validation_wh
     with pytest.raises(TltsimError, match="exists and is not a tltsim"):
         write(plain, out)
     assert sorted(p.name for p in out.rglob("*")) == before and not list(tmp_path.glob(".val.*"))
+
+
+LONGTAIL = [ROOT / "traces" / "real_verl_smollm2_longtail_interleaved",
+            ROOT / "traces" / "real_tlt_smollm2_longtail_interleaved"]
+
+
+def test_request_acceptance_counts_each_responses_own_iterations():
+    """Each response's window of its engine's iterations: a plain run's responses took one iteration a token, and
+    in a speculative run the responses' speculative iterations add up to each iteration's rows."""
+    from tltsim.analysis.work_domain import request_acceptance
+
+    verl, tlt = (Result.load(d) for d in LONGTAIL)
+    assert request_acceptance(verl).empty
+    per = request_acceptance(tlt)
+    assert len(per) == len(tlt.requests) and per["accepted"].notna().all()
+    spec = tlt.iterations[tlt.iterations["mode"] == "spec_decode"]
+    rows = spec.groupby(["step", "worker"])["batch_size"].sum()
+    engine = tlt.requests.set_index(["step", "prompt_id", "sample"])["engine"]
+    per["engine"] = [int(engine[k]) for k in zip(per["step"], per["prompt_id"], per["sample"])]
+    assert per.groupby(["step", "engine"])["spec_iterations"].sum().tolist() == rows.tolist()
+    assert all(sum(s.values()) == n for s, n in zip(per["strategies"], per["spec_iterations"]))
+    # responses of one batch accept unlike each other: the spread the replay gives its rows
+    assert per["accepted"].max() - per["accepted"].min() > 1.0
+
+
+def test_the_replay_gives_each_row_what_its_response_accepted():
+    """On the long-tail pair: rows replayed at their own qualities leave the tail to the rows that accepted least,
+    as the run did, so the replay decodes about as many tokens with one row left as the run did, and predicts
+    the pair's speedup closer than one quality for every row."""
+    from tltsim.cost.profiled import Profiled
+    from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
+
+    cost = Profiled.fit(ROOT / "traces" / "smollm2_longtail_interleaved_cpu_profile.csv")
+    run = Result.load(LONGTAIL[1])
+    _, own = replay(LONGTAIL[1], cost)
+    _, alike = replay(LONGTAIL[1], cost, policy="tlt", knobs=recorded_knobs(run.config),
+                      qualities=measured_qualities(run))
+
+    def alone(result):  # tokens emitted while a single row ran
+        it = result.iterations
+        return float(it.loc[it["batch_size"] == 1, "tokens"].sum())
+
+    assert abs(alone(own) - alone(run)) < abs(alone(alike) - alone(run))
+    _, verl = replay(LONGTAIL[0], cost)
+    measured = Result.load(LONGTAIL[0]).summary["makespan_s"] / run.summary["makespan_s"]
+    predicted = {k: verl.summary["makespan_s"] / r.summary["makespan_s"] for k, r in (("own", own), ("alike", alike))}
+    assert abs(predicted["own"] / measured - 1) < abs(predicted["alike"] / measured - 1)

@@ -93,3 +93,18 @@ def test_sampling_is_seeded():
 def test_quality_out_of_range():
     with pytest.raises(TltsimError, match="quality 1.5"):
         MODEL.mean(RL_REFERENCE_STRATEGY, 1.5)
+
+
+def test_a_quality_per_row_draws_as_one_quality_does():
+    """Rows drafted for at their own qualities take the same draws: equal qualities give the scalar's samples, and
+    a row's accepted length follows its own quality."""
+    s = Strategy.parse("4_1_4")
+    one = MODEL.sample(s, 0.6, np.random.default_rng(5), 1000)
+    assert np.array_equal(MODEL.sample(s, np.full(1000, 0.6), np.random.default_rng(5), 1000), one)
+    q = np.tile([0.2, 0.9], 20_000)
+    x = MODEL.sample(s, q, np.random.default_rng(5), q.size)
+    for qi in (0.2, 0.9):
+        rows = x[q == qi]
+        assert abs(rows.mean() - MODEL.mean(s, qi)) < 5 * np.sqrt(MODEL.var(s, qi) / rows.size)
+    with pytest.raises(TltsimError, match="3 qualities for 4 samples"):
+        MODEL.sample(s, np.full(3, 0.5), np.random.default_rng(5), 4)

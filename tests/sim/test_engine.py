@@ -76,3 +76,24 @@ def test_segment_time_is_the_sum_of_its_iterations(q, k, ctx0, growth, n, tp):
     ref = float(np.sum(cost.verify_time(q // k if q >= k else 1, k, ctx))) if n else 0.0
     got = float(cost.segment_time((q // k if q >= k else 1) * k, k, ctx0, growth, n))
     assert np.isclose(got, ref, rtol=1e-9, atol=1e-12)
+
+
+def test_exact_rows_at_their_own_quality_finish_apart():
+    """Four equal responses, two drafted for at a low quality and two at a high one: the low ones fall behind
+    and run alone at the end, where one quality for all would finish them together."""
+    from tltsim.control import EngineControl, FixedTuner, SDSwitch
+    from tltsim.sim.acceptance import AcceptanceModel
+    from tltsim.sim.engine import Speculation
+
+    def spec(row_quality):
+        return Speculation(control=EngineControl(SDSwitch("always"), FixedTuner("4_1_4")), acceptance=AcceptanceModel(),
+                           quality=0.5, rng=np.random.default_rng(0), row_quality=row_quality)
+
+    cost = ConstantCost(decode=1.0, prefill=0.5)
+    apart = run_exact([10] * 4, [400] * 4, cost, 8, spec(np.array([0.1, 0.9, 0.1, 0.9])))
+    low, high = apart.finished_at[[0, 2]], apart.finished_at[[1, 3]]
+    assert low.min() > 1.5 * high.max()
+    batches = [r["batch_size"] for r in apart.iterations]
+    assert batches[-1] <= 2 and batches.count(2) > 50  # the low rows' tail: run without the high ones
+    alike = run_exact([10] * 4, [400] * 4, cost, 8, spec(None))
+    assert alike.finished_at.max() / alike.finished_at.min() < 1.2

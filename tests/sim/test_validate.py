@@ -197,7 +197,8 @@ def test_a_pairs_speedup_at_one_machine_speed():
 
 def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
     """The what-if of benchmarks/bench_longtail_whatif.py: the verl run's responses under the tlt run's knobs, with
-    a drafter quality given per step; a better drafter speculates more and finishes sooner."""
+    a drafter quality given per step; a better drafter speculates more and finishes sooner. A what-if drafter
+    drafts for every row alike: the run's own replay differs from it only in each row's own quality."""
     from tltsim.cost.profiled import Profiled
     from tltsim.records import Result
     from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
@@ -207,7 +208,8 @@ def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
     run = Result.load(tlt)
     _, own = replay(tlt, cost)
     _, same = replay(tlt, cost, policy="tlt", knobs=recorded_knobs(run.config), qualities=measured_qualities(run))
-    assert same.summary["makespan_s"] == pytest.approx(own.summary["makespan_s"])
+    assert same.steps["drafter_quality"].tolist() == pytest.approx(own.steps["drafter_quality"].tolist())
+    assert same.summary["makespan_s"] != pytest.approx(own.summary["makespan_s"])
     _, plain = replay(verl, cost)
     assert plain.summary.get("sd_share", 0.0) == 0.0
     what_if = {q: replay(verl, cost, policy="tlt", knobs={**run.config["knobs"], "sd": "always"},
@@ -237,3 +239,13 @@ def test_a_run_is_replayed_with_the_guard_rule_it_ran():
     _, own = replay(tlt, cost)
     _, today = replay(tlt, cost, knobs={**run.config["knobs"], "guard_trial": 4})
     assert abs(spec(own) - spec(run)) < abs(spec(today) - spec(run))
+
+
+def test_invert_quality_over_a_mix_of_strategies():
+    """A response verified with several strategies: the q whose mean over its iterations is what it accepted."""
+    model, q = AcceptanceModel(), 0.7
+    mix = {Strategy.parse("2_1_2"): 30, Strategy.parse("4_1_4"): 10}
+    accepted = (30 * model.mean(Strategy.parse("2_1_2"), q) + 10 * model.mean(Strategy.parse("4_1_4"), q)) / 40
+    assert invert_quality(model, mix, accepted) == pytest.approx(q, abs=1e-9)
+    assert invert_quality(model, mix, accepted) != pytest.approx(invert_quality(model, Strategy.parse("2_1_2"),
+                                                                                   accepted), abs=1e-3)

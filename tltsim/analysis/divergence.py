@@ -16,8 +16,9 @@ the first iteration where the two sides' modes differ each side's view is what i
 and `cause` says which rule made the two sides differ: "switch" when one side's switch was on and the other's
 not (one side had not yet seen `patience` small batches); "batch" when both were on but at different batches
 (an earlier difference in accepted tokens changed which rows still run); "guard" when at the same batch one
-guard said speculating pays and the other not: a model error, read in the times beside it; "other" when the
-re-derived views agree (a reprefill iteration's catch-up share, which the frame does not hold, see below).
+guard said speculating pays and the other not, each re-derived view saying what its own engine did: a model
+error, read in the times beside it; "other" when the re-derived views do not explain the two modes (a catch-up
+share the frame does not hold, see below).
 
 A real run's iterations frame records an iteration's whole wall time; a speculative iteration after plain
 ones also fed the drafter the tokens it had not seen (its catch-up), which the real guard did not count in
@@ -37,13 +38,15 @@ COLUMNS = ["run", "step", "engine", "iteration", "cause", "measured_mode", "pred
            "measured_spec_tok_s", "predicted_spec_tok_s", "measured_pays", "predicted_pays"]
 
 
-def decision_views(result: Result, threshold: int, patience: int) -> pd.DataFrame:
+def decision_views(result: Result, threshold: int, patience: int,
+                   guard_trial: int = SpeculationGuard().trial) -> pd.DataFrame:
     """Per iteration (step, engine, iteration index within the step): its mode and batch and the switch's and
-    guard's view before it (see the module docstring), re-derived from `result`'s iterations frame."""
+    guard's view before it (see the module docstring), re-derived from `result`'s iterations frame by a guard
+    with the run's trial (`guard_trial`)."""
     it = result.iterations
     rows = []
     for engine, g in it.groupby("worker", sort=True):
-        guard = SpeculationGuard()
+        guard = SpeculationGuard(trial=guard_trial)
         for step, s in g.groupby("step", sort=True):
             guard.begin_rollout()
             switch = SDSwitch("adaptive", threshold, patience)
@@ -63,12 +66,14 @@ def decision_views(result: Result, threshold: int, patience: int) -> pd.DataFram
 
 def divergences(run: str, measured: Result, predicted: Result, knobs: dict) -> pd.DataFrame:
     """The first iteration of each step and engine where the two sides' modes differ (COLUMNS), with each
-    side's view; empty where they never do (or without a switch: a policy that never speculates)."""
+    side's view; empty where they never do (or without a switch: a policy that never speculates). `knobs`: the
+    ones the run acted on (`tltsim.analysis.validate.recorded_knobs`)."""
     if not knobs:
         return pd.DataFrame(columns=COLUMNS)
     threshold, patience = int(knobs.get("threshold", 32)), int(knobs.get("patience", 10))
-    m = decision_views(measured, threshold, patience)
-    p = decision_views(predicted, threshold, patience)
+    trial = int(knobs.get("guard_trial", SpeculationGuard().trial))
+    m = decision_views(measured, threshold, patience, trial)
+    p = decision_views(predicted, threshold, patience, trial)
     both = m.merge(p, on=["step", "engine", "iteration"], suffixes=("_m", "_p"))
     differ = both[both["mode_m"] != both["mode_p"]].groupby(["step", "engine"], sort=True).head(1)
     out = []
@@ -77,8 +82,8 @@ def divergences(run: str, measured: Result, predicted: Result, knobs: dict) -> p
             cause = "switch"
         elif r.batch_m != r.batch_p:
             cause = "batch"
-        elif r.pays_m != r.pays_p:
-            cause = "guard"
+        elif r.pays_m == (r.mode_m == "spec_decode") and r.pays_p == (r.mode_p == "spec_decode"):
+            cause = "guard"  # each side's re-derived guard said what its engine did, and they differ
         else:
             cause = "other"
         out.append({"run": run, "step": r.step, "engine": r.engine, "iteration": r.iteration, "cause": cause,

@@ -9,7 +9,8 @@ worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv, on the
 simulator's exact executor (every iteration run and recorded, deciding before each as a real engine does). The
 drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
-drafter-staleness model; `calibrate_staleness` fits that one). Both sides then go through one function,
+drafter-staleness model; `calibrate_staleness` fits that one), and on the exact executor each response's own,
+from what it accepted over the strategies it was verified with (`ReplayedQuality`). Both sides then go through one function,
 `step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
 through `tltsim.analysis.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
 drafter-training samples per step and engine, which the machine's speed does not move.
@@ -31,7 +32,7 @@ speedup times it, and `predicted_at_one_speed` the ratio of the two unscaled rep
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,7 @@ from tltsim.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
 from tltsim.analysis.divergence import divergences
-from tltsim.analysis.work_domain import compare_work, relative_error
+from tltsim.analysis.work_domain import compare_work, relative_error, request_acceptance
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
@@ -157,8 +158,9 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
         # seconds of a paper's checkpoint, which would also tie the samples to the machine's speed under --speed)
         knobs.update(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
     policy = make_policy(sim_cfg.policy, knobs)
-    if isinstance(policy, TLTPolicy):
-        policy = ReplayedQuality(policy, measured_qualities(measured) if qualities is None else qualities)
+    if isinstance(policy, TLTPolicy):  # a what-if drafter (`qualities`) drafts for every row alike
+        policy = (ReplayedQuality(policy, measured_qualities(measured), request_acceptance(measured))
+                  if qualities is None else ReplayedQuality(policy, qualities))
     predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
     return measured, predicted
 
@@ -182,11 +184,39 @@ def _one_speed(run_dir: Path, measured: Result, cost) -> tuple[float, Result]:
 
 
 class ReplayedQuality(TLTPolicy):
-    """A speculative policy whose drafter quality at each step is the one measured in the real run."""
+    """A speculative policy whose drafter quality at each step is the one measured in the real run, and, given
+    the run's `requests` (`tltsim.analysis.work_domain.request_acceptance`), each response's own on the exact
+    executor: the quality at which the acceptance model's mean, over the strategies that response was verified
+    with, is what it accepted. Rows that accept less then fall behind and make the tail, as in the run."""
 
-    def __init__(self, inner: TLTPolicy, qualities: dict[int, float]):
+    def __init__(self, inner: TLTPolicy, qualities: dict[int, float], requests: pd.DataFrame | None = None):
         self.__dict__.update(inner.__dict__)
         self.qualities = qualities
+        self.requests = requests.set_index(["step", "prompt_id", "sample"]) if requests is not None else None
+        self.request_quality = None  # the step's rows' qualities (NaN: the row never speculated in the run)
+
+    def prepare_step(self, step: int, df: dict) -> dict:
+        df = super().prepare_step(step, df)
+        self.request_quality = None
+        if self.requests is not None and step in self.requests.index.get_level_values("step"):
+            run = self.requests.loc[step]
+            keys = list(zip(df["prompt_id"].tolist(), df["sample"].tolist()))
+            self.request_quality = np.array([
+                self._inverted(run.loc[k, "strategies"], run.loc[k, "accepted"]) if k in run.index else np.nan
+                for k in keys])
+        return df
+
+    def _inverted(self, strategies: dict, accepted: float) -> float:
+        if not strategies or not np.isfinite(accepted):
+            return np.nan
+        return invert_quality(self.acceptance, {Strategy.parse(s): n for s, n in strategies.items()}, accepted)
+
+    def speculation(self, engine: int, rows=None):
+        spec = super().speculation(engine, rows)
+        if self.request_quality is None or rows is None:
+            return spec
+        q = self.request_quality[np.asarray(rows)]
+        return replace(spec, row_quality=np.where(np.isnan(q), spec.quality, q))
 
     def begin_step(self, step: int, t: float) -> None:
         super().begin_step(step, t)
@@ -236,7 +266,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         runs[name] = (measured, pred, _one_speed(d, measured, cost) if speed and len(run_dirs) >= 2 else None)
         predicted[name] = pred
         work.append(compare_work(name, measured, pred))
-        diverged.append(divergences(name, measured, pred, measured.config.get("knobs") or {}))
+        diverged.append(divergences(name, measured, pred, recorded_knobs(measured.config)))
         m, p = step_metrics(measured), step_metrics(pred)
         for metric in METRICS:
             for step in m.index:

@@ -12,6 +12,13 @@ order the engine ran them: a real run's, or the simulator's exact executor's):
     tokens                 tokens all its iterations emitted
 
 The switch point (switch_batch, switch_iteration) is NaN for an engine that never speculated in the step.
+
+Per request (`request_acceptance`), from the iterations frame and the requests frame together: the iterations of
+its engine from its admission to the one it finished in, and what its speculative ones gave it. A response's
+tokens are one a plain iteration and the accepted length of each speculative one, so its mean accepted length is
+(response_len - plain iterations) / speculative iterations: counted, like the rest, not read off a clock's rate.
+Responses of one batch accept very differently (a row that repeats itself takes whole drafts, one working out
+numbers takes the target's token alone), and the rows that accept least are the ones left running at the end.
 Per step (engine NA: a real run records its drafter training per step only):
 
     drafter_train_samples  sequences the drafter trained on: a real run's batches x its drafter_batch (a
@@ -22,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from collections import Counter
 
 from tltsim.errors import TltsimError
 from tltsim.records import Result
@@ -107,3 +116,33 @@ def relative_error(measured: float, predicted: float) -> float:
     if not measured:
         return float(predicted - measured)
     return float(predicted / measured - 1)
+
+
+REQUEST_COLUMNS = ["step", "prompt_id", "sample", "plain_iterations", "spec_iterations", "accepted", "strategies"]
+
+
+def request_acceptance(result: Result) -> pd.DataFrame:
+    """Per request of `result` (a real run, or an exact simulation): the plain and speculative iterations it took
+    part in, its mean accepted length over the speculative ones (NaN where it had none) and their strategies
+    (strategy name -> iterations); see the module docstring. Empty for a run that never speculated."""
+    it, rq = result.iterations, result.requests
+    if it is None or rq is None or "mode" not in it or not (it["mode"] == "spec_decode").any():
+        return pd.DataFrame(columns=REQUEST_COLUMNS)
+    it = it[it["mode"].isin(["decode", "spec_decode"])]
+    rows = []
+    for (step, engine), g in rq[rq["engine"].notna()].groupby(["step", "engine"], sort=True):
+        its = it[(it["step"] == step) & (it["worker"] == engine)].sort_values("t_end", kind="stable")
+        t = its["t_end"].to_numpy(float)
+        spec = (its["mode"] == "spec_decode").to_numpy()
+        strategy = its["strategy"].to_numpy()
+        eps = 1e-9  # a request's finished_at is the end of the iteration it finished in, to the clock's rounding
+        first = np.searchsorted(t, g["admitted_at"].to_numpy(float) + eps, side="left")
+        last = np.searchsorted(t, g["finished_at"].to_numpy(float) + eps, side="right")
+        for r, a, b in zip(g.itertuples(index=False), first, last):
+            n_spec = int(spec[a:b].sum())
+            n_plain = int(b - a) - n_spec
+            rows.append({"step": int(step), "prompt_id": int(r.prompt_id), "sample": int(r.sample),
+                         "plain_iterations": n_plain, "spec_iterations": n_spec,
+                         "accepted": (float(r.response_len) - n_plain) / n_spec if n_spec else np.nan,
+                         "strategies": dict(Counter(strategy[a:b][spec[a:b]].tolist()))})
+    return pd.DataFrame(rows, columns=REQUEST_COLUMNS)

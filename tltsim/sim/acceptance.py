@@ -96,26 +96,42 @@ class AcceptanceModel:
         m = s.sum()
         return float(((2 * j - 1) * s).sum() - m * m)
 
-    def sample(self, strategy: Strategy, q: float, rng: np.random.Generator,
+    def sample(self, strategy: Strategy, q, rng: np.random.Generator,
                size: int | None = None):
-        """Accepted lengths of `size` independent verify iterations (ints in [1, depth+1])."""
-        s = self.survival(strategy, q)
-        u = rng.random(size)
-        # accepted drafts = number of j with S_j > u (S is non-increasing)
-        drafted = np.searchsorted(-s, -np.asarray(u), side="left")
+        """Accepted lengths of `size` independent verify iterations (ints in [1, depth+1]). `q` is one quality,
+        or one per iteration (an array of `size`: each row of a batch drafted for at its own quality); either
+        way the same draws are taken from `rng`, so equal qualities give equal samples."""
+        u = np.asarray(rng.random(size))
+        if np.ndim(q) == 0:
+            # accepted drafts = number of j with S_j > u (S is non-increasing)
+            return 1 + np.searchsorted(-self.survival(strategy, q), -u, side="left")
+        q = np.asarray(q, dtype=float)
+        if q.shape != u.shape:
+            raise TltsimError(f"acceptance: {q.size} qualities for {u.size} samples; give one, or one per sample")
+        drafted = np.empty(u.shape, dtype=np.int64)
+        for qi in np.unique(q):
+            rows = q == qi
+            drafted[rows] = np.searchsorted(-self.survival(strategy, qi), -u[rows], side="left")
         return 1 + drafted
 
 
-def invert_quality(model: AcceptanceModel, strategy: Strategy, accepted: float) -> float:
-    """The q in [0, 1] with model.mean(strategy, q) == accepted (clamped at the ends), by bisection."""
+def invert_quality(model, strategy: Strategy | Mapping[Strategy, float], accepted: float) -> float:
+    """The q in [0, 1] with model.mean(strategy, q) == accepted (clamped at the ends), by bisection. `strategy`
+    may be a mix, strategy -> its iterations: then the mean over the mix's iterations equals `accepted`."""
+    mix = strategy if isinstance(strategy, Mapping) else {strategy: 1.0}
+    total = float(sum(mix.values()))
+
+    def mean(q: float) -> float:
+        return sum(w * model.mean(s, q) for s, w in mix.items()) / total
+
     lo, hi = 0.0, 1.0
-    if accepted <= model.mean(strategy, lo):
+    if accepted <= mean(lo):
         return lo
-    if accepted >= model.mean(strategy, hi):
+    if accepted >= mean(hi):
         return hi
     for _ in range(60):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if model.mean(strategy, mid) < accepted else (lo, mid)
+        lo, hi = (mid, hi) if mean(mid) < accepted else (lo, mid)
     return (lo + hi) / 2
 
 

@@ -8,7 +8,7 @@ Two executors of the same model of an engine:
   clock by the mean accepted length per iteration, with the strategy chosen by
   the tuner once per chunk of at most `chunk_iters` iterations.
 - `exact_rollout`: a simpy process that runs every iteration, samples accepted
-  lengths per row, asks for a decision every iteration, and records every
+  lengths per row (each at its request's own quality where one is given), asks for a decision every iteration, and records every
   iteration (as a real run's iterations frame: batch, mode, strategy, accepted length, seconds, end, tokens
   gained). The reference the fast path is tested against, and what `tltsim validate` replays with.
 
@@ -45,6 +45,8 @@ class Speculation:
     control: EngineControl  # the engine's decisions (its rollout begun by the caller)
     acceptance: object  # mean(strategy, q), sample(strategy, q, rng, size)
     quality: float  # drafter quality this step
+    row_quality: np.ndarray | None = None  # exact path: each request's own quality (in the engine's admission order),
+    # where the caller knows it (a replayed run: what each response accepted); the fast path runs on `quality`
     chunk_iters: int = 32  # fast path: iterations per tuner decision
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram or history drafter: no drafter forwards to pay for
@@ -326,7 +328,8 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
             clock.append((env.now - t0, tau))
             state_log.append(Entry("prefill", env.now - t0 - dt, env.now - t0, b))
         if s is not None:
-            acc_rows = np.asarray(spec.acceptance.sample(s, spec.quality, spec.rng, b), dtype=float)
+            q = spec.quality if spec.row_quality is None else spec.row_quality[rows]
+            acc_rows = np.asarray(spec.acceptance.sample(s, q, spec.rng, b), dtype=float)
             remaining = response_len[rows] - generated[rows]
             gain = np.minimum(acc_rows, remaining)
             catchup = spec.catchup_time(cost, b, behind, ctx)

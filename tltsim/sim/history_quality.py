@@ -101,7 +101,7 @@ class ChainAcceptance:
     def mean(self, strategy: Strategy, q: float) -> float:
         return self.model.mean(Strategy.chain(strategy.verify), q)
 
-    def sample(self, strategy: Strategy, q: float, rng: np.random.Generator, size: int | None = None):
+    def sample(self, strategy: Strategy, q, rng: np.random.Generator, size: int | None = None):
         return self.model.sample(Strategy.chain(strategy.verify), q, rng, size)
 
 
