@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -361,22 +361,55 @@ inter = pd.Series({k: iv.speedup[k] for k in ("measured", "predicted", "error", 
 print(inter.round(3).to_string())
 run_totals(iv.work).set_index(["run", "metric"])[["measured", "predicted", "error"]]
 
+# %% [markdown]
+# Responses of one batch accept very differently: a row that repeats itself takes whole drafts, one working out
+# numbers takes little more than the target's own token. So under speculation the rows that accept least fall
+# behind and are the ones left running at the end, alone, at the batch where a token is dearest. The replay
+# gives each row what its response accepted in the run (`tltsim.analysis.work_domain.request_acceptance`);
+# beside it, the same replay with one quality for every row of a step. Tokens emitted while a single row ran:
+
+# %%
+from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay  # noqa: E402
+from tltsim.analysis.work_domain import request_acceptance  # noqa: E402
+from tltsim.cost.profiled import Profiled  # noqa: E402
+
+tlt_run = Result.load(INTERLEAVED[1])
+per_request = request_acceptance(tlt_run)
+_, alike = replay(INTERLEAVED[1], Profiled.fit(INTERLEAVED_PROFILE), speed=True, policy="tlt",
+                  knobs=recorded_knobs(tlt_run.config), qualities=measured_qualities(tlt_run))
+
+
+def alone(result):
+    it = result.iterations
+    return int(it.loc[it["batch_size"] == 1, "tokens"].sum())
+
+
+verl_replay, tlt_replay = iv.predicted.values()
+tail = pd.Series({"run": alone(tlt_run), "replay, each row its own": alone(tlt_replay),
+                  "replay, one quality a step": alone(alike)}, name="tokens with one row running")
+print(per_request["accepted"].describe().round(2).to_string())
+tail.to_frame()
+
 # %%
 work = run_totals(iv.work).query("run.str.startswith('tlt')").set_index("metric")
 earlier = pd.Series(validate(INTERLEAVED, profile=LONGTAIL_PROFILE, speed=True).speedup)
+alike_speedup = verl_replay.summary["makespan_s"] / alike.summary["makespan_s"]
 div = iv.divergence.dropna(subset=["measured_spec_tok_s", "predicted_spec_tok_s"])
 Markdown(
     f"Made in turn, tlt over verl measured {inter.measured:.3f}x over {len(by_step)} steps (per step "
     f"{by_step['verl / tlt'].min():.2f}-{by_step['verl / tlt'].max():.2f}x), the two runs' machine speeds a factor "
     f"{inter.speed_ratio:.3f} apart (1: the same), where one run after the other gave "
     f"{speedups.loc['tlt', 'measured']:.3f}x above, at speeds a factor {speedups.loc['tlt', 'speed_ratio']:.3f} apart. "
-    f"The replay has the engines do what they did: its speculative iterations, accepted tokens and switch "
-    f"iteration are {work.loc['spec_iterations', 'error']:+.1%}, {work.loc['accepted_tokens', 'error']:+.1%} and "
-    f"{work.loc['switch_iteration', 'error']:+.1%} off the run's. The time is where the "
-    f"replay is off: it predicted {inter.predicted:.3f}x ({inter.error:+.1%}; with the profile made hours before, "
-    f"the one of the pairs above, {earlier.predicted:.3f}x), because a speculative iteration costs more in the "
-    f"run than in the profile: where the two decided otherwise, speculation measured a median "
-    f"{div.measured_spec_tok_s.median():.0f} tokens/s against the modelled {div.predicted_spec_tok_s.median():.0f}, "
-    f"while plain decoding's seconds agreed ({div.measured_plain_s.median():.3f} against "
-    f"{div.predicted_plain_s.median():.3f} s)."
+    f"The responses accepted {per_request.accepted.min():.2f}-{per_request.accepted.max():.2f} tokens a "
+    f"speculative iteration (median {per_request.accepted.median():.2f}). Replayed with that spread, the "
+    f"simulator predicts {inter.predicted:.3f}x ({inter.error:+.1%}; with the profile made hours before, the one "
+    f"of the pairs above, {earlier.predicted:.3f}x, {earlier.error:+.1%}); with one quality for every row it "
+    f"would predict {alike_speedup:.3f}x, as the rows would finish together and leave "
+    f"{tail['replay, one quality a step']} tokens to a single row against the run's {tail['run']}. The work domain: "
+    f"speculative iterations, accepted tokens and switch iteration {work.loc['spec_iterations', 'error']:+.1%}, "
+    f"{work.loc['accepted_tokens', 'error']:+.1%} and {work.loc['switch_iteration', 'error']:+.1%} off the run's. "
+    f"What is left is the real guard's: the run decoded {work.loc['plain_iterations', 'measured']:,.0f} iterations "
+    f"plainly, the replay {work.loc['plain_iterations', 'predicted']:,.0f}; where they decided otherwise, "
+    f"speculation measured a median {div.measured_spec_tok_s.median():.0f} tokens/s against the modelled "
+    f"{div.predicted_spec_tok_s.median():.0f}."
 )

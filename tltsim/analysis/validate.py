@@ -10,8 +10,8 @@ simulator's exact executor (every iteration run and recorded, deciding before ea
 drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
 drafter-staleness model; `calibrate_staleness` fits that one), and on the exact executor each response's own,
-from what it accepted over the strategies it was verified with (`ReplayedQuality`). Both sides then go through one function,
-`step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
+from what it accepted over the strategies it was verified with (`ReplayedQuality`). Both sides then go through
+one function, `step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
 through `tltsim.analysis.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
 drafter-training samples per step and engine, which the machine's speed does not move.
 

@@ -27,10 +27,10 @@ Per step (engine NA: a real run records its drafter training per step only):
 """
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
-
-from collections import Counter
 
 from tltsim.errors import TltsimError
 from tltsim.records import Result
