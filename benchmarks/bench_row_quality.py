@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tltsim.analysis.table import format_table
 from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
-from tltsim.analysis.work_domain import request_acceptance
+from tltsim.analysis.work_domain import request_acceptance, tokens_alone
 from tltsim.cost.profiled import Profiled
 from tltsim.records import Result
 
@@ -37,12 +37,6 @@ PAIRS = [  # (baseline run, speculative run, profile), as traces/README.md lists
 ]
 
 
-def alone(result: Result) -> int:
-    """Tokens emitted by iterations with a single row running."""
-    it = result.iterations
-    return int(it.loc[it["batch_size"] == 1, "tokens"].sum())
-
-
 def main() -> None:
     rows = []
     for base, spec, profile in PAIRS:
@@ -57,7 +51,7 @@ def main() -> None:
         spread = request_acceptance(run)["accepted"]
         rows.append([spec, profile, f"{spread.min():.2f}-{spread.max():.2f}", f"{measured:.3f}",
                      f"{own_x:.3f} ({own_x / measured - 1:+.1%})", f"{alike_x:.3f} ({alike_x / measured - 1:+.1%})",
-                     alone(run), alone(own), alone(alike)])
+                     tokens_alone(run), tokens_alone(own), tokens_alone(alike)])
     print(format_table(["run", "profile", "accepted per response", "speedup measured", "predicted, each row its own",
                         "predicted, one quality a step", "tokens alone: run", "each row its own",
                         "one quality a step"], rows))

@@ -370,7 +370,7 @@ run_totals(iv.work).set_index(["run", "metric"])[["measured", "predicted", "erro
 
 # %%
 from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay  # noqa: E402
-from tltsim.analysis.work_domain import request_acceptance  # noqa: E402
+from tltsim.analysis.work_domain import request_acceptance, tokens_alone  # noqa: E402
 from tltsim.cost.profiled import Profiled  # noqa: E402
 
 tlt_run = Result.load(INTERLEAVED[1])
@@ -379,14 +379,9 @@ _, alike = replay(INTERLEAVED[1], Profiled.fit(INTERLEAVED_PROFILE), speed=True,
                   knobs=recorded_knobs(tlt_run.config), qualities=measured_qualities(tlt_run))
 
 
-def alone(result):
-    it = result.iterations
-    return int(it.loc[it["batch_size"] == 1, "tokens"].sum())
-
-
 verl_replay, tlt_replay = iv.predicted.values()
-tail = pd.Series({"run": alone(tlt_run), "replay, each row its own": alone(tlt_replay),
-                  "replay, one quality a step": alone(alike)}, name="tokens with one row running")
+tail = pd.Series({"run": tokens_alone(tlt_run), "replay, each row its own": tokens_alone(tlt_replay),
+                  "replay, one quality a step": tokens_alone(alike)}, name="tokens with one row running")
 print(per_request["accepted"].describe().round(2).to_string())
 tail.to_frame()
 

@@ -158,16 +158,13 @@ def test_the_replay_gives_each_row_what_its_response_accepted():
     the pair's speedup closer than one quality for every row."""
     from tltsim.cost.profiled import Profiled
     from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
+    from tltsim.analysis.work_domain import tokens_alone as alone
 
     cost = Profiled.fit(ROOT / "traces" / "smollm2_longtail_interleaved_cpu_profile.csv")
     run = Result.load(LONGTAIL[1])
     _, own = replay(LONGTAIL[1], cost)
     _, alike = replay(LONGTAIL[1], cost, policy="tlt", knobs=recorded_knobs(run.config),
                       qualities=measured_qualities(run))
-
-    def alone(result):  # tokens emitted while a single row ran
-        it = result.iterations
-        return float(it.loc[it["batch_size"] == 1, "tokens"].sum())
 
     assert abs(alone(own) - alone(run)) < abs(alone(alike) - alone(run))
     _, verl = replay(LONGTAIL[0], cost)

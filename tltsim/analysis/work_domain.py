@@ -118,6 +118,12 @@ def relative_error(measured: float, predicted: float) -> float:
     return float(predicted / measured - 1)
 
 
+def tokens_alone(result: Result) -> int:
+    """Tokens emitted by iterations with a single row running: the tail that rows falling behind leave."""
+    it = result.iterations
+    return int(it.loc[it["batch_size"] == 1, "tokens"].sum())
+
+
 REQUEST_COLUMNS = ["step", "prompt_id", "sample", "plain_iterations", "spec_iterations", "accepted", "strategies"]
 
 
