@@ -1,18 +1,18 @@
-"""The engine's attention (real.attention) against transformers' SDPA, side by side in one process.
+"""The engine's attention (real.engine.attention) against transformers' SDPA, side by side in one process.
 
     python benchmarks/bench_attention.py [--model smollm2-135m] [--batches 1,4,8] [--context 600] [--steps 12]
 
 Two tables. First, one layer's attention of T = 1, 5 and 13 new tokens a row over a cache-like slice (the first S
-slots of a buffer with room to grow, as real.kvcache.RaggedCache hands them out), as transformers' SDPA path
+slots of a buffer with room to grow, as real.engine.kvcache.RaggedCache hands them out), as transformers' SDPA path
 computes it (query heads packed for T = 1, keys and values repeated per query head otherwise) and as
-real.attention.attend_few does; the largest difference between the two outputs is printed beside. Second, the
+real.engine.attention.attend_few does; the largest difference between the two outputs is printed beside. Second, the
 engine itself: a batch of rows with prompts of context +- 100 random tokens, in the run's dtype and one torch
 thread (a `tltsim real run` worker's), where plain decode steps and speculative iterations (chain 4_1_4, the
-sampled-answer long-tail drafter) alternate between the target on SDPA and on real.attention, iteration by
+sampled-answer long-tail drafter) alternate between the target on SDPA and on real.engine.attention, iteration by
 iteration, so that the machine's drift falls on both alike. It prints the median target seconds (the target's
 forward and lm_head: what the attention changes) and the whole iteration's, and the verify's cost in decode steps,
 which is what speculation's gain is divided by. Only the target's attention is switched: the drafter's layer
-attends through real.attention in both columns, and the cache grows as real.kvcache grows it in both.
+attends through real.engine.attention in both columns, and the cache grows as real.engine.kvcache grows it in both.
 """
 from __future__ import annotations
 
@@ -25,9 +25,11 @@ import time
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from real import attention, drafting
-from real.generate import Engine
-from real.models import load_target
+from real.engine import attention
+
+from real import drafters
+from real.engine.generate import Engine
+from real.models.targets import load_target
 from real.settings import SamplingParams
 
 DRAFTER = "real/assets/smollm2-135m-longtail-sampled-drafter.pt"
@@ -109,7 +111,7 @@ def main(argv=None) -> None:
           f"one thread, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print("\n".join(layer_table(8, args.context + 100, dtype)))
     target = load_target(args.model, dtype=args.dtype)
-    drafter = drafting.load(DRAFTER, target, args.model)
+    drafter = drafters.load(DRAFTER, target, args.model)
     print("\n".join(engine_table(target, drafter, [int(b) for b in args.batches.split(",")], args.context,
                                  args.steps, args.seed)))
 

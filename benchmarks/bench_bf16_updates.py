@@ -3,14 +3,14 @@
     python benchmarks/bench_bf16_updates.py | tee benchmarks/results/bench_bf16_updates.txt
 
 Spot training once stepped the drafter in the target's dtype (plain AdamW over the drafter's own bf16
-parameters); these counts are why it now steps fp32 master weights (real.master_weights). Adam's step on a
+parameters); these counts are why it now steps fp32 master weights (real.drafters.master_weights). Adam's step on a
 weight is about the learning rate in size, whatever the gradient's scale, so in bfloat16 (8 significant bits)
 a step of lr leaves a weight unchanged wherever lr is under half the spacing of the bf16 values around it.
 This counts, for the shipped drafter's weights (or a checkpoint given), the share a step of +lr and of -lr
 changes, at each learning rate; no timing, the same output every run.
 
 With `--data FILE` (the answers `tltsim real drafter --data FILE` collected and kept), it also takes `--steps`
-plain AdamW steps of spot training (train_step, lr `--lr`, real.run_config.WARM_SPOT_LR by default: a warm
+plain AdamW steps of spot training (train_step, lr `--lr`, real.run.config.WARM_SPOT_LR by default: a warm
 drafter's spot learning rate) on the checkpoint's drafter over the first 8 answers (up to 400 tokens each),
 with the target and drafter in bfloat16 and then in float32, and counts the weights that changed.
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a drafter checkpoint (tltsim real drafter -o); default: the shipped SmolLM2 drafter")
     ap.add_argument("--data", type=Path, help="answers kept by `tltsim real drafter --data` (tokens, features)")
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--lr", type=float, default=None, help="default: real.run_config.WARM_SPOT_LR")
+    ap.add_argument("--lr", type=float, default=None, help="default: real.run.config.WARM_SPOT_LR")
     args = ap.parse_args(argv)
     payload = torch.load(args.checkpoint, weights_only=True)
     weights = [v for v in payload["state"].values() if v.is_floating_point()]
@@ -57,16 +57,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def fit_check(checkpoint: Path, model: str, data: Path, steps: int, lr: float | None) -> None:
-    from real import drafting
-    from real.models import load_target
-    from real.run_config import WARM_SPOT_LR
+    from real import drafters
+    from real.models.targets import load_target
+    from real.run.config import WARM_SPOT_LR
 
     lr = WARM_SPOT_LR if lr is None else lr
     torch.manual_seed(0)
     pairs = [(t[:400], f[:399]) for t, f in torch.load(data, weights_only=True)["pairs"][:8]]
     for dtype in ("bfloat16", "float32"):
         target = load_target(model, dtype=dtype)
-        drafter = drafting.load(checkpoint, target)
+        drafter = drafters.load(checkpoint, target)
         before = [p.detach().clone() for p in drafter.parameters()]
         optimizer = torch.optim.AdamW(drafter.parameters(), lr=lr)
         for _ in range(steps):

@@ -4,19 +4,19 @@
         [--drafter real/assets/smollm2-135m-longtail-drafter.pt] [--temperature 0.7]
 
 For each of `--answers` recorded answers of the run (every third of its first and fourth steps, answers.parquet),
-behind its own prompt (the run records no prompt text; real.worker.step_problems rebuilds the step's problems from
+behind its own prompt (the run records no prompt text; real.run.worker.step_problems rebuilds the step's problems from
 the run's seed), the target reads prompt and answer once (teacher forcing) and the drafter reads the target's
 features, as an EAGLE drafter does after its catch-up. At every answer position, with p the target's distribution
 at the run's temperature, the probability that a first draft is accepted:
 
-    argmax draft     p(d), d the drafter's most likely token: what real.sampling's rule accepts (drafts are
+    argmax draft     p(d), d the drafter's most likely token: what real.engine.sampling's rule accepts (drafts are
                      the drafter's top tokens, point masses)
     sampled draft    sum_x min(p(x), q(x)), q the drafter's distribution at the same temperature: what the
                      speculative-sampling rule with draft probabilities would accept
     target's argmax  max_x p(x): a drafter that always proposed the target's most likely token
-    history draft    p(h), h the history drafter's first draft (real.suffix; its history only this answer and its
+    history draft    p(h), h the history drafter's first draft (real.drafters.suffix; its history only this answer and its
                      prompt: less than a run's, which also holds the siblings' and earlier steps' answers)
-    hybrid draft     p(h) where real.hybrid's rule takes the history draft (a long, confident match), else p(d)
+    hybrid draft     p(h) where real.drafters.hybrid's rule takes the history draft (a long, confident match), else p(d)
 
 The first two apart say whether drafting by sampling would pay; the first and third apart, how much a better
 drafter would; the last two, what drafting from the rollout's history would take of that. A second table splits
@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from real import drafting
-from real.hybrid import MIN_EXPECTED, MIN_MATCH, sure
-from real.models import load_target, load_task
-from real.suffix import SuffixDrafter
-from real.worker import recorded_prompts
+from real import drafters
+from real.drafters.hybrid import MIN_EXPECTED, MIN_MATCH, sure
+from real.models.targets import load_target, load_task
+from real.drafters.suffix import SuffixDrafter
+from real.run.worker import recorded_prompts
 from tltsim.analysis.table import format_table
 
 COLUMNS = ("argmax draft", "sampled draft", "target's argmax", "history draft", "hybrid draft")
@@ -79,7 +79,7 @@ def first_draft_acceptance(target, drafter, prompt: list[int], answer: list[int]
 
 
 def history_drafts(prompt: list[int], answer: list[int], n: int = CHAIN) -> tuple[list, list[int]]:
-    """At each answer position, the history drafter's match of up to `n` drafts (real.suffix; its history this
+    """At each answer position, the history drafter's match of up to `n` drafts (real.drafters.suffix; its history this
     answer and its prompt alone: no siblings, no earlier steps) and its first draft."""
     session = SuffixDrafter().session()
     session.add([prompt])
@@ -95,7 +95,7 @@ def history_drafts(prompt: list[int], answer: list[int], n: int = CHAIN) -> tupl
 
 def hybrid_drafts(matches: list, history: list[int], trained: list[int], min_match: int,
                   min_expected: float) -> list[int]:
-    """real.hybrid's rule (real.hybrid.sure) at each position: the history draft where its match is at least
+    """real.drafters.hybrid's rule (real.drafters.hybrid.sure) at each position: the history draft where its match is at least
     `min_match` tokens long and expects at least `min_expected` accepted drafts, else the trained drafter's."""
     return [h if sure(m, min_match, min_expected) else t for m, h, t in zip(matches, history, trained)]
 
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     target = load_target(args.model, dtype="float32")
-    drafter = drafting.load(args.drafter, target)
+    drafter = drafters.load(args.drafter, target)
     drafter.eval()
     task = load_task(args.model, args.task)
     answers = pd.read_parquet(f"{args.run}/answers.parquet")
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     print("\nby the kind of token drafted (seen: it and the 3 tokens before it occurred earlier in prompt or answer):")
     answers = [[int(t) for t in a] for a in chosen["tokens"]]
     print(format_table(["kind", "share", *cols], by_kind(task.tokenizer, prompts, answers, rows)))
-    print(f"\nthe hybrid's first draft by its rule (real.hybrid: min_match {MIN_MATCH}, min_expected {MIN_EXPECTED}):")
+    print(f"\nthe hybrid's first draft by its rule (real.drafters.hybrid: min_match {MIN_MATCH}, min_expected {MIN_EXPECTED}):")
     total = sum(r["tokens"] for r in rows)
     print(format_table(["min_match", "min_expected", "hybrid draft"],
                        [[m, e, sum(float(r["rules"][(m, e)].sum()) for r in rows) / total] for m, e in RULES]))

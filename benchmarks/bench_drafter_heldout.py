@@ -3,7 +3,7 @@
     python benchmarks/bench_drafter_heldout.py real/assets/smollm2-135m-drafter.pt \
         real/assets/smollm2-135m-longtail-drafter.pt | tee benchmarks/results/bench_drafter_heldout.txt
 
-The same problems and settings as a checkpoint's `heldout_tokens_per_call_4_1_4` (real.warmup.heldout_tokens_per_call:
+The same problems and settings as a checkpoint's `heldout_tokens_per_call_4_1_4` (real.drafters.warmup.heldout_tokens_per_call:
 the task's test split drawn with seed + 1, greedy, chain 4_1_4, batch 8), at the given cap and dtype; so drafters
 warmed on different data are compared on one set. Counts, no timing: the same output every run.
 """
@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    from real import drafting
-    from real.models import load_target, load_task
-    from real.warmup import heldout_tokens_per_call
+    from real import drafters
+    from real.models.targets import load_target, load_task
+    from real.drafters.warmup import heldout_tokens_per_call
 
     torch.set_num_threads(args.threads)
     target, task = load_target(args.model, dtype=args.dtype), load_task(args.model, args.task)
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
           f"cap {args.max_new_tokens}  {args.dtype}  greedy, chain 4_1_4, batch 8")
     print("tokens_per_call  drafter")
     for path in args.drafters:
-        drafter = drafting.load(path, target)
+        drafter = drafters.load(path, target)
         tpc = heldout_tokens_per_call(target, drafter, task, args.heldout, args.seed, args.max_new_tokens)
         print(f"{tpc:15.3f}  {path}", flush=True)
     return 0

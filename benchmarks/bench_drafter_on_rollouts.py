@@ -19,8 +19,8 @@ import pandas as pd
 import torch
 
 from bench_draft_acceptance import first_draft_acceptance, per_token_means, recorded_prompts
-from real import drafting
-from real.models import load_target, load_task
+from real import drafters
+from real.models.targets import load_target, load_task
 
 TEMPERATURE = 0.7
 STEPS = 100  # AdamW steps a round
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     answers = pd.read_parquet(f"{run}/answers.parquet")
     train, test = answers[answers.step <= 2], answers[answers.step >= 3].iloc[::4][:8]
     train_prompts, test_prompts = recorded_prompts(run, task, train), recorded_prompts(run, task, test)
-    drafter = drafting.load("real/assets/smollm2-135m-longtail-drafter.pt", target)
+    drafter = drafters.load("real/assets/smollm2-135m-longtail-drafter.pt", target)
     drafter.eval()
 
     def evaluate(label: str) -> None:

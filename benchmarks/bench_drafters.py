@@ -33,12 +33,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from real import speed  # noqa: E402
+from real.tools import speed  # noqa: E402
 from real.cli import main as real_main  # noqa: E402
-from real.models import load_target  # noqa: E402
+from real.models.targets import load_target  # noqa: E402
 from real.settings import SpeedSettings  # noqa: E402
-from real.suffix import SuffixDrafter  # noqa: E402
-from real.models import load_task  # noqa: E402
+from real.drafters.suffix import SuffixDrafter  # noqa: E402
+from real.models.targets import load_task  # noqa: E402
 from tltsim.io import write_text  # noqa: E402
 
 

@@ -22,8 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from real import hub  # noqa: E402
-from real.models import load_target, load_tokenizer  # noqa: E402
+from real.models import hub  # noqa: E402
+from real.models.targets import load_target, load_tokenizer  # noqa: E402
 
 
 def main() -> None:

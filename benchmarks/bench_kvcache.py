@@ -3,7 +3,7 @@
     python benchmarks/bench_kvcache.py [--baseline 7ffc472] [--batch 16] [--contexts 16,256,640] [--repeats 5]
 
 The baseline (default: the last revision whose cache was a `transformers.DynamicCache`, which concatenates every
-layer's whole cache at every step) is read with `git show REV:real/kvcache.py`, so this runs in a git checkout.
+layer's whole cache at every step) is read with `git show REV:real/engine/kvcache.py`, so this runs in a git checkout.
 The current cache writes new keys and values into preallocated storage. For each context length and for an
 aligned batch (every row the same length: plain commits move nothing) and a ragged one (three lengths, as after
 speculative iterations accepted different counts: every commit moves the shorter rows' new slot), it prints the
@@ -22,19 +22,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.drafter import Drafter, EagleSession
-from real.generate import Engine
-from real.models import load_target
+from real.drafters.eagle import Drafter, EagleSession
+from real.engine.generate import Engine
+from real.models.targets import load_target
 from real.settings import SHIPPED_TARGET
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def baseline_cache(rev: str):
-    """RaggedCache of `rev`'s real/kvcache.py, imported from a temporary copy."""
-    source = subprocess.run(["git", "show", f"{rev}:real/kvcache.py"], cwd=ROOT, capture_output=True, text=True)
+    """RaggedCache of `rev`'s real/engine/kvcache.py, imported from a temporary copy."""
+    source = subprocess.run(["git", "show", f"{rev}:real/engine/kvcache.py"], cwd=ROOT, capture_output=True, text=True)
     if source.returncode != 0:
-        sys.exit(f"bench_kvcache: cannot read real/kvcache.py at {rev!r} ({source.stderr.strip()}); "
+        sys.exit(f"bench_kvcache: cannot read real/engine/kvcache.py at {rev!r} ({source.stderr.strip()}); "
                  "run in a git checkout, or pass --baseline with a revision that has it")
     path = Path(tempfile.mkdtemp()) / "baseline_kvcache.py"
     path.write_text(source.stdout)

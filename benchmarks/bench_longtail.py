@@ -60,7 +60,7 @@ def reference_shape(steps: int = 200, prompts: int = 8, group: int = 4) -> dict:
     """Per-step longest / median and longest of the worked reference answers (tokens, end of turn included)."""
     import numpy as np
 
-    from real.models import load_task
+    from real.models.targets import load_task
 
     task = load_task("smollm2-135m", "longtail")
     ratios, longest = [], []
@@ -85,8 +85,8 @@ def update_peak() -> dict:
     import numpy as np
     import torch
 
-    from real.grpo import GRPO
-    from real.models import load_target
+    from real.run.grpo import GRPO
+    from real.models.targets import load_target
     from real.settings import task_grpo
 
     torch.set_num_threads(1)

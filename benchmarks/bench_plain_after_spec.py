@@ -20,9 +20,9 @@ import time
 
 import torch
 
-from real import drafting
-from real.generate import Engine
-from real.models import load_target
+from real import drafters
+from real.engine.generate import Engine
+from real.models.targets import load_target
 from real.settings import SamplingParams
 
 DRAFTER = "real/assets/smollm2-135m-longtail-sampled-drafter.pt"
@@ -38,7 +38,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     target = load_target(args.model, dtype=args.dtype)
-    drafter = drafting.load(DRAFTER, target, args.model)
+    drafter = drafters.load(DRAFTER, target, args.model)
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(100, target.config.vocab_size - 100, (args.context + 10 * i,), generator=gen).tolist()
                for i in range(args.batch)]

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.evaluate import evaluate
-from real.models import load_target
+from real.tasks.evaluate import evaluate
+from real.models.targets import load_target
 from real.settings import SHIPPED_TARGET
 from real.settings import PretrainConfig
-from real.pretrain import PRETRAIN_FILE, pretrain
-from real.task import GcdTask
+from real.models.pretrain import PRETRAIN_FILE, pretrain
+from real.tasks.gcd import GcdTask
 
 BUCKETS = [(0, 5), (5, 15), (15, 30), (30, 65)]  # solution lines (subtraction steps)
 

@@ -4,7 +4,7 @@
     # record: ... | tee benchmarks/results/bench_real_speed.txt
 
 Target (issue 15): at batch 1 on a 2-core CPU, speculation with the shipped drafter at least 1.5x plain;
-batch 4 and 16 as they come. Plain and speculative runs alternate (real.speed), so a change of load
+batch 4 and 16 as they come. Plain and speculative runs alternate (real.tools.speed), so a change of load
 hits both; the table's draft/target/overhead columns are the measured breakdown of an iteration.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ REPEATS = 30
 def worker(rank: int, port: int) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
-    from real.spot import all_gather_pairs
+    from real.run.spot import all_gather_pairs
 
     g = torch.Generator().manual_seed(rank)
     lengths = (13 + torch.randint(20, 129, (16,), generator=g)).tolist()

@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.drafter import Drafter
-from real.generate import Engine, generate
-from real.models import load_target
-from real.pretrain import pretrain
+from real.drafters.eagle import Drafter
+from real.engine.generate import Engine, generate
+from real.models.targets import load_target
+from real.models.pretrain import pretrain
 from real.settings import GenerateSettings, PretrainConfig
-from real.task import GcdTask
+from real.tasks.gcd import GcdTask
 
 
 def _ints(text: str) -> list[int]:

@@ -6,11 +6,11 @@ idles, decodes too, or spot-trains the drafter.
         | tee benchmarks/results/bench_spot_interference.txt
 
 Two worker processes, one torch thread each, as `tltsim real run --workers 2` places them. Worker 0 times
-`--iterations` plain decode iterations at each batch (real.profile.speed_probe's loop: prompts of random
+`--iterations` plain decode iterations at each batch (real.tools.profile.speed_probe's loop: prompts of random
 tokens, the rollout loop as a run calls it) while worker 1, in the same window:
   idle            sleeps (verl's idle worker at the tail of a rollout)
   decode          decodes at the same batch (both engines busy: what `tltsim real profile` times, every process at once)
-  drafter_train   runs the drafter's spot-training step (real.drafter.Drafter.train_step, fp32 master weights,
+  drafter_train   runs the drafter's spot-training step (real.drafters.eagle.Drafter.train_step, fp32 master weights,
                   learning rate 0: the cost, not the learning) on batches of 8 answers of --train-tokens tokens
                   (tlt's idle worker)
 The three conditions take turns within every round, so the machine's drift reaches each alike. Printed: the
@@ -35,11 +35,11 @@ CONDITIONS = ("idle", "decode", "drafter_train")
 
 
 def _worker(rank: int, args, port: int, out: str) -> None:
-    from real import drafting
-    from real.grpo import barrier
-    from real.master_weights import MasterWeightAdamW
-    from real.models import load_target
-    from real.profile import _rollout
+    from real import drafters
+    from real.run.grpo import barrier
+    from real.drafters.master_weights import MasterWeightAdamW
+    from real.models.targets import load_target
+    from real.tools.profile import _rollout
     from real.settings import RUN_SAMPLING
     from tltsim.records import SPEED_CONTEXT
 
@@ -50,7 +50,7 @@ def _worker(rank: int, args, port: int, out: str) -> None:
     target = load_target(args.model, dtype=args.dtype)
     vocab = target.get_output_embeddings().weight.shape[0]
     rng = np.random.default_rng(rank)
-    drafter = drafting.load(args.drafter or drafting.SHIPPED, target, args.model) if rank == 1 else None
+    drafter = drafters.load(args.drafter or drafters.SHIPPED, target, args.model) if rank == 1 else None
     if drafter is not None:
         optimizer = MasterWeightAdamW(drafter.parameters(), lr=0.0)  # AdamW's decay is lr-scaled: none either
         dtype = next(target.parameters()).dtype
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import pandas as pd
 
-    from real.grpo import free_port
-    from real.processes import start_workers
+    from real.run.grpo import free_port
+    from real.run.processes import start_workers
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")

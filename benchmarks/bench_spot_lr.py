@@ -4,8 +4,8 @@ spot training as that run did it, offline, with the target held fixed, one setti
     python benchmarks/bench_spot_lr.py     # record: ... | tee benchmarks/results/bench_spot_lr.txt
 
 Data: the run's step-0 rollout (2 training problems x 4 samples at temperature 0.6, cap 128, seeds as
-real.worker's), with the target's features; the probe: real.worker's (4 held-out problems, greedy, chain 4_1_4,
-real.evaluate.accepted_tokens). From the shipped drafter, each setting takes 30 AdamW batches of 8 of those
+real.run.worker's), with the target's features; the probe: real.run.worker's (4 held-out problems, greedy, chain 4_1_4,
+real.tasks.evaluate.accepted_tokens). From the shipped drafter, each setting takes 30 AdamW batches of 8 of those
 answers (the run trained 27 in step 0, 1 in step 1, 10 in step 2: traces/real_tlt_smollm2/steps.parquet), with a
 fresh optimizer as the run's first step has, then probes. The last row trains on greedy answers instead.
 One thread; minutes on an idle 2-core machine.
@@ -19,12 +19,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from real.drafter import Drafter, DrafterLoss  # noqa: E402
-from real.evaluate import accepted_tokens  # noqa: E402
-from real.generate import generate  # noqa: E402
-from real.models import load_target, load_task  # noqa: E402
-from real.warmup import shipped_drafter  # noqa: E402
-from real.worker import _seed  # noqa: E402
+from real.drafters.eagle import Drafter, DrafterLoss  # noqa: E402
+from real.tasks.evaluate import accepted_tokens  # noqa: E402
+from real.engine.generate import generate  # noqa: E402
+from real.models.targets import load_target, load_task  # noqa: E402
+from real.drafters.warmup import shipped_drafter  # noqa: E402
+from real.run.worker import _seed  # noqa: E402
 
 SETTINGS = [("lr 1e-3, unroll 1 (the run's)", 1e-3, 1), ("lr 1e-3, unroll 2", 1e-3, 2), ("lr 1e-4, unroll 1", 1e-4, 1),
             ("lr 1e-4, unroll 2", 1e-4, 2), ("lr 1e-5, unroll 2", 1e-5, 2)]

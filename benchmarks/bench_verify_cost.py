@@ -15,7 +15,7 @@ of forwards over 1 and over k = 2..5 tokens (interleaved, the cache cropped back
 that ceiling at accepted lengths 2 and 3 for a chain of k - 1. One torch thread, as a `tltsim real run`
 worker computes on a CPU.
 
-What it times is the model's forward over transformers' DynamicCache, not the engine's real.kvcache.RaggedCache:
+What it times is the model's forward over transformers' DynamicCache, not the engine's real.engine.kvcache.RaggedCache:
 at long contexts the DynamicCache's own copies can weigh on a 1-token forward as much as on a 5-token one, so
 read its long-context rows with care; `tltsim real profile` times the engine's own decode and verify iterations.
 """
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from real.models import load_target
+from real.models.targets import load_target
 
 
 def forward_seconds(model, batch: int, context: int, tokens: tuple[int, ...], repeats: int, seed: int) -> dict:

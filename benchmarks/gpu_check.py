@@ -14,7 +14,7 @@ random prompts the drafter did not see. Steps, each timed; a failed one is recor
     target    build, save_pretrained (with the default gcd task file, so `real run` and `real profile` take it)
     drafter   greedy outputs of the target, Drafter.fit, saved; tokens per target call on unseen prompts
     profile   `tltsim real profile --model DIR --device D`                        -> profile.csv
-    speed     real.speed.measure, plain vs speculative per batch size            -> speed.json
+    speed     real.tools.speed.measure, plain vs speculative per batch size            -> speed.json
     pair      `tltsim real run --policy verl|tlt` (1 worker, same seed)         -> verl.json, tlt.json
     validate  `tltsim validate verl tlt --profile profile.csv --json`            -> validate.json
               and results.json: every step's seconds, status and headline figures; log.txt: all output.
@@ -38,12 +38,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from real import speed  # noqa: E402
-from real.drafter import Drafter  # noqa: E402
-from real.generate import generate  # noqa: E402
+from real.tools import speed  # noqa: E402
+from real.drafters.eagle import Drafter  # noqa: E402
+from real.engine.generate import generate  # noqa: E402
 from real.settings import GenerateSettings, SpeedSettings  # noqa: E402
-from real.models import build_target  # noqa: E402
-from real.task import GcdTask  # noqa: E402
+from real.models.targets import build_target  # noqa: E402
+from real.tasks.gcd import GcdTask  # noqa: E402
 
 SIZES = {  # preset, vocab, dtype, drafter (prompts, new tokens, steps), speed batches, profile grid, run shape
     "gpu": dict(preset="qwen2.5-0.5b-shape", vocab=151936, dtype="bfloat16", prompts=64, new=128, steps=300,

@@ -12,7 +12,7 @@ On a shared machine whose speed wanders by tens of percent from one quarter hour
 another one measures the machine as much as the policy. Here each step of each run is one `tltsim real run
 --steps S+1 --resume` of its own (the first without --resume), and the order turns every step (A B, B A, A B,
 ...), so a steady drift lands on both runs alike. A resumed run continues from its checkpoint with the same
-records and clock (real/run.py), so each directory holds an ordinary run: `tltsim validate A B` reads it as
+records and clock (real/run/launch.py), so each directory holds an ordinary run: `tltsim validate A B` reads it as
 any other. Give both runs the same --answers to have them emit the same tokens. Prints each call's wall time
 and, at the end, each step's measured time of both runs and A/B, A's time over B's (B's speedup over A). A run
 that fails stops the pair with one line and its exit status; rerun the same command with the failed run's

@@ -22,7 +22,7 @@ the static drafter by >= 0.2 tokens per call; the target moved (kl_to_start > 0 
 --config overrides RunConfig fields (JSON; "grpo" takes GRPOConfig's fields). --warm STEPS warms a drafter up
 before the run (STEPS AdamW steps on the initial target's sampled answers to 64 training prompts, at the
 warm-up's learning rate) and starts the run from it (--drafter), so spot training runs at
-real.run_config.WARM_SPOT_LR unless "spot_lr" is set: the case of a shipped drafter. One thread per worker.
+real.run.config.WARM_SPOT_LR unless "spot_lr" is set: the case of a shipped drafter. One thread per worker.
 """
 from __future__ import annotations
 
@@ -42,15 +42,15 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from real import drafting  # noqa: E402
-from real.evaluate import accepted_tokens  # noqa: E402
-from real.generate import generate  # noqa: E402
-from real.models import load_target  # noqa: E402
-from real.run import RunConfig, launch  # noqa: E402
-from real.run_config import WARM_SPOT_LR  # noqa: E402
+from real import drafters  # noqa: E402
+from real.tasks.evaluate import accepted_tokens  # noqa: E402
+from real.engine.generate import generate  # noqa: E402
+from real.models.targets import load_target  # noqa: E402
+from real.run.launch import RunConfig, launch  # noqa: E402
+from real.run.config import WARM_SPOT_LR  # noqa: E402
 from real.settings import SHIPPED_TARGET, GenerateSettings, GRPOConfig, SamplingParams  # noqa: E402
-from real.warmup import find_shipped_drafter  # noqa: E402
-from real.worker import _seed  # noqa: E402
+from real.drafters.warmup import find_shipped_drafter  # noqa: E402
+from real.run.worker import _seed  # noqa: E402
 
 # the shipped tiny target's spot-vs-static setting (benchmarks/spot_vs_static.py): worker 1 (one group of three)
 # finishes about halfway through each rollout and spot-trains for the rest
@@ -93,7 +93,7 @@ def warm_drafter(cfg: RunConfig, steps: int, path: Path) -> None:
     gen = generate(target, [task.prompt_ids(p) for p in problems], settings=GenerateSettings(
         sampling=SamplingParams(cfg.greedy, cfg.temperature), max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
         collect_features=True))
-    drafter = drafting.kind("eagle").for_target(target, seed=cfg.seed)
+    drafter = drafters.kind("eagle").for_target(target, seed=cfg.seed)
     drafter.fit([(torch.tensor(f.prompt + f.tokens), f.features) for f in gen.finished], steps, cfg.drafter_batch,
                 cfg.drafter_lr, seed=cfg.seed)
     drafter.save(path)
@@ -124,7 +124,7 @@ def main():
     gen = generate(start, kl_prompts, settings=GenerateSettings(
         sampling=SamplingParams(False, cfg.temperature), max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
     sequences = [(f.prompt, f.tokens) for f in gen.finished]
-    probe = task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")  # real.worker's
+    probe = task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")  # real.run.worker's
     start_greedy = greedy_answers(start, task, probe, cfg.max_new_tokens)
 
     def moved(target) -> dict:
@@ -146,8 +146,8 @@ def main():
                               "grpo_loss"]].to_dict(), **rows[step]}
         print(json.dumps({k: round(float(v), 4) if k != "step" else int(v) for k, v in r.items()}), flush=True)
     # the end: both drafters with the final target, on the probe's prompts
-    spot = drafting.load(run / "checkpoint" / "drafter.pt", target)
-    static = drafting.load(cfg.drafter or run / "drafter_init.pt", target)
+    spot = drafters.load(run / "checkpoint" / "drafter.pt", target)
+    static = drafters.load(cfg.drafter or run / "drafter_init.pt", target)
     end = {**rows[-1], "step": "end", "drafter_accepted": float(accepted_tokens(target, spot, task, probe,
                                                                       max_new_tokens=cfg.max_new_tokens).mean()),
            "static_drafter_accepted": float(accepted_tokens(target, static, task, probe,

@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from real.drafter import Drafter
-from real.evaluate import accepted_length
-from real.models import load_target
+from real.drafters.eagle import Drafter
+from real.tasks.evaluate import accepted_length
+from real.models.targets import load_target
 from real.settings import SHIPPED_TARGET
-from real.run import RunConfig, launch
-from real.task import GcdTask
+from real.run.launch import RunConfig, launch
+from real.tasks.gcd import GcdTask
 
 # 3 prompt groups of 8 on 2 workers (worker 0 serves two, worker 1 one) with at most 2 rows running per engine:
 # worker 1 finishes about halfway through each rollout and spot-trains for the rest

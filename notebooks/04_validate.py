@@ -72,9 +72,9 @@ if RUN_NOW:
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # the workers save checkpoints quietly
     import torch
-    from real.models import load_target
-    from real.profile import profile
-    from real.run import RunConfig, launch
+    from real.models.targets import load_target
+    from real.tools.profile import profile
+    from real.run.launch import RunConfig, launch
     from real.settings import ProfileSettings
 
     scratch = tempfile.TemporaryDirectory(prefix="tltsim-nb04-")  # removed when the kernel exits

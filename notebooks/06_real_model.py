@@ -58,13 +58,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from real.generate import generate
-from real import hub, speed
-from real.drafter import Drafter
-from real.models import load_target, load_tokenizer
+from real.engine.generate import generate
+from real.models import hub
+from real.tools import speed
+from real.drafters.eagle import Drafter
+from real.models.targets import load_target, load_tokenizer
 from real.settings import GenerateSettings, SpeedSettings
-from real.warmup import shipped_drafter
-from real.wordproblems import WordProblemTask
+from real.drafters.warmup import shipped_drafter
+from real.tasks.wordproblems import WordProblemTask
 
 torch.set_num_threads(2)
 pd.set_option("display.precision", 3)
@@ -157,8 +158,8 @@ print(f"best speedup {best.speedup:.2f}x at batch {best.batch} ({best.tokens_per
 # shipped,suffix,hybrid` prints the same rows; benchmarks/results/bench_drafters.txt has them recorded.)
 
 # %%
-from real.hybrid import HybridDrafter
-from real.suffix import SuffixDrafter
+from real.drafters.hybrid import HybridDrafter
+from real.drafters.suffix import SuffixDrafter
 
 drafters = {"shipped": lambda: drafter, "suffix": SuffixDrafter, "hybrid": lambda: HybridDrafter(drafter, SuffixDrafter())}
 group = pd.DataFrame(speed.measure(target, drafters, prompts, SpeedSettings(
@@ -219,7 +220,7 @@ plt.show()
 
 # %% [markdown]
 # ## 5. The long-tail workload: reasoning RL's shape, and what speculation buys on this machine
-# `--task longtail` (real/longtail.py): word problems with a Zipf-distributed number of steps, answered with
+# `--task longtail` (real/tasks/longtail.py): word problems with a Zipf-distributed number of steps, answered with
 # one worked line per step, capped at 1024 tokens; a LoRA GRPO update in micro-batches. A recorded verl run
 # and three runs that replayed its answers (`tltsim real run --answers`: every run emitted the same tokens, so
 # they differ only in how fast each produced them): `tlt` (the drafter spot-trained on the idle worker),

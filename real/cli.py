@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import fields
 
-from real import hub
+from real.models import hub
 from real.settings import PRESETS, TASKS, PretrainConfig, SpeedSettings, WarmupSettings
 from tltsim.argparser import Parser, number, parse, show_progress, whole
 from tltsim.errors import TltsimError
@@ -57,7 +57,7 @@ def add_profile(sub) -> None:
                    "smollm2-135m) or a preset")
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
                    "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
-                   "real/longtail.py)")
+                   "real/tasks/longtail.py)")
     p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
                    "--model, as `tltsim real run` starts from, else a fresh one)")
     p.add_argument("--max-new-tokens", type=whole(1), default=None, help="response cap of the target's own answers "
@@ -83,9 +83,9 @@ def add_profile(sub) -> None:
 
 
 def _profile(args) -> int:
-    from real import drafting
-    from real.models import load_target, load_task
-    from real.profile import profile_processes
+    from real import drafters
+    from real.models.targets import load_target, load_task
+    from real.tools.profile import profile_processes
     from real.settings import ProfileSettings, SamplingParams
     from tltsim.io import atomic_path, check_apart, check_output
 
@@ -111,7 +111,7 @@ def _profile(args) -> int:
     if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
         load_task(args.model, args.task)
         if args.drafter:
-            drafting.load(args.drafter, load_target(args.model, args.device))
+            drafters.load(args.drafter, load_target(args.model, args.device))
     df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings, task=args.task,
                            dtype=args.dtype)
     with atomic_path(args.out) as tmp:
@@ -122,7 +122,7 @@ def _profile(args) -> int:
 
 def add_run(sub) -> None:
     from real.settings import GRPOConfig
-    from real.run_config import POLICIES, RunConfig
+    from real.run.config import POLICIES, RunConfig
 
     d = {f.name: f.default for f in fields(RunConfig)}
     g = GRPOConfig()
@@ -133,7 +133,7 @@ def add_run(sub) -> None:
     p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
     p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="the policy the run executes: verl (no "
                    "speculation), tlt (a spot-trained drafter), static-sd, sd-always, tlt-auto, das (history drafting, "
-                   "real/suffix.py: no drafter model or training), das+tlt (the hybrid of both, real/hybrid.py)")
+                   "real/drafters/suffix.py: no drafter model or training), das+tlt (the hybrid of both, real/drafters/hybrid.py)")
     p.add_argument("--workers", type=whole(1), default=d["workers"], help="worker processes")
     p.add_argument("--steps", type=whole(1), default=d["steps"], help="RL steps")
     p.add_argument("--model", default=None, help="target: a `tltsim real pretrain` directory (gcd task), a "
@@ -141,7 +141,7 @@ def add_run(sub) -> None:
                    "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
                    "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
-                   "real/longtail.py)")
+                   "real/tasks/longtail.py)")
     p.add_argument("--drafter", default=None, help="trained drafter checkpoint to start from (das+tlt: the hybrid's "
                    "trained part; das has none) (default: the one shipped for a known --model, else warm one up on "
                    "the target's own answers)")
@@ -209,10 +209,10 @@ def _run(args) -> int:
 
         args.model = str(SHIPPED_TARGET)
     from real.settings import task_grpo
-    from real.run import RunConfig, launch
+    from real.run.launch import RunConfig, launch
     from tltsim.control.decisions import knobs_from_text
 
-    from real.models import check_target
+    from real.models.targets import check_target
     from tltsim.io import check_apart, check_output, manifest_kind
 
     if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
@@ -272,7 +272,7 @@ def add_drafter(sub) -> None:
                    "as the runs that will use the drafter sample their rollouts (default: greedy answers)")
     p.add_argument("--lr", type=number(above=0), default=d["lr"], help="AdamW learning rate")
     p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
-                   help="the chat task whose problems it answers (longtail: real/longtail.py)")
+                   help="the chat task whose problems it answers (longtail: real/tasks/longtail.py)")
     p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
     p.add_argument("--vocab", type=whole(1), default=d["vocab"], help="draft vocabulary size")
     p.add_argument("--steps", type=whole(1), default=d["steps"], help="AdamW steps")
@@ -290,7 +290,7 @@ def add_drafter(sub) -> None:
 
 
 def _drafter(args) -> int:
-    from real.warmup import make_drafter
+    from real.drafters.warmup import make_drafter
     from tltsim.io import check_apart, check_output
 
     check_output(args.out)
@@ -331,7 +331,7 @@ def add_speed(sub) -> None:
     p.add_argument("--temperature", type=number(above=0), default=d["temperature"],
                    help="sample at this temperature (default: greedy)")
     p.add_argument("--task", default="wordproblems", choices=("wordproblems", "longtail"),
-                   help="the chat task whose problems it answers (longtail: real/longtail.py)")
+                   help="the chat task whose problems it answers (longtail: real/tasks/longtail.py)")
     p.add_argument("--strategy", default=d["strategy"], help="depth_topk_verify (4_1_4: a chain of 4)")
     p.add_argument("--max-new-tokens", type=whole(1), default=d["max_new_tokens"], help="answer cap")
     p.add_argument("--rounds", type=whole(1), default=d["rounds"], help="timed runs of each mode per batch size")
@@ -343,9 +343,10 @@ def add_speed(sub) -> None:
 
 
 def _speed(args) -> int:
-    from real import drafting, speed
-    from real.models import load_target, load_task
-    from real.spec import draftable
+    from real import drafters
+    from real.tools import speed
+    from real.models.targets import load_target, load_task
+    from real.engine.spec import draftable
 
     batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
     if not batches or len(batches) != len(args.batches.split(",")):
@@ -358,8 +359,8 @@ def _speed(args) -> int:
     draftable(args.strategy)
     target = load_target(args.model, args.device, dtype=args.dtype)
     for name in names:  # a bad name fails here, before anything is timed
-        drafting.load(name, target, args.model)
-    factories = {name: (lambda name=name: drafting.load(name, target, args.model)) for name in names}
+        drafters.load(name, target, args.model)
+    factories = {name: (lambda name=name: drafters.load(name, target, args.model)) for name in names}
     prompts = speed.heldout_prompts(load_task(args.model, args.task), -(-max(batches) // args.group))
     _check_memory(target, max(batches), max(map(len, prompts)) + args.max_new_tokens, args.device)
     rows = speed.measure(target, factories, prompts, settings,
@@ -439,7 +440,7 @@ def check_device(torch, device: str) -> None:
 def _pretrain(args) -> int:
     import numpy as np
 
-    from real.pretrain import pretrain, replaceable
+    from real.models.pretrain import pretrain, replaceable
     from tltsim.io import check_output
 
     check_output(args.out, replaceable, "empty or a checkpoint of `tltsim real pretrain`")  # before the training
@@ -466,9 +467,9 @@ def _report(target, problems: int, samples: int, temperature: float, max_new_tok
             device: str) -> None:
     import numpy as np
 
-    from real.evaluate import evaluate
-    from real.models import load_target
-    from real.task import GcdTask
+    from real.tasks.evaluate import evaluate
+    from real.models.targets import load_target
+    from real.tasks.gcd import GcdTask
 
     model, task = load_target(target, device), GcdTask.load(target)
     held_out = task.sample(np.random.default_rng(seed), problems, split="test")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from real.task import TaskConfig
+from real.tasks.gcd import TaskConfig
 from tltsim.control.strategy import DEFAULT_STRATEGY
 from tltsim.errors import TltsimError
 
@@ -44,12 +44,13 @@ PRESETS = {
 
 # `tltsim real pretrain -o real/assets/gcd-tiny-llama`: the default target, pretrained (3.2 MB), so tests,
 # notebooks and benchmarks need not spend 3 minutes making it. benchmarks/bench_pretrain.py measures it.
-SHIPPED_TARGET = Path(__file__).parent / "assets" / "gcd-tiny-llama"
+ASSETS = Path(__file__).parent / "assets"  # what real/ ships: the default target, drafters (assets/README.md)
+SHIPPED_TARGET = ASSETS / "gcd-tiny-llama"
 
 
-# the tasks a target can run on by name (`--task`; none given: its own, real.models.load_task)
+# the tasks a target can run on by name (`--task`; none given: its own, real.models.targets.load_task)
 TASKS = ("gcd", "wordproblems", "longtail")
-# a task's GRPO defaults where they differ from GRPOConfig's (real/longtail.py says why these)
+# a task's GRPO defaults where they differ from GRPOConfig's (real/tasks/longtail.py says why these)
 TASK_GRPO = {"longtail": {"lora_rank": 16, "skip_zero_advantage": True, "micro_batch_tokens": 2048,
                           "gradient_checkpointing": True}}
 # a task's sampling temperature where it is not 1 (at 1 SmolLM2-135M's long worked answers turn to noise)
@@ -73,14 +74,14 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class GenerateSettings:
-    """How real.generate.generate decodes: every iteration speculative with `strategy` when given a drafter."""
+    """How real.engine.generate.generate decodes: every iteration speculative with `strategy` when given a drafter."""
 
     strategy: str | None = None  # depth_topk_verify of every speculative iteration (None: the default, a chain of 4)
     sampling: SamplingParams = SamplingParams()  # how the next token is chosen (default greedy)
     max_new_tokens: int = 256  # a row ends after this many tokens, or at an end-of-sequence token
     eos_token_id: int | tuple[int, ...] | None = None  # ids a row ends at (None: the model's; (): none)
     seed: int = 0  # the sampling generator's
-    collect_features: bool = False  # keep each finished row's target features (real.generate.Finished)
+    collect_features: bool = False  # keep each finished row's target features (real.engine.generate.Finished)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -99,7 +100,7 @@ class GRPOConfig:
     mini_batches: int = 1  # optimizer steps per RL step; each takes a contiguous slice of a worker's responses
     max_grad_norm: float = 1.0  # gradient clipping after the all-reduce
     micro_batch_tokens: int = 4096  # padded tokens per forward (a longer sequence gets a micro-batch of its own)
-    lora_rank: int = 0  # > 0: train rank-r LoRA adapters on the attention and MLP projections only (real.lora)
+    lora_rank: int = 0  # > 0: train rank-r LoRA adapters on the attention and MLP projections only (real.models.lora)
     skip_zero_advantage: bool = False  # compute neither the old log-probs nor the update of responses whose
     # advantage is zero (a group whose rewards agree): their gradient is exactly zero when kl is 0
     gradient_checkpointing: bool = False  # keep each decoder layer's input only and recompute the layer in the
@@ -122,7 +123,7 @@ class GRPOConfig:
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """The grid real.profile.profile times (`tltsim real profile`)."""
+    """The grid real.tools.profile.profile times (`tltsim real profile`)."""
 
     batches: tuple[int, ...] = (1, 2, 4, 8, 16)  # running rows
     contexts: tuple[int, ...] = (32, 128, 256)  # prompt tokens per row
@@ -146,7 +147,7 @@ class ProfileSettings:
 
 @dataclass(frozen=True)
 class WarmupSettings:
-    """The offline drafter warm-up of real.warmup.make_drafter (`tltsim real drafter`)."""
+    """The offline drafter warm-up of real.drafters.warmup.make_drafter (`tltsim real drafter`)."""
 
     problems: int = 160  # training word problems the target answers
     temperature: float | None = None  # sample the answers at this temperature, as a run's rollouts (None: greedy)
@@ -159,7 +160,7 @@ class WarmupSettings:
     heldout: int = 16  # held-out problems tokens per call is measured on
     seed: int = 0  # problem draws and the drafter's init
     collect_batch: int = 16  # prompts decoded together while collecting
-    task: str = "wordproblems"  # the chat task whose problems the target answers (longtail: real/longtail.py)
+    task: str = "wordproblems"  # the chat task whose problems the target answers (longtail: real/tasks/longtail.py)
     dtype: str = "float32"  # the target's dtype while collecting, fitting and measuring (a run's --dtype)
     init: str | None = None  # a drafter checkpoint whose trained weights the fit starts from (None: a fresh drafter)
 
@@ -174,7 +175,7 @@ class WarmupSettings:
 
 @dataclass(frozen=True)
 class SpeedSettings:
-    """What real.speed.measure decodes (`tltsim real speed`)."""
+    """What real.tools.speed.measure decodes (`tltsim real speed`)."""
 
     batches: tuple[int, ...] = (1, 4, 16)  # rows decoded at once
     strategy: str = str(DEFAULT_STRATEGY)  # depth_topk_verify of every speculative iteration (a chain of 4)
@@ -202,7 +203,7 @@ class SpeedSettings:
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    preset: str = "tiny-llama"  # model architecture and size (real.models.PRESETS)
+    preset: str = "tiny-llama"  # model architecture and size (real.models.targets.PRESETS)
     steps: int = 600  # optimizer steps; the default takes about 3 minutes on 2 CPU cores
     seconds: float | None = None  # stop after this much training time even if steps remain (not deterministic)
     batch_tokens: int = 4096  # padded tokens per batch; similar lengths are batched together (more, smaller steps learn faster)

@@ -83,7 +83,7 @@ def merge_states(rows: list[TimelineRow], weights: list[float]) -> list[Timeline
 STEP_COLUMNS = ["step", "t_start", "rollout_s", "reward_s", "train_s", "sync_s", "total_s"]
 REQUEST_COLUMNS = ["step", "prompt_id", "sample", "engine", "prompt_len", "response_len", "admitted_at", "finished_at"]
 # A real run's steps column speed_probe_s: seconds of one plain decode iteration at batch SPEED_BATCH after
-# prompts of SPEED_CONTEXT tokens (real.profile.speed_probe), how fast the machine ran before the step
+# prompts of SPEED_CONTEXT tokens (real.tools.profile.speed_probe), how fast the machine ran before the step
 SPEED_BATCH, SPEED_CONTEXT = 8, 64
 
 _FRAMES = ("timeline", "steps", "requests", "iterations")

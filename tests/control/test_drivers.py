@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import simpy
 
-from real.adaptive import rollout
+from real.engine.adaptive import rollout
 from tltsim.control import EngineControl, Strategy
 from tltsim.control.decisions import DecisionKnobs
 from tltsim.sim.engine import Speculation, exact_rollout, fast_rollout
@@ -80,7 +80,7 @@ class Recording(EngineControl):
 
 
 class ScriptedEngine:
-    """Stands in for real.generate.Engine: rows of LENGTHS tokens, each iteration one token a row, timed by Cost
+    """Stands in for real.engine.generate.Engine: rows of LENGTHS tokens, each iteration one token a row, timed by Cost
     as the simulator times it (the drafter's build or catch-up reported as the iteration's catchup_s)."""
 
     def __init__(self, drafter="scripted"):
@@ -91,7 +91,7 @@ class ScriptedEngine:
     def running(self):
         return len(self.left)
 
-    def add(self, prompts, answers=None):  # real.generate.Engine's signature; these rows' lengths are scripted
+    def add(self, prompts, answers=None):  # real.engine.generate.Engine's signature; these rows' lengths are scripted
         ids = list(range(len(self.finished) + len(self.left), len(self.finished) + len(self.left) + len(prompts)))
         self.left.update((i, self.lengths[i]) for i in ids)
         self.iterations.append(SimpleNamespace(batch_size=len(prompts), tokens=0, wall_s=0.5))

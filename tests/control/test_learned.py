@@ -89,7 +89,7 @@ def test_the_knobs_are_checked():
 def test_a_real_run_offers_tlt_auto_with_no_prior():
     """`tltsim real run --policy tlt-auto`: the learned switch, starting from the threshold knob (a real run has no
     cost model to take a prior from)."""
-    from real.run_config import POLICIES, RunConfig
+    from real.run.config import POLICIES, RunConfig
 
     knobs = RunConfig(policy="tlt-auto", max_new_tokens=8, knobs={"threshold": 4}).checked().tlt_knobs()
     control = knobs.control(0, seed=0)

@@ -1,11 +1,11 @@
-"""The engine's attention (real.attention) against torch's SDPA, and a model using it against the same model on SDPA."""
+"""The engine's attention (real.engine.attention) against torch's SDPA, and a model using it against the same model on SDPA."""
 import pytest
 import torch
 import torch.nn.functional as F
 
-from real import attention
-from real.kvcache import RaggedCache
-from real.models import build_target
+from real.engine import attention
+from real.engine.kvcache import RaggedCache
+from real.models.targets import build_target
 
 
 def _sdpa(query, key, value, mask, scaling):

@@ -3,7 +3,7 @@ objects rebuilt from it decide exactly as the ones that carried on."""
 import numpy as np
 import torch
 
-from real.spot import SampleBuffer
+from real.run.spot import SampleBuffer
 from tltsim.control.decisions import DecisionKnobs
 
 KNOBS = DecisionKnobs(threshold=4, patience=1, tuner="egreedy", arms=("4_2_8", "4_1_4", "2_1_2"), eps=0.5)

@@ -5,9 +5,9 @@ import dataclasses
 
 import pytest
 
-from real import hub
+from real.models import hub
 from real.cli import main
-from real.models import load_target, load_tokenizer
+from real.models.targets import load_target, load_tokenizer
 from tltsim.errors import TltsimError
 
 

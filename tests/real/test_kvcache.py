@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from real.kvcache import GROW_SLOTS, RaggedCache
+from real.engine.kvcache import GROW_SLOTS, RaggedCache
 
 LAYERS, HEADS, DIM, FEAT = 2, 2, 3, 4
 
@@ -37,7 +37,7 @@ def _new(batch: int, gen: torch.Generator, ref: list) -> RaggedCache:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_operations_keep_every_rows_committed_slots(seed, monkeypatch):
-    monkeypatch.setattr("real.kvcache.GROW_SLOTS", 2)  # growth within a few dozen small forwards
+    monkeypatch.setattr("real.engine.kvcache.GROW_SLOTS", 2)  # growth within a few dozen small forwards
     gen, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
     ref: list[list] = []
     cache = _new(3, gen, ref)

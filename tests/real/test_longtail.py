@@ -1,6 +1,6 @@
-"""The long-tail workload (real/longtail.py) and the update sized for it: Zipf-distributed steps, worked answers
+"""The long-tail workload (real/tasks/longtail.py) and the update sized for it: Zipf-distributed steps, worked answers
 that the reward pays, answers whose lengths have reasoning RL's shape, the task by name, LoRA adapters
-(real/lora.py) and log-probs in chunks (real/grpo.py)."""
+(real/models/lora.py) and log-probs in chunks (real/run/grpo.py)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,13 +10,13 @@ import pytest
 import torch
 from test_wordproblems import _tokenizer
 
-from real import lora
-from real.grpo import GRPO, response_logprobs, token_logprobs
-from real.longtail import CAP, INSTRUCTION, MAX_OPS, LongTailTask
-from real.models import build_target, load_target
-from real.run_config import RunConfig
+from real.models import lora
+from real.run.grpo import GRPO, response_logprobs, token_logprobs
+from real.tasks.longtail import CAP, INSTRUCTION, MAX_OPS, LongTailTask
+from real.models.targets import build_target, load_target
+from real.run.config import RunConfig
 from real.settings import TASK_GRPO, GRPOConfig, task_grpo
-from real.wordproblems import WordProblem
+from real.tasks.wordproblems import WordProblem
 from tltsim.errors import TltsimError
 
 
@@ -159,7 +159,7 @@ def test_a_longtail_run_trains_adapters_and_resumes_them(tmp_path):
     continues from them."""
     from test_run_chat import CAP as TINY_CAP, chat_tokenizer
 
-    from real.run import launch
+    from real.run.launch import launch
     from tltsim.records import Result
 
     tok = chat_tokenizer()

@@ -1,7 +1,7 @@
-"""real.master_weights: AdamW on fp32 masters of bf16 parameters."""
+"""real.drafters.master_weights: AdamW on fp32 masters of bf16 parameters."""
 import torch
 
-from real.master_weights import MasterWeightAdamW
+from real.drafters.master_weights import MasterWeightAdamW
 
 
 def _grads(seed: int, shape, n: int) -> list[torch.Tensor]:

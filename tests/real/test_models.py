@@ -3,8 +3,8 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 
-from real.models import PRESETS, build_target, load_target
-from real.task import Tokenizer
+from real.models.targets import PRESETS, build_target, load_target
+from real.tasks.gcd import Tokenizer
 from tltsim.errors import TltsimError
 
 

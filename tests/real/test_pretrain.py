@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from real.evaluate import EvalResult, evaluate
-from real.models import load_target
+from real.tasks.evaluate import EvalResult, evaluate
+from real.models.targets import load_target
 from real.settings import SHIPPED_TARGET
 from real.settings import PretrainConfig
-from real.pretrain import PRETRAIN_FILE, batches, pretrain, train
-from real.task import GcdTask, Problem, TaskConfig
+from real.models.pretrain import PRETRAIN_FILE, batches, pretrain, train
+from real.tasks.gcd import GcdTask, Problem, TaskConfig
 from tltsim.cli import main as tltsim_main
 from tltsim.errors import TltsimError
 

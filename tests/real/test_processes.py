@@ -1,4 +1,4 @@
-"""real/processes.py: every launch's workers come from one forkserver of this process, each in the launcher's
+"""real/run/processes.py: every launch's workers come from one forkserver of this process, each in the launcher's
 environment of its launch (not the server's, which is the launcher's of the first launch)."""
 import json
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
-from real.processes import start_workers
+from real.run.processes import start_workers
 
 
 def _report(rank: int, out: str) -> None:

@@ -15,15 +15,17 @@ import torch
 from test_sampling import _chi2_pvalue, _reference_probs
 from tiny_lm import hf_greedy
 
-from real import drafting, hub
-from real.drafter import Drafter
-from real.generate import generate
-from real.hybrid import HybridDrafter
-from real.models import load_target, load_tokenizer
+from real import drafters
+
+from real.models import hub
+from real.drafters.eagle import Drafter
+from real.engine.generate import generate
+from real.drafters.hybrid import HybridDrafter
+from real.models.targets import load_target, load_tokenizer
 from real.settings import GenerateSettings, SamplingParams
-from real.suffix import SuffixDrafter
-from real.warmup import shipped_drafter
-from real.wordproblems import WordProblemTask
+from real.drafters.suffix import SuffixDrafter
+from real.drafters.warmup import shipped_drafter
+from real.tasks.wordproblems import WordProblemTask
 
 pytestmark = pytest.mark.slow
 NAME = "smollm2-135m"
@@ -85,7 +87,7 @@ def test_word_problem_prompts_are_lossless_too(model, drafter):
 
 
 def _history(name, target):
-    return SuffixDrafter() if name == "suffix" else HybridDrafter(drafting.load(drafting.SHIPPED, target, NAME),
+    return SuffixDrafter() if name == "suffix" else HybridDrafter(drafters.load(drafters.SHIPPED, target, NAME),
                                                                   SuffixDrafter(), min_match=2, min_expected=0.5)
 
 

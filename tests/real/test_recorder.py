@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from real.adaptive import EngineCall
-from real.recorder import intervals
+from real.engine.adaptive import EngineCall
+from real.run.recorder import intervals
 from tltsim.records import Result
 from tltsim.sim.engine import Entry, _merge
 from tltsim.summary import GENERATION

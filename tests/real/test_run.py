@@ -16,19 +16,19 @@ import pandas as pd
 import pytest
 import torch
 
-from real.drafter import Drafter
-from real.generate import generate
-from real.evaluate import accepted_length
+from real.drafters.eagle import Drafter
+from real.engine.generate import generate
+from real.tasks.evaluate import accepted_length
 from real.settings import GRPOConfig, GenerateSettings, SamplingParams
-from real.grpo import GRPO, group_advantages, micro_batches, response_logprobs, token_losses
-from real.models import build_target, load_target
+from real.run.grpo import GRPO, group_advantages, micro_batches, response_logprobs, token_losses
+from real.models.targets import build_target, load_target
 from real.settings import PretrainConfig
-from real.pretrain import save_checkpoint, train
-from real.grpo import free_port
-from real.processes import start_workers
-from real.run import RunConfig, launch
-from real.spot import all_gather_pairs
-from real.task import GcdTask, TaskConfig
+from real.models.pretrain import save_checkpoint, train
+from real.run.grpo import free_port
+from real.run.processes import start_workers
+from real.run.launch import RunConfig, launch
+from real.run.spot import all_gather_pairs
+from real.tasks.gcd import GcdTask, TaskConfig
 from tltsim.cli import main as tltsim_main
 from tltsim.errors import TltsimError
 from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result

@@ -1,5 +1,5 @@
 """`tltsim real run` and `tltsim real profile` on a chat model: a save_pretrained directory with its own
-ChatML tokenizer runs word problems through its chat template (real.models.load_task), stops at the
+ChatML tokenizer runs word problems through its chat template (real.models.targets.load_task), stops at the
 generation config's end of turn, and is recorded in the simulator's schema."""
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from real.generate import Engine
-from real.models import build_target, load_target, load_task
-from real.profile import profile, train_lengths
-from real.run import RunConfig, launch
+from real.engine.generate import Engine
+from real.models.targets import build_target, load_target, load_task
+from real.tools.profile import profile, train_lengths
+from real.run.launch import RunConfig, launch
 from real.settings import ProfileSettings, SamplingParams
-from real.task import GcdTask
-from real.wordproblems import INSTRUCTION, WordProblemTask
-from real.recorder import recorded_answers
-from real.worker import recorded_prompts, step_problems
+from real.tasks.gcd import GcdTask
+from real.tasks.wordproblems import INSTRUCTION, WordProblemTask
+from real.run.recorder import recorded_answers
+from real.run.worker import recorded_prompts, step_problems
 from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
 
@@ -129,7 +129,7 @@ def test_drafter_cli_warms_up_on_the_models_own_answers_and_records_how(chat_mod
     a bad --unroll is one line and exit 2, before any work."""
     import torch
 
-    from real.drafter import Drafter
+    from real.drafters.eagle import Drafter
     from tltsim.cli import main
 
     out, data = tmp_path / "d.pt", tmp_path / "answers.pt"
@@ -161,7 +161,7 @@ def test_drafter_cli_can_warm_up_on_sampled_answers_and_continue_a_drafter(chat_
     answers' draft vocabulary."""
     import torch
 
-    from real.drafter import Drafter
+    from real.drafters.eagle import Drafter
     from tltsim.cli import main
 
     common = ["real", "drafter", "--model", str(chat_model), "--problems", "4", "--max-new-tokens", "8",

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from real.run import RunConfig, launch
+from real.run.launch import RunConfig, launch
 from tltsim.errors import TltsimError
 from tltsim.records import Result
 from tltsim.trace import load as load_trace

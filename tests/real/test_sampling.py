@@ -7,10 +7,10 @@ import torch
 from scipy import stats
 from tiny_lm import tiny_target
 
-import real.sampling as sampling
-from real.drafter import Drafter
-from real.generate import generate
-from real.sampling import target_probs, verify_tree
+import real.engine.sampling as sampling
+from real.drafters.eagle import Drafter
+from real.engine.generate import generate
+from real.engine.sampling import target_probs, verify_tree
 from real.settings import GenerateSettings, SamplingParams
 from tltsim.errors import TltsimError
 

@@ -5,12 +5,12 @@ import pytest
 import torch
 from tiny_lm import MAX_NEW, PROMPTS, VOCAB, hf_greedy, ragged_eos, reference, target, tiny_target, trained_drafter
 
-from real.drafter import Drafter
-from real.generate import Engine, generate
-from real.kvcache import RaggedCache
-from real.sampling import verify_greedy_chain, verify_tree
+from real.drafters.eagle import Drafter
+from real.engine.generate import Engine, generate
+from real.engine.kvcache import RaggedCache
+from real.engine.sampling import verify_greedy_chain, verify_tree
 from real.settings import GenerateSettings, SamplingParams
-from real.spec import DraftTree, draftable
+from real.engine.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 
 ARCHS = ["llama", "qwen2"]

@@ -9,8 +9,8 @@ import torch
 from tiny_lm import PROMPTS, tiny_target, trained_drafter
 from transformers import DynamicCache
 
-from real.drafter import Drafter, DrafterLoss, _pad
-from real.generate import generate
+from real.drafters.eagle import Drafter, DrafterLoss, _pad
+from real.engine.generate import generate
 from real.settings import GenerateSettings
 from tltsim.errors import TltsimError
 

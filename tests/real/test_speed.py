@@ -4,8 +4,8 @@ import json
 import pytest
 import torch
 
-import real.speed
-from real import hub
+import real.tools.speed
+from real.models import hub
 from tltsim.cli import main
 
 NAME = "smollm2-135m"  # a model with its own tokenizer: speed decodes the task's chat prompts
@@ -15,13 +15,13 @@ NAME = "smollm2-135m"  # a model with its own tokenizer: speed decodes the task'
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_speed_measures_the_target_in_the_dtype_given(monkeypatch, capsys, dtype):
     seen = []
-    measure = real.speed.measure
+    measure = real.tools.speed.measure
 
     def spy(target, *args, **kwargs):
         seen.append(next(target.parameters()).dtype)
         return measure(target, *args, **kwargs)
 
-    monkeypatch.setattr(real.speed, "measure", spy)
+    monkeypatch.setattr(real.tools.speed, "measure", spy)
     hub.fetch(NAME, log=lambda _: None)  # reused when cached
     rc = main(["real", "speed", "--model", NAME, "--drafters", "suffix", "--batches", "1", "--rounds", "1",
                "--max-new-tokens", "6", "--dtype", dtype, "--json", "--threads", "1"])

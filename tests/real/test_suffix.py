@@ -1,4 +1,4 @@
-"""History drafting (real.suffix) and its hybrid with the trained drafter (real.hybrid): the index, and
+"""History drafting (real.drafters.suffix) and its hybrid with the trained drafter (real.drafters.hybrid): the index, and
 lossless speculation with both on the tiny targets (greedy token-identical, sampling the target's law)."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import torch
 from test_sampling import _chi2_pvalue, _reference_probs
 from tiny_lm import MAX_NEW, PROMPTS, ragged_eos, reference, target, tiny_target
 
-from real import drafting
-from real.drafter import Drafter
-from real.generate import Engine, generate
-from real.hybrid import HybridDrafter
+from real import drafters
+from real.drafters.eagle import Drafter
+from real.engine.generate import Engine, generate
+from real.drafters.hybrid import HybridDrafter
 from real.settings import GenerateSettings, SamplingParams
-from real.suffix import DEPTH, SuffixDrafter
+from real.drafters.suffix import DEPTH, SuffixDrafter
 from tltsim.errors import TltsimError
 
 
@@ -115,21 +115,21 @@ def test_the_registry_loads_every_kind(tmp_path):
     model = tiny_target("llama")
     path = tmp_path / "d.pt"
     Drafter.for_target(model, seed=1).save(path)
-    assert isinstance(drafting.load("suffix", model), SuffixDrafter)
-    assert isinstance(drafting.load(path, model), Drafter)
-    hybrid = drafting.load(f"hybrid:{path}", model)  # the hybrid over that checkpoint, with a fresh history
+    assert isinstance(drafters.load("suffix", model), SuffixDrafter)
+    assert isinstance(drafters.load(path, model), Drafter)
+    hybrid = drafters.load(f"hybrid:{path}", model)  # the hybrid over that checkpoint, with a fresh history
     assert isinstance(hybrid, HybridDrafter) and isinstance(hybrid.history, SuffixDrafter)
     assert all(torch.equal(a, b) for a, b in zip(hybrid.trained.state_dict().values(),
                                                   Drafter.load(path, model).state_dict().values()))
-    for name in drafting.DRAFTERS:
-        assert drafting.kind(name).kind == name
+    for name in drafters.DRAFTERS:
+        assert drafters.kind(name).kind == name
     with pytest.raises(TltsimError, match="not shipped, a kind"):
-        drafting.load(tmp_path / "missing.pt", model)
+        drafters.load(tmp_path / "missing.pt", model)
     with pytest.raises(TltsimError, match="not shipped, a kind"):
-        drafting.load(f"hybrid:{tmp_path / 'missing.pt'}", model)
+        drafters.load(f"hybrid:{tmp_path / 'missing.pt'}", model)
     for name in ("", "hybrid:", "hybrid: ", "hybrid:suffix", "hybrid:hybrid:x"):  # no trained drafter named
         with pytest.raises(TltsimError, match="no drafter named|name the trained drafter"):
-            drafting.load(name, model)
+            drafters.load(name, model)
 
 
 def _hybrid(arch, kind, **kw):

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from real.task import TASK_FILE, GcdTask, Problem, TaskConfig, Tokenizer
+from real.tasks.gcd import TASK_FILE, GcdTask, Problem, TaskConfig, Tokenizer
 from tltsim.errors import TltsimError
 
 

@@ -5,10 +5,10 @@ import pytest
 import torch
 from tiny_lm import MAX_NEW, PROMPTS, ragged_eos, reference, target
 
-from real.drafter import Drafter, EagleSession
-from real.generate import Engine, generate
+from real.drafters.eagle import Drafter, EagleSession
+from real.engine.generate import Engine, generate
 from real.settings import GenerateSettings
-from real.warmup import coverage, draft_vocab, find_shipped_drafter, shipped_drafter, warm_up
+from real.drafters.warmup import coverage, draft_vocab, find_shipped_drafter, shipped_drafter, warm_up
 from tltsim.errors import TltsimError
 
 ARCH, KIND = "llama", "trained"

@@ -6,7 +6,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from real.wordproblems import WordProblem, WordProblemConfig, WordProblemTask
+from real.tasks.wordproblems import WordProblem, WordProblemConfig, WordProblemTask
 from tltsim.errors import TltsimError
 
 TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"

@@ -14,8 +14,8 @@ from functools import lru_cache
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from real.drafter import Drafter
-from real.generate import generate
+from real.drafters.eagle import Drafter
+from real.engine.generate import generate
 from real.settings import GenerateSettings
 
 VOCAB = 48

@@ -17,7 +17,7 @@ drafter-training samples per step and engine, which the machine's speed does not
 
 With `speed=True` (`--speed`), the profile's times are scaled step by step by how fast the machine
 ran then: a run measures, before every step, a fixed plain decode iteration of its target
-(`real.profile.speed_probe`); over the fitted model's time for that iteration it is the step's speed
+(`real.tools.profile.speed_probe`); over the fitted model's time for that iteration it is the step's speed
 factor (tltsim.cost.scaled.StepScaled). On a machine shared with others, whose speed moves by tens of
 percent between minutes, this separates the simulator's errors from the machine's drift; the
 unscaled comparison stays the test of the profile as a forecast.

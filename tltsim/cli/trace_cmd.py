@@ -131,6 +131,6 @@ def _read_input(args) -> Trace:
                           f"tokens needs the run's tokenizer; pass --tokenizer DIR (the run's model directory)")
     if args.requests_per_step is not None:
         raise TltsimError("--requests-per-step applies to Vidur CSV traces only; drop it")
-    from real.hub import resolve_model  # a known model's name (smollm2-135m) -> its directory in the cache
+    from real.models.hub import resolve_model  # a known model's name (smollm2-135m) -> its directory in the cache
 
     return read_rollout_dump(args.input, token_counter(str(resolve_model(args.tokenizer))), tokenizer=args.tokenizer)

@@ -1,4 +1,4 @@
-"""History drafting's quality (DAS, SuffixDecoding: `real/suffix.py`) from what a trace holds, and its lookup cost.
+"""History drafting's quality (DAS, SuffixDecoding: `real/drafters/suffix.py`) from what a trace holds, and its lookup cost.
 
 A history drafter has no weights: it drafts from the text its index holds, so its quality q (the top-1
 acceptance at the first drafted position, as tltsim.sim.acceptance defines it) grows with the history a
@@ -24,7 +24,7 @@ off, so a saturating curve's limit is not determined by the data (fitted, one ru
 beyond the data); the cap keeps the line from promising more than was measured.
 
 The constants are fitted (`fit`) to the rows of `benchmarks/bench_drafters.py --parts acceptance --rows`, which
-decodes groups of G samples of a real model's prompts with `real.suffix` (a chain of 4) three ways: one after
+decodes groups of G samples of a real model's prompts with `real.drafters.suffix` (a chain of 4) three ways: one after
 another (sibling j drafts from j finished siblings), all G in flight together (its finish rank among them gives
 finished and in-flight siblings), and again in a later step (G earlier responses, then j finished). Each row's
 tokens per call is turned into q by inverting the acceptance model (`invert_quality`), and the model is fitted
@@ -32,7 +32,7 @@ to those q by least squares, each row weighted by its target calls (a row withou
 are benchmarks/results/bench_drafters_rows.jsonl; `benchmarks/fit_history.py` refits and prints them beside the
 model (docs/design.md#history-drafting-in-the-simulator).
 
-What a history draft accepts: `real.suffix` drafts a chain of the strategy's verify tokens, so its accepted
+What a history draft accepts: `real.drafters.suffix` drafts a chain of the strategy's verify tokens, so its accepted
 length is the acceptance model's for that chain at q (`ChainAcceptance`); the hybrid's rows take the better q
 of the two drafters on the strategy's tree (`hybrid`).
 
@@ -93,7 +93,7 @@ class HistoryQuality:
 
 @dataclass(frozen=True)
 class ChainAcceptance:
-    """The accepted length of a history draft: `real.suffix` drafts a chain of the strategy's `verify` tokens
+    """The accepted length of a history draft: `real.drafters.suffix` drafts a chain of the strategy's `verify` tokens
     (its tree's depth and top-k unused), so strategy d_k_v is the acceptance model's chain of v."""
 
     model: AcceptanceModel = AcceptanceModel()
@@ -202,7 +202,7 @@ def fit_lookup(rows: list[dict], task: str | None = None) -> float:
 
 
 def hybrid(history_q, trained_q) -> np.ndarray:
-    """q of the hybrid (`real/hybrid.py`: per row the history draft where its match is long and confident, else
+    """q of the hybrid (`real/drafters/hybrid.py`: per row the history draft where its match is long and confident, else
     the trained drafter's): per row the better of the two (docs/design.md#history-drafting-in-the-simulator)."""
     return np.maximum(np.asarray(history_q, float), float(trained_q))
 

@@ -20,7 +20,7 @@ def tokenizer_dir(name: str) -> Path:
     """The local directory the `--tokenizer` argument names.
 
     A path (`~` expanded); the command line turns a known model's name into its cached directory
-    (real.hub.resolve_model) before it gets here. Raises TltsimError when it names nothing usable."""
+    (real.models.hub.resolve_model) before it gets here. Raises TltsimError when it names nothing usable."""
     path = Path(name).expanduser()
     if not path.is_dir():
         what = "is a file, not a directory" if path.exists() else "does not exist"

@@ -6,7 +6,7 @@ and the `verify` best draft nodes overall (by cumulative draft log-probability) 
 together with the root. "4_1_4" is a chain of 4 drafts. A row's tree has 1 + verify nodes; node 0 is the
 root, the row's last committed token (the target has not seen it yet); a node at depth d sits at
 position (root position + d), and attends to the committed prefix, its ancestors and itself. Drafters
-(real.drafting) build these trees; nothing here knows how.
+(real.drafters) build these trees; nothing here knows how.
 """
 from __future__ import annotations
 

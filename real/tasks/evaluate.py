@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from real.generate import DEFAULT_STRATEGY, generate
+from real.engine.generate import DEFAULT_STRATEGY, generate
 from real.settings import GenerateSettings
 from tltsim.errors import TltsimError
-from real.task import GcdTask, Problem
+from real.tasks.gcd import GcdTask, Problem
 
 
 @dataclass

@@ -3,11 +3,11 @@
 `collect` runs the target (plain decoding; greedy, or sampled at a run's temperature so the drafter learns
 the text rollouts are made of) on training problems and keeps every sequence's tokens and the target's final
 hidden states, which are what the EAGLE drafter regresses onto
-(real.drafter). `draft_vocab` picks the `size` most frequent tokens of those sequences (EOS always
+(real.drafters.eagle). `draft_vocab` picks the `size` most frequent tokens of those sequences (EOS always
 in): the drafter proposes among them only (EAGLE-3's reduced draft vocabulary), so a draft step's
 head is a `size`-row slice of the target's lm_head instead of all of it; verification is untouched
 and stays exact against the target's full distribution. `warm_up` fits a fresh drafter with that
-vocabulary on the pairs. `real.evaluate.accepted_length` measures tokens per target call on held-out problems.
+vocabulary on the pairs. `real.tasks.evaluate.accepted_length` measures tokens per target call on held-out problems.
 """
 from __future__ import annotations
 
@@ -18,30 +18,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.generate import generate
-from real.drafter import Drafter, DrafterLoss
-from real.evaluate import accepted_length
-from real.hub import known_name
-from real.settings import GenerateSettings, SamplingParams, WarmupSettings
-from real.wordproblems import WordProblemTask
+from real.engine.generate import generate
+from real.drafters.eagle import Drafter, DrafterLoss
+from real.tasks.evaluate import accepted_length
+from real.models.hub import KNOWN, known_name
+from real.settings import ASSETS, GenerateSettings, SamplingParams, WarmupSettings
+from real.tasks.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 from tltsim.io import atomic_path
 
-# warmed drafters shipped for known models (bf16): `shipped_drafter` finds them; real/assets/README.md
-# says how each was made and the command that remakes it
-SHIPPED_DRAFTERS = {"smollm2-135m": Path(__file__).parent / "assets" / "smollm2-135m-drafter.pt"}
-
-
 def find_shipped_drafter(model: str | Path) -> Path | None:
-    """The shipped drafter of `model` (a known model's name or its cached directory), or None."""
-    return SHIPPED_DRAFTERS.get(known_name(model))
+    """The drafter shipped for `model` (a known model's name or its cached directory: real.models.hub.KNOWN's
+    `drafter`, in real/assets/, whose README.md says how each was made), or None."""
+    known = KNOWN.get(known_name(model))
+    return ASSETS / known.drafter if known is not None and known.drafter else None
 
 
 def shipped_drafter(model: str | Path) -> Path:
     """The shipped drafter of `model`; TltsimError if none."""
     found = find_shipped_drafter(model)
     if found is None:
-        raise TltsimError(f"model {model}: no drafter is shipped for it (shipped: {', '.join(SHIPPED_DRAFTERS)}); "
+        raise TltsimError(f"model {model}: no drafter is shipped for it (shipped for: {', '.join(k for k, m in KNOWN.items() if m.drafter)}); "
                           f"pass --drafter, or warm one up with `tltsim real drafter`")
     return found
 
@@ -100,7 +97,7 @@ def coverage(pairs, vocab: torch.Tensor) -> float:
 def warm_up(target, pairs, vocab: torch.Tensor | None, steps: int, batch_size: int = 8, lr: float = 3e-3,
             seed: int = 0, unroll: int = 1, init: Drafter | None = None, log=None) -> tuple[Drafter, list[float]]:
     """A drafter with draft vocabulary `vocab`, fitted on the pairs with `unroll` passes of the training-time test
-    (real.drafter.DrafterLoss); returns it and its losses. It starts fresh (seeded), or from the trained weights
+    (real.drafters.eagle.DrafterLoss); returns it and its losses. It starts fresh (seeded), or from the trained weights
     of the drafter `init`: those are its input projection and layer, while its head is rows of the target's, so
     a drafter trained on other answers continues under this data's draft vocabulary."""
     dtype = next(target.parameters()).dtype
@@ -125,7 +122,7 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
                  data: str | Path | None = None, command: str = "", log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
-    from real.models import load_target, load_task
+    from real.models.targets import load_target, load_task
 
     s = settings
     t0 = time.perf_counter()

@@ -1,20 +1,20 @@
 """History drafting where it is sure, the trained drafter elsewhere (the drafter kind "hybrid").
 
-Per row and per speculative iteration: the history draft (real.suffix) where its match is long (a context
+Per row and per speculative iteration: the history draft (real.drafters.suffix) where its match is long (a context
 suffix of at least `min_match` tokens) and confident (at least `min_expected` draft tokens expected to be
-accepted, from its match counts), else the trained drafter's (real.drafter, TLT's). Both propose `verify`
+accepted, from its match counts), else the trained drafter's (real.drafters.eagle, TLT's). Both propose `verify`
 draft nodes, so the rows share one tree of 1 + verify nodes (a row's history chain where the trained drafter
 builds a tree). The trained drafter runs only when some row needs it: its catch-up waits until then (it feeds
 every token it has not seen, so nothing is lost), so an iteration where every row drafts from history costs
-no drafter forward. The output keeps the target's distribution, as with either drafter (real.drafting).
+no drafter forward. The output keeps the target's distribution, as with either drafter (real.drafters).
 """
 from __future__ import annotations
 
 import torch
 
-from real import drafting
-from real.spec import DraftTree
-from real.suffix import SuffixDrafter, chain
+from real import drafters
+from real.engine.spec import DraftTree
+from real.drafters.suffix import SuffixDrafter, chain
 from tltsim.control.strategy import Strategy
 
 MIN_MATCH = 4  # context suffix tokens the history draft must start from
@@ -22,7 +22,7 @@ MIN_EXPECTED = 1.0  # draft tokens the history draft must expect to get accepted
 
 
 def sure(match, min_match: int = MIN_MATCH, min_expected: float = MIN_EXPECTED) -> bool:
-    """Whether a row drafts from history: its match (real.suffix.Match) is long and confident enough."""
+    """Whether a row drafts from history: its match (real.drafters.suffix.Match) is long and confident enough."""
     return match.length >= min_match and match.expected >= min_expected
 
 
@@ -32,7 +32,7 @@ class HybridDrafter:
     kind = "hybrid"
     features = "hidden"  # the trained drafter's
 
-    def __init__(self, trained: drafting.Drafting, history: SuffixDrafter, min_match: int = MIN_MATCH,
+    def __init__(self, trained: drafters.Drafting, history: SuffixDrafter, min_match: int = MIN_MATCH,
                  min_expected: float = MIN_EXPECTED):
         self.trained, self.history = trained, history
         self.min_match, self.min_expected = min_match, min_expected
@@ -41,7 +41,7 @@ class HybridDrafter:
     @classmethod
     def build(cls, target, model) -> "HybridDrafter":
         """The trained drafter shipped for `model` with a fresh history."""
-        return cls(drafting.load(drafting.SHIPPED, target, model), SuffixDrafter())
+        return cls(drafters.load(drafters.SHIPPED, target, model), SuffixDrafter())
 
     def session(self) -> "HybridSession":
         return HybridSession(self)

@@ -20,7 +20,7 @@ run's response cap. GRPO's forwards run on padded micro-batches (tltsim.padding)
 train and logprob rows give the tokens and the sum of squared lengths those forwards process,
 padding included: the simulator counts a run's sequences the same way (rl.micro_batch_tokens).
 
-Engine calls are timed as a run records them: through the rollout loop (real.adaptive.rollout),
+Engine calls are timed as a run records them: through the rollout loop (real.engine.adaptive.rollout),
 from the end of one call to the end of the next, so the loop's own work between calls is in the
 time as it is in a run's timeline. `context` is the KV tokens of the whole batch when the
 iteration starts; every row's time is `seconds` (one measurement; repeats are separate rows).
@@ -41,16 +41,16 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from real import drafting
-from real.adaptive import rollout
-from real.generate import Engine, generate
-from real.grpo import GRPO, barrier, free_port
-from real.master_weights import MasterWeightAdamW
-from real.models import load_target, load_task
-from real.processes import start_workers
+from real import drafters
+from real.engine.adaptive import rollout
+from real.engine.generate import Engine, generate
+from real.run.grpo import GRPO, barrier, free_port
+from real.drafters.master_weights import MasterWeightAdamW
+from real.models.targets import load_target, load_task
+from real.run.processes import start_workers
 from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
-from real.task import GcdTask
-from real.warmup import find_shipped_drafter
+from real.tasks.gcd import GcdTask
+from real.drafters.warmup import find_shipped_drafter
 from tltsim.errors import TltsimError
 from tltsim.padding import padded_tokens
 from tltsim.control import EngineControl, FixedTuner, SDSwitch
@@ -61,7 +61,7 @@ ANSWERS = 32  # problems the target answers for the training rows' lengths when 
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
 
 
-def profile(target, drafter: drafting.Trainable | None = None, settings: ProfileSettings = ProfileSettings(),
+def profile(target, drafter: drafters.Trainable | None = None, settings: ProfileSettings = ProfileSettings(),
             task=None, progress=None) -> pd.DataFrame:
     """Time the engine's iterations over the settings' grid with `drafter` (default: a fresh trained-kind one),
     and training on batches of `settings.train_rows` sequences as long as `task`'s (default: the default GcdTask;
@@ -72,8 +72,8 @@ def profile(target, drafter: drafting.Trainable | None = None, settings: Profile
     strategies = cfg.strategies or tuple(str(a) for a in DEFAULT_ARMS) + (str(DEFAULT_STRATEGY),)
     rng = np.random.default_rng(seed)
     trainer = GRPO(target, cfg.grpo, seed=seed)  # a LoRA update's adapters are on the target, merged, from the start
-    drafter = drafter or drafting.kind("eagle").for_target(target, seed=seed)
-    if not isinstance(drafter, drafting.Trainable):
+    drafter = drafter or drafters.kind("eagle").for_target(target, seed=seed)
+    if not isinstance(drafter, drafters.Trainable):
         raise TltsimError(f"profile: a {drafter.kind} drafter does not train; profile a trained drafter's checkpoint")
     vocab = target.get_output_embeddings().weight.shape[0]
     rows: list[dict] = []
@@ -128,7 +128,7 @@ def profile_processes(processes: int, model: str, device: str = "cpu", threads: 
                       drafter: str | None = None, settings: ProfileSettings = ProfileSettings(),
                       task: str | None = None, dtype: str = "float32") -> pd.DataFrame:
     """`profile` (with `settings`) of target `model` (a preset, a save_pretrained directory or a known model) on
-    `task` (by name, with its GRPO update, real.settings.task_grpo; default: the model's own, real.models.load_task)
+    `task` (by name, with its GRPO update, real.settings.task_grpo; default: the model's own, real.models.targets.load_task)
     in `dtype` (a torch dtype's name, as a run's --dtype) with `drafter` (a checkpoint; default: the one shipped for a known model, as a run
     starts from, else a fresh one) in `processes`
     processes at once, each with `threads` torch threads and seed `settings.seed + rank`, as a run's workers share the
@@ -155,7 +155,7 @@ def _profile_rank(rank, model, device, threads, drafter, settings, task=None, ou
         target = load_target(model, device, dtype=dtype)
         start = drafter or find_shipped_drafter(model)
         ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed, grpo=task_grpo(task))
-        df = profile(target, drafting.load(start, target) if start else None, ranked, task=load_task(model, task),
+        df = profile(target, drafters.load(start, target) if start else None, ranked, task=load_task(model, task),
                      progress=progress)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)

@@ -15,7 +15,7 @@ from tltsim.errors import TltsimError
 
 POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto", "das", "das+tlt")
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
-ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.recorder writes it)
+ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 # spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on
 # a step's 8 answers with the target fixed, went 2.72 -> 2.38 tokens per call at 1e-3, 2.61 at 1e-4, 2.81 at 1e-5
@@ -29,7 +29,7 @@ class RunConfig:
     workers: int = 2  # worker processes (one rollout engine each)
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
-    task: str | None = None  # one of real.settings.TASKS, e.g. longtail (None: the model's own, real.models.load_task)
+    task: str | None = None  # one of real.settings.TASKS, e.g. longtail (None: the model's own, real.models.targets.load_task)
     drafter: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained part); None:
     # a known model's shipped one, else warm one up (das: none, it drafts from the rollout's history alone)
     device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
@@ -100,7 +100,7 @@ class RunConfig:
 
     def _check_drafter(self, knobs: DecisionKnobs | None) -> None:
         """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
-        from real.drafting import DRAFTERS, SHIPPED  # no torch: the registry's names
+        from real.drafters import DRAFTERS, SHIPPED  # no torch: the registry's names
 
         if knobs is None:  # verl: the baseline of a pair takes the pair's arguments and loads no drafter
             return
@@ -133,9 +133,9 @@ class RunConfig:
                               f"{self.steps}; run at most {whole} steps")
 
     def make_task(self):
-        """The run's task: `task` by name, or the target's own (real.models.load_task: its checkpoint's task
+        """The run's task: `task` by name, or the target's own (real.models.targets.load_task: its checkpoint's task
         file, word problems through a chat model's own template, the default task for a preset)."""
-        from real.models import load_task  # transformers: only when a run is set up
+        from real.models.targets import load_task  # transformers: only when a run is set up
 
         return load_task(self.model, self.task)
 

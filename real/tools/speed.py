@@ -5,7 +5,7 @@ with each drafter, `rounds` times each, interleaved (plain, drafters, then the r
 machine whose speed drifts slows all alike. With a group G (GRPO's), each prompt is decoded as G sibling
 rows: a batch of b holds ceil(b / G) prompts' siblings, at most b rows at once (a finished row makes room for
 the next sibling: below G, siblings run partly one after another), sampled at the temperature given. Each
-generation gets a fresh drafter from its factory, so a drafter with a history (real.suffix) starts without one.
+generation gets a fresh drafter from its factory, so a drafter with a history (real.drafters.suffix) starts without one.
 
 A row per (batch, mode, drafter) reports tokens per second (generated tokens over the decode iterations'
 wall time: prefill is the same work every way and is left out), the speedup over plain at that batch size (the
@@ -13,7 +13,7 @@ ratio of the medians over rounds), tokens per target call (accepted drafts + 1, 
 iterations; 1 for plain), whether the speculative output is token-identical to the plain one (greedy only;
 None when sampling, where outputs differ by their random draws and only their distribution is kept), and the
 per-iteration breakdown: drafter (catch-up and lookup included), target forward, and the rest.
-`by_sibling` gives tokens per call by a row's position among its prompt's siblings (real.suffix's inputs).
+`by_sibling` gives tokens per call by a row's position among its prompt's siblings (real.drafters.suffix's inputs).
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from collections import defaultdict
 
 import numpy as np
 
-from real.generate import Engine
+from real.engine.generate import Engine
 from real.settings import SpeedSettings
-from real.wordproblems import WordProblemTask
+from real.tasks.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 
 KEYS = ("batch", "mode", "drafter", "strategy", "tok_s", "speedup", "tokens_per_call", "identical", "iterations",

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 
 def describe(row: dict) -> str:
-    """The figures of a step's record row (real.recorder.Recorder.add), in a few words."""
+    """The figures of a step's record row (real.run.recorder.Recorder.add), in a few words."""
     parts = [f"total {row['total_s']:.1f} s", f"rollout {row['rollout_s']:.1f} s",
              f"mean length {row['response_tokens'] / max(row['responses'], 1):.0f}",
              f"reward {row['mean_reward']:.2f}"]

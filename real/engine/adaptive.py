@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from real.generate import Engine
+from real.engine.generate import Engine
 from tltsim.control.control import EngineControl
 
 
@@ -51,7 +51,7 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
     once (all when None); finished rows make room for the next prompts. `poll()`, if given, is called after
     every engine call (the spot-training coordinator's hook). `start` (default: now) is where the first call's
     interval begins on the clock. `answers` (one per prompt): recorded responses the engine emits instead of
-    its own draws (real.generate, replayed answers).
+    its own draws (real.engine.generate, replayed answers).
     """
     control = control if engine.drafter is not None else None
     cap = max_running or len(prompts)

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
 from tltsim.padding import micro_batches
-from real import lora
+from real.models import lora
 from real.settings import GRPOConfig
 from tltsim.errors import TltsimError
 

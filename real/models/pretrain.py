@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from real.models import build_target
-from real.task import TASK_FILE, GcdTask
+from real.models.targets import build_target
+from real.tasks.gcd import TASK_FILE, GcdTask
 from real.settings import PretrainConfig
 from tltsim.io import atomic_dir, write_json
 

@@ -1,5 +1,5 @@
 """One worker process of `tltsim real run` (rank = one rollout engine): its models, its policy state and
-its RL step loop (real/run.py launches the workers; see its docstring for the step).
+its RL step loop (real/run/launch.py launches the workers; see its docstring for the step).
 """
 from __future__ import annotations
 
@@ -11,22 +11,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from real import checkpoint, drafting
-from real.adaptive import rollout
-from real.evaluate import accepted_tokens
-from real.generate import Engine, generate
-from real.grpo import GRPO, all_reduce_tensors, group_advantages
-from real.hybrid import HybridDrafter
-from real.master_weights import MasterWeightAdamW
-from real.models import load_target
-from real.profile import speed_probe
-from real.progress import StepProgress
-from real.recorder import Recorder, WorkerStep, recorded_answers
-from real.run_config import WARM_SPOT_LR, RunConfig
+from real.run import checkpoint
+
+from real import drafters
+from real.engine.adaptive import rollout
+from real.tasks.evaluate import accepted_tokens
+from real.engine.generate import Engine, generate
+from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
+from real.drafters.hybrid import HybridDrafter
+from real.models.targets import load_target
+from real.tools.profile import speed_probe
+from real.run.progress import StepProgress
+from real.run.recorder import Recorder, WorkerStep, recorded_answers
+from real.run.config import WARM_SPOT_LR, RunConfig
 from real.settings import GenerateSettings, SamplingParams
-from real.spot import SampleBuffer, SpotDispatcher, all_gather_pairs
-from real.suffix import SuffixDrafter
-from real.warmup import find_shipped_drafter
+from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
+from real.drafters.suffix import SuffixDrafter
+from real.drafters.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
 from tltsim.control.learned import learned_summary
 from tltsim.trace import TraceMeta
@@ -71,21 +72,20 @@ class Worker:
         k = self.knobs
         self.trains = k is not None and k.spot
         self.control = k.control(rank, config.seed) if k else None
-        self.buffer = SampleBuffer(k.buffer_steps, k.keep_long_prev) if self.trains else None
+        self.spot = self._spot(k) if self.trains else None  # this worker's spot training: its buffer, its optimizer
         self.drafter = None  # what the engines draft with: the trained drafter, the history's or the hybrid of both
-        self.trained = None  # its trained part (real.drafter's, drafting.Trainable), what spot training trains
-        self.history = None  # its history part (real.suffix), fed by the rollouts of every worker
+        self.trained = None  # its trained part (real.drafters.eagle's, drafters.Trainable), what spot training trains
+        self.history = None  # its history part (real.drafters.suffix), fed by the rollouts of every worker
         self.history_state = None  # ... as the checkpoint holds it
         self.static_drafter = None  # --probe-static: the starting drafter, never trained, probed beside the spot one
-        self.drafter_opt, self.drafter_opt_state = None, None  # spot training's optimizer, made when first needed
         self.first_step = 0
         if self.ckpt:
             state = checkpoint.read(out, f"rank{rank}.pt", self.device)
             if self.control:
                 self.control.load_state_dict(state["control"])
-            if self.buffer:
-                self.buffer.load_state_dict(state["buffer"])
-            self.drafter_opt_state = state["drafter_opt"]
+            if self.spot:
+                self.spot.buffer.load_state_dict(state["buffer"])
+                self.spot.opt_state = state["drafter_opt"]
             self.history_state = state.get("history")
             self.grpo.resume(self.ckpt / "target")
             self.grpo.optimizer.load_state_dict(checkpoint.read(out, "optimizer.pt", self.device))
@@ -115,6 +115,14 @@ class Worker:
             return Recorder.resume(self.out, config, meta, self.first_step - 1)
         return Recorder(config, meta)
 
+    def _spot(self, knobs) -> SpotTraining:
+        cfg = self.config
+        warm = cfg.drafter or find_shipped_drafter(cfg.model)
+        lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
+        return SpotTraining(self.rank, self.world, self.store, SampleBuffer(knobs.buffer_steps, knobs.keep_long_prev),
+                            lr, cfg.drafter_batch, cfg.seed, self.out, self.device, self.dtype,
+                            self.target.config.hidden_size)
+
     def _trainer(self) -> SpotTrainer:
         trainer = self.knobs.trainer(self.world) if self.knobs else SpotTrainer(self.world, enabled=False)
         if self.ckpt:
@@ -137,9 +145,9 @@ class Worker:
                 self.progress.close()
 
     def _build_drafter(self) -> None:
-        """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; history, real.suffix's
-        (no model: nothing to warm up or train); hybrid, real.hybrid's over the trained drafter, which spot training
-        trains as tlt's. A history starts empty, or is rebuilt from the checkpoint's (real.suffix.load_state_dict)."""
+        """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; history, real.drafters.suffix's
+        (no model: nothing to warm up or train); hybrid, real.drafters.hybrid's over the trained drafter, which spot training
+        trains as tlt's. A history starts empty, or is rebuilt from the checkpoint's (real.drafters.suffix.load_state_dict)."""
         kind = self.knobs.drafter
         if kind in ("history", "hybrid"):
             self.history = SuffixDrafter()
@@ -147,15 +155,17 @@ class Worker:
                 self.history.load_state_dict(self.history_state)
         if kind != "history":
             self.trained = self._initial_drafter()
+            if self.spot:
+                self.spot.drafter = self.trained
         self.drafter = self._policy_drafter(self.trained, self.history)
 
-    def _policy_drafter(self, trained: drafting.Trainable | None, history: SuffixDrafter | None) -> drafting.Drafting:
+    def _policy_drafter(self, trained: drafters.Trainable | None, history: SuffixDrafter | None) -> drafters.Drafting:
         """The policy's drafter over these parts."""
         if trained is None:
             return history
         return trained if history is None else HybridDrafter(trained, history)
 
-    def _probed(self, trained: drafting.Trainable | None) -> drafting.Drafting | None:
+    def _probed(self, trained: drafters.Trainable | None) -> drafters.Drafting | None:
         """What the probe measures: the policy's drafter over `trained` (None: none to probe) with a history of its
         own, empty (the live one would index the probe's prompts, and the next probe find its own answers there):
         a held-out prompt decoded alone has its prompt and its own tokens to draft from, no siblings."""
@@ -163,16 +173,16 @@ class Worker:
             return trained
         return self._policy_drafter(trained, SuffixDrafter(self.history.max_tokens))
 
-    def _initial_drafter(self) -> drafting.Trainable:
-        """The resumed run's drafter, --drafter, the one shipped for a known model (real.warmup), or one
+    def _initial_drafter(self) -> drafters.Trainable:
+        """The resumed run's drafter, --drafter, the one shipped for a known model (real.drafters.warmup), or one
         warmed up by rank 0; the same on every rank."""
         cfg = self.config
         if self.ckpt:
-            return drafting.load(self.ckpt / "drafter.pt", self.target)
+            return drafters.load(self.ckpt / "drafter.pt", self.target)
         start = cfg.drafter or find_shipped_drafter(cfg.model)
         if start:
-            return drafting.load(start, self.target)
-        drafter = drafting.kind("eagle").for_target(self.target, seed=cfg.seed)
+            return drafters.load(start, self.target)
+        drafter = drafters.kind("eagle").for_target(self.target, seed=cfg.seed)
         pairs = None
         if self.rank == 0:
             t = time.perf_counter()
@@ -190,17 +200,17 @@ class Worker:
             # on a worker that served few responses does not fit just those
             shared = [[(t, f.cpu()) for t, f in pairs] if self.rank == 0 else None]
             dist.broadcast_object_list(shared, src=0)
-            self.buffer.add(-1, shared[0])
+            self.spot.buffer.add(-1, shared[0])
         return drafter.eval()
 
-    def _starting_drafter(self) -> drafting.Trainable:
+    def _starting_drafter(self) -> drafters.Trainable:
         """The drafter the run started from, as it was then (a resumed run's own start)."""
         start = self.config.drafter or find_shipped_drafter(self.config.model) or self.out / "drafter_init.pt"
         if not self.ckpt and start == self.out / "drafter_init.pt":  # warmed up just now: the current one
-            copy = drafting.kind("eagle").for_target(self.target, draft_vocab=self.trained.draft_vocab)
+            copy = drafters.kind("eagle").for_target(self.target, draft_vocab=self.trained.draft_vocab)
             copy.load_state_dict(self.trained.state_dict())
             return copy.eval()
-        return drafting.load(start, self.target)
+        return drafters.load(start, self.target)
 
     def step(self, step: int) -> None:
         cfg = self.config
@@ -229,8 +239,8 @@ class Worker:
         self.store.set(f"{step}/done/{self.rank}", repr(done))
         finished = [engine.finished[i] for i in ro.ids]
         samples = [(torch.tensor(f.prompt + f.tokens), f.features.cpu()) for f in finished] if self.trains else []
-        if self.trains:
-            self.buffer.add(step, samples)
+        if self.spot:
+            self.spot.buffer.add(step, samples)
         phases, batches = self._idle_or_train(step, done)
 
         t = phases[-1][2]
@@ -244,8 +254,9 @@ class Worker:
             if drafter is not None:
                 drafter.target_updated()  # e.g. a reduced head copies rows of the lm_head the update just moved
         phases.append(("train", t, t := self.clock()))
-        self._sync_drafter(batches)
-        self._share_samples(step, samples)
+        if self.spot:
+            self.spot.sync(batches)
+            self.spot.share(step, samples)
         self._share_history(finished)
         dist.barrier()
         phases.append(("weight_sync", t, self.clock()))
@@ -271,57 +282,18 @@ class Worker:
 
     def _idle_or_train(self, step: int, done: float) -> tuple[list[tuple[str, float, float]], int]:
         """From `done` until the coordinator says stop: idle, or training the drafter once told to."""
-        cfg = self.config
-        stop, go = f"{step}/stop", f"{step}/train/{self.rank}"
-        phases, t, batches, pairs = [], done, 0, None
-        while True:
-            if self.dispatcher:
-                self.dispatcher.poll()
-            if self.store.check([stop]):
-                break
-            if pairs is None and self.store.check([go]):
-                phases.append(("idle", t, t := self.clock()))
-                pairs = self.buffer.select(step)
-                pairs = [p for p in pairs if len(p[0]) >= 2]
-                rng = np.random.default_rng(_seed(cfg.seed, step, self.rank, 7))
-                optimizer = self._drafter_optimizer()
-            if pairs:
-                batch = rng.choice(len(pairs), size=min(cfg.drafter_batch, len(pairs)), replace=False)
-                self.trained.train_step([pairs[i] for i in batch], optimizer)
-                batches += 1
-            else:
-                time.sleep(0.002)
-        if pairs is None:
-            phases.append(("idle", t, self.clock()))
+        stop = f"{step}/stop"
+        poll = self.dispatcher.poll if self.dispatcher else (lambda: None)
+        if self.spot:
+            rng = np.random.default_rng(_seed(self.config.seed, step, self.rank, 7))
+            began, batches = self.spot.train(step, f"{step}/train/{self.rank}", stop, poll, self.clock, rng)
         else:
-            self.trained.eval()
-            if batches:
-                self.trained.save(self.out / "spot" / f"rank{self.rank}.pt")
-            phases.append(("drafter_train", t, self.clock()))
+            began, batches = None, 0
+            while not (poll() or self.store.check([stop])):
+                time.sleep(0.002)
+        end = self.clock()
+        phases = [("idle", done, end)] if began is None else [("idle", done, began), ("drafter_train", began, end)]
         return [p for p in phases if p[2] > p[1]] or [("idle", done, done)], batches
-
-    def _drafter_optimizer(self) -> MasterWeightAdamW:
-        """This worker's AdamW over its drafter copy's fp32 master weights (real.master_weights), kept across
-        steps (the masters are averaged at every weight sync; the moments stay this worker's own)."""
-        if self.drafter_opt is None:
-            cfg = self.config
-            warm = cfg.drafter or find_shipped_drafter(cfg.model)
-            lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
-            self.drafter_opt = MasterWeightAdamW(self.trained.parameters(), lr=lr)
-            if self.drafter_opt_state is not None:
-                self.drafter_opt.load_state_dict(self.drafter_opt_state)
-        return self.drafter_opt
-
-    def _share_samples(self, step: int, samples: list) -> None:
-        """Add every other worker's (tokens, features) of this step to this worker's buffer: the drafter's
-        data buffer holds the whole step's responses, as TLT's does (so the next steps' spot training
-        on a worker that served few responses does not fit just those)."""
-        if not self.trains or self.world == 1:
-            return
-        for rank, pairs in enumerate(all_gather_pairs(samples, self.target.config.hidden_size, self.dtype,
-                                                      self.device)):
-            if rank != self.rank and pairs:
-                self.buffer.add(step, pairs)
 
     def _summarise_switches(self) -> None:
         """sd "learned" (tlt-auto): what every engine's switch has learned so far, into the run's summary."""
@@ -349,25 +321,8 @@ class Worker:
                 for prompt, tokens in responses:
                     self.history.remember(prompt, tokens)
 
-    def _sync_drafter(self, batches: int) -> None:
-        """Average the drafters that trained (weighted by their batches) into every rank's copy."""
-        if not self.trains:
-            return
-        weight = torch.tensor([float(batches)], dtype=torch.float64, device=self.device)
-        dist.all_reduce(weight)
-        if weight.item() == 0:
-            return
-        optimizer = self._drafter_optimizer()  # the masters are the weights: average those, then round them back
-        masters = [m.data for m in optimizer.masters]
-        for m in masters:
-            m.mul_(batches)
-        all_reduce_tensors(masters)
-        for m in masters:
-            m.div_(weight.item())
-        optimizer.write_back()
-
     def _speed(self) -> float:
-        """Seconds of the speed probe's plain decode iteration (real.profile.speed_probe), every rank at once as
+        """Seconds of the speed probe's plain decode iteration (real.tools.profile.speed_probe), every rank at once as
         they roll out, averaged over the ranks; NaN when off."""
         n = self.config.speed_probe
         if n == 0:
@@ -377,7 +332,7 @@ class Worker:
         all_reduce_tensors([total])
         return float(total[0]) / self.world
 
-    def _probe(self, drafter: drafting.Drafting | None) -> float:
+    def _probe(self, drafter: drafters.Drafting | None) -> float:
         """Mean accepted length (bonus included) of `drafter` with the current target, greedy,
         on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
         decodes its share of the prompts at once (none waits at the barrier while another probes, and more
@@ -394,10 +349,11 @@ class Worker:
         return float(total[0] / total[1])
 
     def _checkpoint(self, step: int) -> None:
-        """Write RUN_DIR/checkpoint for `step` (real.checkpoint): every rank's policy state as plain data."""
+        """Write RUN_DIR/checkpoint for `step` (real.run.checkpoint): every rank's policy state as plain data."""
         state = {"control": self.control.state_dict() if self.control else None,
-                 "buffer": self.buffer.state_dict() if self.buffer else None,
-                 "drafter_opt": self.drafter_opt.state_dict() if self.drafter_opt else self.drafter_opt_state,
+                 "buffer": self.spot.buffer.state_dict() if self.spot else None,
+                 "drafter_opt": (self.spot.opt.state_dict() if self.spot.opt else self.spot.opt_state)
+                 if self.spot else None,
                  "history": self.history.state_dict() if self.history else None}
         checkpoint.write(self.out, self.rank, step, state, self._save_shared if self.rank == 0 else None)
 

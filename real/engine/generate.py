@@ -9,7 +9,7 @@ of a draft tree). A row finishes on its own, at an end-of-sequence token (kept i
 `step(mode=...)` ("decode" or "spec_decode", the records' state names) runs one iteration and
 returns its `Iteration` record, so an outside policy can choose plain or speculative decoding, and
 the strategy, at every iteration. The engine asks its drafter only what the drafter interface
-(real.drafting) says: a session over the running rows, told of rows admitted and rows that left, caught
+(real.drafters) says: a session over the running rows, told of rows admitted and rows that left, caught
 up and asked for a draft tree at every speculative iteration. The session keeps its state across plain
 iterations: the first speculative iteration after plain ones catches it up on the tokens they emitted
 (with the target features kept from their forwards, when the drafter reads them; the target is not run
@@ -19,7 +19,7 @@ features are kept only when the drafter reads them or `collect_features` asks fo
 Replayed answers: `add(prompts, answers=...)` gives each row the answer it must produce (another run's recorded
 response to the same prompt). The target still runs every forward, the drafter still drafts and the engine
 still draws its own tokens (so an iteration costs what it costs in a run of its own), but the token that
-follows each position is then the recorded one (real.sampling, `verify_chosen`): drafts are accepted where
+follows each position is then the recorded one (real.engine.sampling, `verify_chosen`): drafts are accepted where
 they equal it, and the row emits the recorded answer to its end. An engine replays every row or none.
 """
 from __future__ import annotations
@@ -30,12 +30,12 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 import torch
 
-from real import attention
-from real.kvcache import RaggedCache
-from real.sampling import next_tokens, verify_chosen, verify_greedy_chain, verify_tree
-from real.drafting import DraftSession, Drafting
+from real.engine import attention
+from real.engine.kvcache import RaggedCache
+from real.engine.sampling import next_tokens, verify_chosen, verify_greedy_chain, verify_tree
+from real.drafters import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
-from real.spec import DraftTree, draftable
+from real.engine.spec import DraftTree, draftable
 from tltsim.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 

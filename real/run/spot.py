@@ -1,5 +1,5 @@
 """Spot training across worker processes: rank 0's dispatcher of train/stop orders, a worker's sample
-buffer, and the collective that shares the step's samples.
+buffer, the collective that shares the step's samples, and a worker's training itself (`SpotTraining`).
 
 Every worker reports "done" through the process group's store when its rollout share ends; rank 0's
 `SpotDispatcher` feeds the reports to the policy layer's `SpotTrainer` and answers with "train" (the
@@ -8,10 +8,14 @@ what its `SampleBuffer` (the policy layer's `DataBuffer` over (tokens, target fe
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from real.drafters.master_weights import MasterWeightAdamW
+from real.run.grpo import all_reduce_tensors
 from tltsim.control import DataBuffer, SpotTrainer
 
 
@@ -111,3 +115,78 @@ class SampleBuffer:
         keep = self.index.samples(step).num_samples - len(window)
         before = sorted(self.pairs.get(step - n, []), key=lambda p: len(p[0]))
         return window + (before[len(before) - keep:] if keep > 0 else [])
+
+
+class SpotTraining:
+    """One worker's spot training, as TLT's spot trainer runs it: from the end of its rollout share until rank
+    0 says stop, idle, or train its copy of the drafter on the data buffer once told to; after the step, share
+    the step's samples with every worker and average the copies that trained into every worker's.
+
+    `drafter` (the trained drafter, drafters.Trainable) is set by the worker once it is built. The optimizer is
+    an AdamW over the copy's fp32 masters (real.drafters.master_weights), made when first needed and kept across
+    steps: the masters are averaged at every sync, the moments stay this worker's own.
+    """
+
+    def __init__(self, rank: int, world: int, store, buffer: SampleBuffer, lr: float, batch: int, seed: int,
+                 out, device, dtype, hidden: int):
+        self.rank, self.world, self.store, self.buffer = rank, world, store, buffer
+        self.lr, self.batch, self.seed, self.out = lr, batch, seed, out
+        self.device, self.dtype, self.hidden = device, dtype, hidden
+        self.drafter = None
+        self.opt, self.opt_state = None, None  # the optimizer; its state from a checkpoint until it is made
+
+    def optimizer(self) -> MasterWeightAdamW:
+        if self.opt is None:
+            self.opt = MasterWeightAdamW(self.drafter.parameters(), lr=self.lr)
+            if self.opt_state is not None:
+                self.opt.load_state_dict(self.opt_state)
+        return self.opt
+
+    def train(self, step: int, go: str, stop: str, poll, clock, rng) -> tuple[float | None, int]:
+        """Until the store holds `stop`: idle, or once it holds `go`, train on what the buffer selects for `step`
+        (batches drawn with `rng`). (When training began, None if it never did; batches trained.)"""
+        began, pairs, batches = None, None, 0
+        while True:
+            poll()
+            if self.store.check([stop]):
+                break
+            if pairs is None and self.store.check([go]):
+                began = clock()
+                pairs = [p for p in self.buffer.select(step) if len(p[0]) >= 2]
+                optimizer = self.optimizer()
+            if pairs:
+                chosen = rng.choice(len(pairs), size=min(self.batch, len(pairs)), replace=False)
+                self.drafter.train_step([pairs[i] for i in chosen], optimizer)
+                batches += 1
+            else:
+                time.sleep(0.002)
+        if began is not None:
+            self.drafter.eval()
+            if batches:
+                self.drafter.save(self.out / "spot" / f"rank{self.rank}.pt")
+        return began, batches
+
+    def share(self, step: int, samples: list) -> None:
+        """Add every other worker's (tokens, features) of this step to this worker's buffer: the buffer holds
+        the whole step's responses, as TLT's does (so the next steps' spot training on a worker that served
+        few responses does not fit just those)."""
+        if self.world == 1:
+            return
+        for rank, pairs in enumerate(all_gather_pairs(samples, self.hidden, self.dtype, self.device)):
+            if rank != self.rank and pairs:
+                self.buffer.add(step, pairs)
+
+    def sync(self, batches: int) -> None:
+        """Average the drafters that trained (weighted by their batches) into every rank's copy."""
+        weight = torch.tensor([float(batches)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(weight)
+        if weight.item() == 0:
+            return
+        optimizer = self.optimizer()  # the masters are the weights: average those, then round them back
+        masters = [m.data for m in optimizer.masters]
+        for m in masters:
+            m.mul_(batches)
+        all_reduce_tensors(masters)
+        for m in masters:
+            m.div_(weight.item())
+        optimizer.write_back()

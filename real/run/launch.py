@@ -1,37 +1,37 @@
 """`tltsim real run`: an RL run of a policy for real, on N worker processes, recorded in the simulator's schema.
 
-    launch(config, RUN_DIR) --forkserver (real/processes.py) / torchrun--> N workers (torch.distributed: gloo on
+    launch(config, RUN_DIR) --forkserver (real/run/processes.py) / torchrun--> N workers (torch.distributed: gloo on
     CPU, NCCL on GPU)
 
 Every step, on every worker (worker = rank = one rollout engine):
 1. rollout: the step's seeded prompts (P prompts x G samples, the same on every rank) are split
    into contiguous chunks of prompt groups, as verl does; each worker generates its chunk on an
-   `Engine` driven by the policy layer's `EngineControl` (real/adaptive.py).
+   `Engine` driven by the policy layer's `EngineControl` (real/engine/adaptive.py).
 2. spot training (policies whose drafter trains: tlt's, das+tlt's trained part): a worker that finishes reports "done"
    through the process group's store; the policy layer's `SpotTrainer`, on rank 0, answers with
    "train" and, when every worker is done, "stop". A training worker trains its drafter copy
    between checks, on what its `DataBuffer` selects from the (tokens, target features) its own
    rollouts kept, and saves the trainable part atomically when stopped (RUN_DIR/spot/rank<r>.pt).
 3. reward (rewards + the old log-prob forward), train (GRPO, gradients all-reduced:
-   real/grpo.py), weight sync (the drafters that trained are averaged, weighted by their
+   real/run/grpo.py), weight sync (the drafters that trained are averaged, weighted by their
    batches, so every engine starts the next step with the same drafter).
-Between steps rank 0 writes the records (real/recorder.py, `Recorder`) and every rank its part of a checkpoint
-(real/checkpoint.py: plain state); `resume` continues from it: the records of steps past the checkpoint
+Between steps rank 0 writes the records (real/run/recorder.py, `Recorder`) and every rank its part of a checkpoint
+(real/run/checkpoint.py: plain state); `resume` continues from it: the records of steps past the checkpoint
 are dropped and those steps run again, so a run killed before its first checkpoint starts again from step 0
 (the same seeds give the same run). Randomness: each step's prompts,
 sampling and drafter batches come from generators seeded by (seed, step, rank); the tuners carry
 their own generators' state in the checkpoint.
 
-Modules: real/run_config.py (RunConfig), real/worker.py (a worker's state and step loop),
-real/spot.py (spot training across processes), real/checkpoint.py.
+Modules: real/run/config.py (RunConfig), real/run/worker.py (a worker's state and step loop),
+real/run/spot.py (spot training across processes), real/run/checkpoint.py.
 
 Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), das and
 das+tlt, with the policy layer's decision knobs (tltsim/control/decisions.py). Their `drafter` knob picks what the
-engines draft with (real/worker.py): the trained drafter (adaptive: spot-trained, static: not), history drafting
-(das: real/suffix.py, no model, nothing to warm up or train) or the hybrid of both (das+tlt: real/hybrid.py, its
+engines draft with (real/run/worker.py): the trained drafter (adaptive: spot-trained, static: not), history drafting
+(das: real/drafters/suffix.py, no model, nothing to warm up or train) or the hybrid of both (das+tlt: real/drafters/hybrid.py, its
 trained part spot-trained as tlt's drafter is). A history is fed each worker's own rows as they are generated (the
 prompt, the in-flight siblings) and, after every step, every other worker's responses, so a prompt that comes back
-finds its earlier responses wherever it lands; its memory is real/suffix.py's cap, and the checkpoint holds it as
+finds its earlier responses wherever it lands; its memory is real/drafters/suffix.py's cap, and the checkpoint holds it as
 plain data (the responses), from which a resumed run rebuilds the index. tlt-base is not offered: the engine has no
 n-gram drafter.
 """
@@ -47,11 +47,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import transformers
 
-from real import checkpoint
-from real.processes import start_workers
-from real.grpo import free_port
-from real.run_config import RunConfig
-from real.worker import Worker
+from real.run import checkpoint
+from real.run.processes import start_workers
+from real.run.grpo import free_port
+from real.run.config import RunConfig
+from real.run.worker import Worker
 from tltsim.errors import TltsimError, TltsimWarning
 
 
@@ -59,8 +59,8 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     """Run `config` into RUN_DIR `out` on `config.workers` processes; returns `out`.
 
     Under torchrun (RANK and WORLD_SIZE set) this process is one of the workers; otherwise the
-    workers are started here (real/processes.py). Raises TltsimError for bad input, before any worker starts. Rank 0 reports
-    every step on stderr: a progress bar if `bar`, else a line per step (real/progress.py).
+    workers are started here (real/run/processes.py). Raises TltsimError for bad input, before any worker starts. Rank 0 reports
+    every step on stderr: a progress bar if `bar`, else a line per step (real/run/progress.py).
     """
     config = config.checked()
     out = Path(out)

@@ -2,7 +2,7 @@
 
 Every layer's keys and values live in one preallocated tensor `kv` [L, 2, B, kv_heads, capacity, head_dim]
 (capacity grows by an eighth, at least GROW_SLOTS slots: the engine's attention reads each row's whole
-capacity, real.attention, so room held empty costs as much to read as keys do), and a forward's new keys and
+capacity, real.engine.attention, so room held empty costs as much to read as keys do), and a forward's new keys and
 values are written into it in place: no step copies the cache (a `transformers.DynamicCache` concatenates
 every layer's whole cache at every step). `cache` is the `transformers.Cache` over it that a model's forward
 takes.

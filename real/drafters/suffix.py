@@ -24,10 +24,10 @@ tokens, whose node has children (places where the text went on); then the most f
 again (ties: the child seen first), re-matching the extended context where the trie ends, up to the
 strategy's `verify` tokens. Each draft token's probability is count(child) / (count(children) + 1) (a
 string seen continued once gets 1/2, three agreeing times 3/4), the chain's expected accepted tokens the
-sum of the running products: the confidence `real.hybrid` weighs. A row with no match gets no real draft
+sum of the running products: the confidence `real.drafters.hybrid` weighs. A row with no match gets no real draft
 (its chain repeats the root; the target rejects or accepts it as any draft), so a row pays the verification
-of `verify` tokens either way. Proposals are deterministic tokens, verified by real.sampling's lossless rule
-like every drafter's (real.drafting): the output keeps the target's distribution.
+of `verify` tokens either way. Proposals are deterministic tokens, verified by real.engine.sampling's lossless rule
+like every drafter's (real.drafters): the output keeps the target's distribution.
 
 Memory: finished responses are kept up to `max_tokens` tokens over all prompts (oldest out first, a prompt's
 whole index dropped with its last response once no row of it runs); the trie holds at most DEPTH nodes a token.
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from real.spec import DraftTree
+from real.engine.spec import DraftTree
 from tltsim.control.strategy import Strategy
 
 DEPTH = 16  # longest string indexed (trie depth)
@@ -198,7 +198,7 @@ class SuffixDrafter:
 
 
 class SuffixSession:
-    """The rows of one engine: each row's open response document (real.drafting.DraftSession)."""
+    """The rows of one engine: each row's open response document (real.drafters.DraftSession)."""
 
     def __init__(self, drafter: SuffixDrafter):
         self.drafter = drafter

@@ -11,7 +11,7 @@ chat template (`tokenizer.apply_chat_template`, generation prompt added). The re
 last number in the response (digits, an optional minus sign and thousands commas) is the answer,
 else 0.0: there is no reference derivation, so the model writes whatever it writes, up to the cap.
 A fixed share of problems (a hash of the problem, not of the seed) is held out for evaluation and
-never drawn for training, as in real.task.GcdTask.
+never drawn for training, as in real.tasks.gcd.GcdTask.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class WordProblemConfig:
     max_response_tokens: int = 256  # a run's default cap: an instruct model answers these in well under it,
     # its longest answers run to it (a cap few responses reach, so the tail shows)
     ops_tail: float = 0.0  # P(n operations) proportional to n ** -ops_tail on 1 .. max_ops (0: uniform; 1: Zipf's
-    # law, a heavy tail: real.longtail)
+    # law, a heavy tail: real.tasks.longtail)
 
     def __post_init__(self):
         if self.max_ops < 1 or self.max_start < 2:
@@ -98,7 +98,7 @@ class WordProblemTask:
 
     def save(self, directory) -> None:
         """Write the tokenizer (with its chat template) into `directory`, beside a checkpoint's weights, so
-        that real.models.load_task finds this task there again."""
+        that real.models.targets.load_task finds this task there again."""
         self.tokenizer.save_pretrained(directory)
 
     def is_heldout(self, p: WordProblem) -> bool:
