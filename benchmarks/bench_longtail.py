@@ -6,9 +6,9 @@
 Runs `tltsim real run --model smollm2-135m --task longtail --policy P --steps N --workers 2 -o DIR` (the
 workload's defaults otherwise, or --run-args on top) and polls the resident memory (RSS) of every process
 the run starts, every 0.2 s (psutil). Reports per worker its peak resident memory (target: under 4 GB), and
-per step the rollout's share of the step (target: >= 70% with the defaults; the issue's one-step check: >=
+per step the rollout's share of the step (target: >= 70% with the defaults; a one-step check: >=
 60%), the longest response over the median one (>= 4; one-step check >= 3) and the longest (>= 512 tokens),
-with the load average before and after (the machine is shared: the share moves with it). First, from the
+and the run's wall seconds (other work on the cores moves the share). First, from the
 task generator and SmolLM2's tokenizer alone (no model): the worked reference answers' lengths over 200
 seeded steps of 8 problems x 4 samples, which is the shape the task asks for (the model's own answers are
 what the run then measures); `--reference-only` stops there. `--update-only` instead measures one process's
@@ -34,7 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tltsim.records import Result  # noqa: E402
+from tltsim.core.records import Result  # noqa: E402
 
 
 def run(command: list[str]) -> dict[int, int]:
@@ -115,9 +115,7 @@ def main() -> None:
     ap.add_argument("--update-only", action="store_true", help="one process's peak RSS over the update alone")
     args = ap.parse_args()
     if args.update_only:
-        print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         print(f"update: {json.dumps(update_peak())}")
-        print(f"# load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         return
     print(f"reference answers: {json.dumps(reference_shape())}", flush=True)
     if args.reference_only:
@@ -125,14 +123,13 @@ def main() -> None:
     out = ROOT / args.out
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "tltsim", "real", "run", "--model", "smollm2-135m", "--task", "longtail",
-               "--policy", args.policy, "--steps", str(args.steps), "--workers", "2", "--no-progress", "-o", str(out),
+               "--policy", args.policy, "--steps", str(args.steps), "--workers", "2", "--no-progress", "-o", args.out,
                *shlex.split(args.run_args)]
     print(f"# {shlex.join(['tltsim', *command[3:]])}")
-    print(f"# load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     t0 = time.perf_counter()
     peak = run(command)
     wall = time.perf_counter() - t0
-    print(f"# load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}; wall {wall:.0f} s")
+    print(f"# wall {wall:.0f} s", flush=True)
     workers = sorted(peak.values(), reverse=True)[:2]  # the two workers (the rest: the forkserver, the resource tracker)
     print(f"peak resident memory per worker: {', '.join(f'{b / 2**30:.2f} GiB' for b in workers)} (target < 4 GB)")
     res = Result.load(out)

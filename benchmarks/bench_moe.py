@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tltsim.analysis.table import format_table
+from tltsim.analysis.report.table import format_table
 from tltsim.cost import Roofline
 from tltsim.cost.moe import expected_experts
 from tltsim.hardware import load_gpu, load_model

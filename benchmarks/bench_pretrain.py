@@ -9,7 +9,7 @@ held-out problems: greedy accuracy (overall and by chain length) and
 sampled groups of 8 at temperature 1 (accuracy, and how often a group is mixed, i.e.
 gives GRPO a non-zero advantage), with the response-length distribution of the
 model's own generations beside that of the reference solutions. CPU seconds are
-reported beside wall seconds: on a shared machine wall time overstates the cost.
+reported beside wall seconds: where other work shares the cores, wall time overstates the cost.
 When the shipped checkpoint (real/assets/) exists, says whether the fresh weights equal it.
 """
 from __future__ import annotations
@@ -50,11 +50,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-          f"{args.threads} threads, load average {os.getloadavg()[0]:.1f} at start")
+          f"{args.threads} threads")
     target = args.target or args.out
     if args.target:
         record = json.loads((Path(target) / PRETRAIN_FILE).read_text())
-        print(f"# target {target}, made by: {json.dumps(record)}")
+        made = {k: v for k, v in record.items() if k != "provenance"}  # its free text: real/assets/README.md
+        print(f"# target {target}, made by: {json.dumps(made)}")
     else:
         config = PretrainConfig()
         print(f"# command: tltsim real pretrain -o {args.out}   (config: {config})")

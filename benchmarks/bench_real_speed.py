@@ -3,7 +3,7 @@
     python benchmarks/bench_real_speed.py [--model smollm2-135m] [--batches 1,4,16] [--rounds 3] [--threads 2]
     # record: ... | tee benchmarks/results/bench_real_speed.txt
 
-Target (issue 15): at batch 1 on a 2-core CPU, speculation with the shipped drafter at least 1.5x plain;
+Target: at batch 1 on a 2-core CPU, speculation with the shipped drafter at least 1.5x plain;
 batch 4 and 16 as they come. Plain and speculative runs alternate (real.tools.speed), so a change of load
 hits both; the table's draft/target/overhead columns are the measured breakdown of an iteration.
 """
@@ -30,13 +30,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads, "
-          f"load average {os.getloadavg()[0]:.1f} at the start", flush=True)
+    print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} threads",
+          flush=True)
     words = ["speed", "--model", args.model, "--batches", args.batches, "--rounds", str(args.rounds),
              "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads)]
     print("# tltsim real " + " ".join(words), flush=True)
     real_main(words)
-    print(f"# load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_sim.py            # writes nothing; record with: ... | tee benchmarks/results/bench_sim.txt
 
-Cases (issue 3): paper scale (Qwen2.5-7B, 64 H100, TP 4, 512 responses a step, 100 steps);
+Cases: paper scale (Qwen2.5-7B, 64 H100, TP 4, 512 responses a step, 100 steps);
 large (1,024 GPUs, 16,384 responses a step, 200 steps); fast/exact ratio on the paper-scale case
 (exact on 2 steps, compared per step).
 """

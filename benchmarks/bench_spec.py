@@ -16,7 +16,6 @@ per target forward (1 for plain; the mean accepted length, bonus token included,
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import time
 from pathlib import Path
@@ -114,7 +113,7 @@ def main() -> None:
     prompts = [task.prompt_ids(p) for p in task.sample(np.random.default_rng(2), args.prompts, "test")]
     max_new = task.max_response_tokens
     print(f"{len(prompts)} held-out prompts, greedy; times exclude prefill; best of {args.repeats} runs per setting, "
-          f"the settings of a batch size interleaved run by run; load average {os.getloadavg()[0]:.1f} at start")
+          f"the settings of a batch size interleaved run by run")
     print(f"{'batch':>5} {'mode':>11} {'strategy':>8} {'tokens':>7} {'tok/s':>8} {'tok/call':>8} {'speedup':>7} "
           f"{'identical':>9}")
     for batch in args.batches:
@@ -134,7 +133,7 @@ def main() -> None:
             same = "-" if mode == "decode" else str(out == ref)
             print(f"{batch:>5} {mode:>11} {strategy or '-':>8} {tokens:>7} {tokens / secs:>8.0f} {tokens / calls:>8.2f} "
                   f"{tokens / secs / base:>7.2f} {same:>9}")
-    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
 
 if __name__ == "__main__":
     main()

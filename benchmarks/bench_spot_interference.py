@@ -41,7 +41,7 @@ def _worker(rank: int, args, port: int, out: str) -> None:
     from real.models.targets import load_target
     from real.tools.profile import _rollout
     from real.settings import RUN_SAMPLING
-    from tltsim.records import SPEED_CONTEXT
+    from tltsim.core.records import SPEED_CONTEXT
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -4,7 +4,7 @@ tlt-auto (the learned switch) on two clusters, from one command (docs/design.md#
     PYTHONPATH=$PWD python benchmarks/bench_switch.py | tee benchmarks/results/bench_switch.txt
 
 The trace is synthesized here (no public 16k-token GRPO length log ships with tltsim): the lognormal family with
-traces/lognormal_drift.parquet's parameters (median 2000, sigma 0.8, rho 0.5, drift 0.05, cap 16384), 16 prompts
+traces/synthetic/lognormal_drift.parquet's parameters (median 2000, sigma 0.8, rho 0.5, drift 0.05, cap 16384), 16 prompts
 x 8 samples a step, 10 steps, seed 0: 128 responses a step, so on 8 GPUs with TP 4 two engines of 64 requests
 each. Qwen2.5-7B (the default model) on 8 H100s, where speculation pays at every batch an engine runs, and on 8
 H20s, where drafting is dear and it pays only at small batches; and on the H100s with a drafter so weak (quality 0:
@@ -13,7 +13,7 @@ the speedup is over verl on the same cluster. Deterministic: the same code gives
 """
 from __future__ import annotations
 
-from tltsim.analysis.table import format_table
+from tltsim.analysis.report.table import format_table
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator

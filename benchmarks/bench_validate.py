@@ -9,21 +9,24 @@ Steps (each a `tltsim` command a user would type; run on a quiet machine, the ti
 4. `tltsim validate verl_run tlt_run --profile profile.csv` for each pair: per-step and overall errors, the
    speedup; again with `--speed` (the profile scaled step by step by the runs' speed probes: how fast this
    shared machine ran at each step); then a summary line per pair and way.
-Targets (issue 8): median |error| of per-step rollout time < 10%; predicted tlt/verl speedup within 15%.
+Targets: median |error| of per-step rollout time < 10%; predicted tlt/verl speedup within 15%.
 
-On a pretrained chat model (issue 15), one verl-then-tlt pair of short runs, with the settings a 135M-parameter
+On a pretrained chat model, one verl-then-tlt pair of short runs, with the settings a 135M-parameter
 target needs on 2 CPU cores (word problems through its chat template, the shipped drafter):
 
     python benchmarks/bench_validate.py --model smollm2-135m --order verl-a,tlt-a --steps 3 --prompts 2 \
         --group 4 --run-args "--lr 1e-6 --max-new-tokens 128 --probe 4 --temperature 0.6" \
         --tlt-args "--knob threshold=4 --knob patience=2 --knob arms=4_1_4,3_1_3" \
         --profile-args "--batches 1,2,4 --contexts 64,192 --strategies 4_1_4,3_1_3 --train-rows 2,4 --repeats 2 \
-        --max-new-tokens 128" --out out/bench_validate_smollm2 | tee benchmarks/results/bench_validate_smollm2.txt
+        --max-new-tokens 128" --out out/bench_validate_smollm2
+
+(the pair it made is shipped as traces/runs/real_{verl,tlt}_smollm2; docs/investigations/cpu_pairs.md reads it).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -63,7 +66,7 @@ def main() -> None:
                    "earlier call, or a copy, left them) instead of making them anew")
     args = p.parse_args()
     out = Path(args.out)
-    shipped = Path(__file__).parents[1] / "real" / "assets" / "gcd-tiny-llama"
+    shipped = Path(os.path.relpath(Path(__file__).resolve().parents[1] / "real" / "assets" / "gcd-tiny-llama"))
     target = out / "target" if args.pretrain else args.model or shipped
     if args.pretrain:
         sh(["real", "pretrain", "-o", str(target)])

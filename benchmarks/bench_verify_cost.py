@@ -61,8 +61,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} thread(s), "
-          f"load average {os.getloadavg()[0]:.1f} at the start")
+    print(f"# {platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, {args.threads} thread(s)")
     tokens = (1, 2, 3, 4, 5)
     base = load_target(args.model).eval()
     print("dtype     batch  context  decode_ms  " + "  ".join(f"x{k}_tokens" for k in tokens[1:])
@@ -76,7 +75,6 @@ def main() -> None:
                 print(f"{name:<8}  {b:>5}  {c:>7}  {1000 * s[1]:9.1f}  "
                       + "  ".join(f"{ratio[k]:9.2f}" for k in tokens[1:])
                       + f"  {2 / ratio[5]:15.2f}  {3 / ratio[5]:15.2f}", flush=True)
-    print(f"# load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -28,8 +28,8 @@
 # The defaults run in well under a minute on 2 CPU cores; the parameter cell says what scales it up.
 
 # %% tags=["parameters"]
-TRACE = "../traces/dapo_like.parquet"  # a shipped trace or your own file (.parquet, .csv, .jsonl)
-OTHER_TRACES = ["../traces/intern_s1_mixture.parquet", "../traces/lognormal_drift.parquet"]  # for the table
+TRACE = "../traces/synthetic/dapo_like.parquet"  # a shipped trace or your own file (.parquet, .csv, .jsonl)
+OTHER_TRACES = ["../traces/synthetic/intern_s1_mixture.parquet", "../traces/synthetic/lognormal_drift.parquet"]  # for the table
 GPUS, TP = 64, 4  # the simulated cluster: GPUS / TP rollout engines; try 128 or 256
 GPU, MODEL = "h100", "qwen2.5-7b"  # presets in tltsim/presets
 STEPS = "0:8"  # trace steps to simulate; "" = all 20 (about 2.5x the simulation time)
@@ -73,7 +73,7 @@ per_step = pd.DataFrame(s["per_step"]).set_index("step")
 per_step[["responses", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction"]]
 
 # %%
-from tltsim.analysis import plots
+from tltsim.analysis.report import plots
 
 plots.length_distribution(trace, title=trace.meta.source)
 
@@ -197,7 +197,7 @@ print(f"No schedule of plain decoding rolls a step out faster than 'ideal' (per 
 # GPU-seconds that sat idle.
 
 # %%
-from tltsim.analysis.plots.steps import idle_by_step
+from tltsim.analysis.report.plots.steps import idle_by_step
 
 waste = verl.steps.set_index("step")[["rollout_s", "tail_s", "total_s"]]
 waste["idle_gpu_s"] = idle_by_step(verl)

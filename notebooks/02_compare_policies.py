@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -47,7 +47,7 @@
 # %% tags=["parameters"]
 from tltsim.policies import policy_names
 
-TRACE = "../traces/dapo_like.parquet"  # a shipped trace or your own file
+TRACE = "../traces/synthetic/dapo_like.parquet"  # a shipped trace or your own file
 GPUS, TP = 64, 4  # the cluster of the main comparison (GPUS / TP rollout engines)
 GPU, MODEL = "h100", "qwen2.5-7b"  # presets in tltsim/presets
 STEPS = "0:6"  # trace steps of the main comparison; "" = all 20 (about 3x the time)
@@ -92,10 +92,10 @@ print(f"{len(results)} policies simulated in {time.perf_counter() - t0:.1f} s: {
 # %% [markdown]
 # The comparison table: speed on the left, off-policy cost on the right, sorted by speedup
 # (end to end, baseline makespan / run makespan). `comparison_table` is the table of the HTML
-# report (`tltsim.analysis.report`); `trained_len_ratio` is added from each run's summary.
+# report (`tltsim.analysis.report.page`); `trained_len_ratio` is added from each run's summary.
 
 # %%
-from tltsim.analysis.report import comparison_table
+from tltsim.analysis.report.page import comparison_table
 
 runs = list(results.values())
 table = comparison_table(runs).set_index("run")
@@ -128,7 +128,7 @@ fig.suptitle("Speed and what it costs in off-policy terms", x=0.01, ha="left", f
 # the switch each contribute.
 
 # %%
-from tltsim.analysis import plots
+from tltsim.analysis.report import plots
 
 plots.speedup([results[p] for p in ABLATIONS])
 

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -31,7 +31,7 @@
 # `tltsim sweep FILE`): a TOML file per sweep, runs in parallel processes, a results table.
 
 # %% tags=["parameters"]
-TRACE = "../traces/dapo_like.parquet"  # a shipped trace or your own file
+TRACE = "../traces/synthetic/dapo_like.parquet"  # a shipped trace or your own file
 GPUS, TP = 64, 4  # the cluster every sweep but the threshold's runs on
 STEPS = "0:6"  # trace steps per run; "" = all 20 (about 3x the time; cadence effects grow with steps)
 WORKERS = 2  # sweep processes; use your core count to scale up
@@ -76,7 +76,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tltsim.analysis import plots
+from tltsim.analysis.report import plots
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator

@@ -33,8 +33,8 @@
 # `RUN_NOW = True`) it makes a tiny real run on this machine first, which takes a few minutes.
 
 # %% tags=["parameters"]
-RUNS = ["../traces/real_verl_cpu", "../traces/real_tlt_cpu"]  # `tltsim real run` directories, baseline first
-PROFILE = "../traces/real_cpu_profile.csv"  # `tltsim real profile` of the machine the runs ran on
+RUNS = ["../traces/runs/real_verl_cpu", "../traces/runs/real_tlt_cpu"]  # `tltsim real run` directories, baseline first
+PROFILE = "../traces/profiles/real_cpu_profile.csv"  # `tltsim real profile` of the machine the runs ran on
 RUN_NOW = "auto"  # "auto": a tiny real run below only if RUNS or PROFILE are missing; True: always; False: never
 TINY_MODEL = "test-llama"  # target of a tiny run: a preset (random weights) or a `tltsim real pretrain` directory
 TINY_STEPS = 2  # RL steps per tiny run; raise it (and prompts, max_new_tokens below) for a run worth validating
@@ -92,7 +92,7 @@ if RUN_NOW:
 # %%
 import json
 
-from tltsim.records import Result
+from tltsim.core.records import Result
 
 measured = {Path(d).name: Result.load(d) for d in RUNS}
 CONFIG = ["policy", "workers", "steps", "model", "prompts", "group", "max_new_tokens", "knobs"]
@@ -137,7 +137,7 @@ ax.legend();
 # are differences in absolute points.
 
 # %%
-from tltsim.analysis.validate import validate
+from tltsim.analysis.validation.validate import validate
 
 v = validate(RUNS, PROFILE)
 v.overall
@@ -156,7 +156,7 @@ pd.Series(v.speedup, name="speedup of the second run over the first")
 # spike does not count). Below: the speed factor per step, and the headline errors both ways.
 
 # %%
-from tltsim.analysis.validate import speed_factors
+from tltsim.analysis.validation.validate import speed_factors
 
 probed = all("speed_probe_s" in r.steps for r in measured.values())
 if not probed:
@@ -189,7 +189,7 @@ per_step.swaplevel(axis=1).sort_index(axis=1)[["rollout_s", "total_s", "idle_fra
 # and engine.
 
 # %%
-from tltsim.analysis.work_domain import run_totals
+from tltsim.analysis.validation.work_domain import run_totals
 
 work = run_totals(v.work)
 if scaled is not None:  # --speed rescales every time of a step; the counts stay what they were
@@ -231,7 +231,7 @@ axes[0, 0].legend();
 # %%
 from dataclasses import replace
 
-from tltsim.analysis import plots
+from tltsim.analysis.report import plots
 
 
 def labelled(result, label):
@@ -250,7 +250,7 @@ if RUN_NOW:
 # ## Reading the numbers
 #
 # What the tables above say, written from them (the recorded CPU runs by default), and how it compares with
-# the repeated recordings of `benchmarks/bench_validate.py` listed in `benchmarks/results/NOTES.md`.
+# the repeated recordings of `benchmarks/bench_validate.py` listed in `docs/investigations/validate_repeatability.md`.
 
 # %%
 import re
@@ -294,10 +294,10 @@ else:
                       f"{scaled_err[(run, 'median |error| of per-step rollout')]:.1%} ({policy[run]})" for run in both)
                   + f", the speedup {scaled.speedup['error']:+.1%}.")
 
-# benchmarks/results/NOTES.md lists each recording: "R<n> <commit> ... as is v/t s | v/t s   x speed v/t s | v/t s"
+# docs/investigations/validate_repeatability.md lists each recording: "R<n> ... as is v/t s | v/t s   x speed v/t s | v/t s"
 NUM = r"\s*([+-]?[\d.]+)/\s*([\d.]+)\s+([+-][\d.]+)\s*\|\s*([\d.]+)/\s*([\d.]+)\s+([+-][\d.]+)"
 rec = [[float(x) for x in m.groups()] for m in re.finditer(rf"^\s+R\d+ .*?as is{NUM}\s+x speed{NUM}\s*$",
-                                                           Path("../benchmarks/results/NOTES.md").read_text(), re.M)]
+                                                           Path("../docs/investigations/validate_repeatability.md").read_text(), re.M)]
 rec = pd.DataFrame(rec, columns=[f"{way} {k}" for way in ("as is", "x speed") for k in
                                  ("verl a", "tlt a", "speedup a", "verl b", "tlt b", "speedup b")])
 
@@ -312,13 +312,13 @@ def within(s: pd.Series, limit: float) -> str:
 
 bench_text = (
     f"Over the {len(rec)} recordings of `benchmarks/bench_validate.py` (10-step runs, two pairs each) in "
-    f"`benchmarks/results/NOTES.md`: median per-step rollout error "
+    f"`docs/investigations/validate_repeatability.md`: median per-step rollout error "
     f"{runs_of('as is', 'verl').min():.0f}-{runs_of('as is', 'verl').max():.0f}% (verl) and "
     f"{runs_of('as is', 'tlt').min():.0f}-{runs_of('as is', 'tlt').max():.0f}% (tlt) with the profile as measured, "
     f"speedup error within 15% in {within(runs_of('as is', 'speedup'), 15)} pairs; with `--speed`, per-step errors "
     f"under 10% in {within(pd.concat([runs_of('x speed', 'verl'), runs_of('x speed', 'tlt')]), 10)} runs and the "
     f"speedup within 15% in {within(runs_of('x speed', 'speedup'), 15)} pairs." if len(rec) else
-    "The repeated recordings of `benchmarks/bench_validate.py` are in `benchmarks/results/NOTES.md`.")
+    "The repeated recordings of `benchmarks/bench_validate.py` are in `docs/investigations/validate_repeatability.md`.")
 
 
 per_step_err = max(err[(run, "median |error| of per-step rollout")] for run in both)

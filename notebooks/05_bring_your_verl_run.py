@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -214,11 +214,11 @@ sizes
 # ## The same from the command line
 #
 # ```bash
-# tltsim trace convert examples/verl/rollout run.parquet --tokenizer examples/verl/tokenizer
-# tltsim validate --verl-metrics examples/verl/metrics.jsonl --trace run.parquet \
-#     --verl-config examples/verl/run --gpu h100 --save-calibration cal.json
-# tltsim compare --trace run.parquet --verl-config examples/verl/run --gpu h100 \
-#     --calibration cal.json --policies verl,tlt,tlt-base,partial,tail-batching -o out/my_cluster
-# tltsim compare --trace run.parquet --verl-config examples/verl/run --gpu h100 --gpus 32 \
-#     --calibration cal.json --policies verl,tlt -o out/my_cluster_x4
+# tltsim trace convert examples/verl/rollout out/run.parquet --tokenizer examples/verl/tokenizer
+# tltsim calibrate --verl-metrics examples/verl/metrics.jsonl --trace out/run.parquet \
+#     --verl-config examples/verl/run --gpu h100 --save-calibration out/cal.json
+# tltsim compare --trace out/run.parquet --verl-config examples/verl/run --gpu h100 \
+#     --calibration out/cal.json --policies verl,tlt,tlt-base,partial,tail-batching -o out/my_cluster
+# tltsim compare --trace out/run.parquet --verl-config examples/verl/run --gpu h100 --gpus 32 \
+#     --calibration out/cal.json --policies verl,tlt -o out/my_cluster_x4
 # ```

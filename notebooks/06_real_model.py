@@ -40,8 +40,8 @@ SPEED_TOKENS = 32  # tokens per row of the speed comparison (64 or more for stea
 BATCHES = [1, 4]  # batch sizes of the speed comparison (add 16 on a quiet machine)
 ROUNDS = 1  # timed runs of each mode per batch size (3 for steadier ratios)
 GROUP = 4  # sibling rows of the drafters' comparison (a GRPO group; 8 on a quiet machine)
-RUNS = ["../traces/real_verl_smollm2", "../traces/real_tlt_smollm2"]  # the recorded pair, baseline first
-PROFILE = "../traces/smollm2_cpu_profile.csv"  # `tltsim real profile` of the machine the pair ran on
+RUNS = ["../traces/runs/real_verl_smollm2", "../traces/runs/real_tlt_smollm2"]  # the recorded pair, baseline first
+PROFILE = "../traces/profiles/smollm2_cpu_profile.csv"  # `tltsim real profile` of the machine the pair ran on
 SEED = 0
 
 # %%
@@ -173,10 +173,10 @@ print(group[["drafter", "tok_s", "speedup", "tokens_per_call", "draft_ms", "targ
 # each run's trace in the simulator with a cost model fitted to the profile and compares.
 
 # %%
-from tltsim.analysis.plots.style import policy_color
-from tltsim.records import Result
-from tltsim.analysis.validate import validate
-from tltsim.analysis.work_domain import run_totals
+from tltsim.analysis.report.plots.style import policy_color
+from tltsim.core.records import Result
+from tltsim.analysis.validation.validate import validate
+from tltsim.analysis.validation.work_domain import run_totals
 
 measured = {d: Result.load(d) for d in RUNS}
 requests = pd.concat([r.requests.assign(run=r.config["policy"]) for r in measured.values()])
@@ -233,11 +233,11 @@ plt.show()
 # never-trained start.
 
 # %%
-from tltsim.analysis.plots.style import policy_color
+from tltsim.analysis.report.plots.style import policy_color
 
-VERL_LONGTAIL = "../traces/real_verl_smollm2_longtail"
-LONGTAIL = {name: f"../traces/real_{name.replace('+', '_')}_smollm2_longtail" for name in ("tlt", "das", "das+tlt")}
-LONGTAIL_PROFILE = "../traces/smollm2_longtail_cpu_profile.csv"
+VERL_LONGTAIL = "../traces/runs/real_verl_smollm2_longtail"
+LONGTAIL = {name: f"../traces/runs/real_{name.replace('+', '_')}_smollm2_longtail" for name in ("tlt", "das", "das+tlt")}
+LONGTAIL_PROFILE = "../traces/profiles/smollm2_longtail_cpu_profile.csv"
 lt_runs = {name: Result.load(d) for name, d in {"verl": VERL_LONGTAIL, **LONGTAIL}.items()}
 shape = lt_runs["verl"].requests.groupby("step").response_len
 print(pd.DataFrame({"median": shape.median(), "longest": shape.max(),
@@ -331,7 +331,7 @@ Markdown(
     "and the modelled times behind each decision. Speculation's share of the decode time, measured against "
     "replayed: " + ", ".join(f"{name} {r.measured:.2f} / {r.predicted:.2f}" for name, r in sd_share.iterrows())
     + ". The regime TLT was built for, where a verify costs "
-    "about a decode step at larger batches too (a GPU's memory-bound decoding), is what `benchmarks/gpu_check.py` "
+    "about a decode step at larger batches too (a GPU's memory-bound decoding), is what `scripts/gpu_check.py` "
     "checks when a GPU is lent."
 )
 
@@ -339,7 +339,7 @@ Markdown(
 # ## 6. verl and tlt a step at a time in turn: the machine's drift on both alike
 # The runs above were made one after another, on a machine whose speed wanders by tens of percent between
 # quarter hours, so a ratio of their makespans carries the drift. This pair was made by
-# `benchmarks/interleaved_pair.py`: each step of each run is a `tltsim real run --resume` of its own, and the
+# `scripts/interleaved_pair.py`: each step of each run is a `tltsim real run --resume` of its own, and the
 # order turns every step (verl tlt, tlt verl, ...), so both runs sample the same stretches of the machine's
 # speed. Same config, seed and answers as the pair above (`--answers`: token for token the same responses);
 # the run directories' README.md give the commands; its profile was made on the same machine right after it.
@@ -347,8 +347,8 @@ Markdown(
 # equal probes, equal machine speed).
 
 # %%
-INTERLEAVED = [f"../traces/real_{name}_smollm2_longtail_interleaved" for name in ("verl", "tlt")]
-INTERLEAVED_PROFILE = "../traces/smollm2_longtail_interleaved_cpu_profile.csv"
+INTERLEAVED = [f"../traces/runs/real_{name}_smollm2_longtail_interleaved" for name in ("verl", "tlt")]
+INTERLEAVED_PROFILE = "../traces/profiles/smollm2_longtail_interleaved_cpu_profile.csv"
 turns = {name: Result.load(d).steps.set_index("step") for name, d in zip(("verl", "tlt"), INTERLEAVED)}
 by_step = pd.DataFrame({"verl_s": turns["verl"].total_s, "tlt_s": turns["tlt"].total_s,
                         "verl / tlt": turns["verl"].total_s / turns["tlt"].total_s,
@@ -366,12 +366,12 @@ run_totals(iv.work).set_index(["run", "metric"])[["measured", "predicted", "erro
 # Responses of one batch accept very differently: a row that repeats itself takes whole drafts, one working out
 # numbers takes little more than the target's own token. So under speculation the rows that accept least fall
 # behind and are the ones left running at the end, alone, at the batch where a token is dearest. The replay
-# gives each row what its response accepted in the run (`tltsim.analysis.work_domain.request_acceptance`);
+# gives each row what its response accepted in the run (`tltsim.analysis.validation.work_domain.request_acceptance`);
 # beside it, the same replay with one quality for every row of a step. Tokens emitted while a single row ran:
 
 # %%
-from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay  # noqa: E402
-from tltsim.analysis.work_domain import request_acceptance, tokens_alone  # noqa: E402
+from tltsim.analysis.validation.validate import measured_qualities, recorded_knobs, replay  # noqa: E402
+from tltsim.analysis.validation.work_domain import request_acceptance, tokens_alone  # noqa: E402
 from tltsim.cost.profiled import Profiled  # noqa: E402
 
 tlt_run = Result.load(INTERLEAVED[1])

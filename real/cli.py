@@ -15,8 +15,8 @@ from dataclasses import fields
 
 from real.models import hub
 from real.settings import PRESETS, TASKS, PretrainConfig, SpeedSettings, WarmupSettings
-from tltsim.argparser import Parser, number, parse, show_progress, whole
-from tltsim.errors import TltsimError
+from tltsim.core.argparser import Parser, number, parse, show_progress, whole
+from tltsim.core.errors import TltsimError
 
 
 def add_pretrain(sub) -> None:
@@ -87,7 +87,7 @@ def _profile(args) -> int:
     from real.models.targets import load_target, load_task
     from real.tools.profile import profile_processes
     from real.settings import ProfileSettings, SamplingParams
-    from tltsim.io import atomic_path, check_apart, check_output
+    from tltsim.core.io import atomic_path, check_apart, check_output
 
     check_output(args.out)
     check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
@@ -213,7 +213,7 @@ def _run(args) -> int:
     from tltsim.control.decisions import knobs_from_text
 
     from real.models.targets import check_target
-    from tltsim.io import check_apart, check_output, manifest_kind
+    from tltsim.core.io import check_apart, check_output, manifest_kind
 
     if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
         check_output(args.out, lambda d: not any(d.iterdir()) or manifest_kind(d) == "result",
@@ -291,7 +291,7 @@ def add_drafter(sub) -> None:
 
 def _drafter(args) -> int:
     from real.drafters.warmup import make_drafter
-    from tltsim.io import check_apart, check_output
+    from tltsim.core.io import check_apart, check_output
 
     check_output(args.out)
     if args.data:
@@ -441,7 +441,7 @@ def _pretrain(args) -> int:
     import numpy as np
 
     from real.models.pretrain import pretrain, replaceable
-    from tltsim.io import check_output
+    from tltsim.core.io import check_output
 
     check_output(args.out, replaceable, "empty or a checkpoint of `tltsim real pretrain`")  # before the training
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from real.tasks.gcd import TaskConfig
 from tltsim.control.strategy import DEFAULT_STRATEGY
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ PRESETS = {
     # for a GPU: big enough that a forward is compute-bound at moderate batch sizes
     "small-llama": Preset("llama", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
     "small-qwen2": Preset("qwen2", 512, 8, 8, 2, 1536, note="GPU benchmarks"),
-    # Qwen2.5-0.5B's shape (random weights: real ones cannot travel to the GPU machine): benchmarks/gpu_check.py
+    # Qwen2.5-0.5B's shape (random weights: real ones cannot travel to the GPU machine): scripts/gpu_check.py
     "qwen2.5-0.5b-shape": Preset("qwen2", 896, 24, 14, 2, 4864, max_len=4096, note="GPU check (Qwen2.5-0.5B's shape)"),
 }
 

@@ -2,7 +2,7 @@
 
 A config file mirrors the sections below:
 
-    trace = "traces/dapo_like.parquet"
+    trace = "traces/synthetic/dapo_like.parquet"
     policy = "tlt"
     [cluster]
     gpus = 64
@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 from tltsim.cost import CostParams, PhaseCalibration
-from tltsim.errors import TltsimError
-from tltsim.io import read_toml
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import read_toml
 
 SPLITS = ("auto", "contiguous", "trace")
 MAX_GPUS, MAX_RUNNING = 1 << 20, 1 << 24  # bounds a number may reach before it is a typo (and overflows an index)
@@ -69,7 +69,7 @@ class SimConfig:
     steps: str = ""  # "A:B" selects trace steps A..B-1; empty = all
     seed: int = 0  # seeds every stochastic component
     calibration: PhaseCalibration = field(default_factory=PhaseCalibration)  # per-phase factors and fixed costs
-    # fitted to a measured cluster (`tltsim validate --verl-metrics ... --save-calibration`, tltsim.cost.calibrated)
+    # fitted to a measured cluster (`tltsim calibrate ... --save-calibration`, tltsim.cost.calibrated)
 
     def to_dict(self) -> dict:
         return asdict(self)

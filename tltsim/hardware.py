@@ -1,8 +1,11 @@
-"""GPU and model descriptions: one source of truth for the cost model and the real backend.
+"""GPU and model descriptions for the cost model.
 
 Presets are TOML files in tltsim/presets/{gpus,models}/; names match
 case-insensitively (`qwen2.5-7b`, `H100`). A user passes a path to their own
-TOML file with the same keys instead of a name.
+TOML file with the same keys instead of a name, or, for a model, the Hugging Face
+model directory (or its config.json) as it is: its transformers config is read
+(`ModelSpec.from_hf_config`), so a model the real backend loads is costed from the
+same description.
 """
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from dataclasses import MISSING, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
-from tltsim.errors import TltsimError
-from tltsim.io import parse_toml
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import parse_toml
 
 BYTES_BF16 = 2
 
@@ -125,8 +128,8 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, cfg: dict, name: str = "custom") -> "ModelSpec":
-        """Build from a transformers config dict (Llama / Qwen2 / Qwen3 / Qwen3-MoE keys), so the real backend and
-        the cost model agree."""
+        """Build from a transformers config dict (Llama / Qwen2 / Qwen3 / Qwen3-MoE keys): a model directory's
+        config.json, as `load_model` reads it."""
         return cls(
             name=name,
             layers=cfg["num_hidden_layers"],
@@ -188,4 +191,27 @@ def load_gpu(name_or_path: str) -> GPU:
 
 
 def load_model(name_or_path: str) -> ModelSpec:
+    """A preset by name, a TOML file, or a Hugging Face model directory (or its config.json)."""
+    path = Path(name_or_path)
+    config = path / "config.json" if path.is_dir() else path
+    if config.name == "config.json" and config.is_file():
+        return _from_hf(config)
     return _load("models", ModelSpec, name_or_path)
+
+
+def _from_hf(config: Path) -> ModelSpec:
+    import json
+
+    try:
+        cfg = json.loads(config.read_text())
+        spec = ModelSpec.from_hf_config(cfg, name=cfg.get("_name_or_path") or config.parent.name)
+    except json.JSONDecodeError as e:
+        raise TltsimError(f"{config}: not JSON ({e.msg}, line {e.lineno}); give a model directory's config.json") from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise TltsimError(f"{config}: not a transformers causal-LM config (no {e}); give a Llama, Qwen2, Qwen3 or "
+                          f"Qwen3-MoE model directory, or a model preset") from None
+    for f in fields(ModelSpec):
+        v = getattr(spec, f.name)
+        if f.name in ("layers", "hidden", "heads", "kv_heads", "intermediate", "vocab") and not (isinstance(v, int) and v > 0):
+            raise TltsimError(f"{config}: {f.name} = {v!r} must be a positive number")
+    return spec

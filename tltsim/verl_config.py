@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.hardware import preset_names
-from tltsim.io import read_config
+from tltsim.core.io import read_config
 from tltsim.trace import Trace, TraceMeta
 
 ROLLOUT = "actor_rollout_ref.rollout"

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tltsim.errors import TltsimError
-from tltsim.jsonl import read_objects
+from tltsim.core.errors import TltsimError
+from tltsim.core.jsonl import read_objects
 
 # verl's step timers (verl/trainer/ppo/ray_trainer.py: marked_timer(name), logged as timing_s/<name> by
 # metric_utils.compute_timing_metrics); each is the column <name>_s, NaN where a line lacks it

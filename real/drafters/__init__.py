@@ -35,7 +35,7 @@ import importlib
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 # kind name -> "module:Class"; "eagle" (real.drafters.eagle) is the trained drafter whose checkpoints `load` reads
 DRAFTERS = {"eagle": "real.drafters.eagle:Drafter", "suffix": "real.drafters.suffix:SuffixDrafter", "hybrid": "real.drafters.hybrid:HybridDrafter"}

@@ -45,8 +45,8 @@ from torch import nn
 from real.engine import attention
 from real.drafters.master_weights import MasterWeightAdamW
 from real.drafters.eagle_session import EagleSession
-from tltsim.errors import TltsimError
-from tltsim.io import atomic_path
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import atomic_path
 
 _FORMAT = "tltsim-drafter-1"
 # decoder layers that are x + attn(norm(x)), then x + mlp(norm(x)), with rotary q/k and no extra norms

@@ -2,7 +2,7 @@
 
 A bf16 weight holds 8 significant bits, so an AdamW step smaller than about 1/256 of the weight rounds away
 and the weight does not move: at a drafter's spot-training learning rate (1e-5) most bf16 weights of a warm
-drafter never change (benchmarks/bench_bf16_updates.py measures how many). Real runs therefore keep an fp32
+drafter never change (docs/investigations/bf16_updates.py measures how many). Real runs therefore keep an fp32
 copy of every low-precision parameter (the master weights), let the optimizer step the copy, and write it
 back, rounded, into the model that computes in bf16. `MasterWeightAdamW` does that for any parameters whose
 dtype is narrower than fp32; a parameter already fp32 (or fp64) is its own master and is stepped in place,

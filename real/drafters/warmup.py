@@ -24,8 +24,8 @@ from real.tasks.evaluate import accepted_length
 from real.models.hub import KNOWN, known_name
 from real.settings import ASSETS, GenerateSettings, SamplingParams, WarmupSettings
 from real.tasks.wordproblems import WordProblemTask
-from tltsim.errors import TltsimError
-from tltsim.io import atomic_path
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import atomic_path
 
 def find_shipped_drafter(model: str | Path) -> Path | None:
     """The drafter shipped for `model` (a known model's name or its cached directory: real.models.hub.KNOWN's

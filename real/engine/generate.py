@@ -36,7 +36,7 @@ from real.engine.sampling import next_tokens, verify_chosen, verify_greedy_chain
 from real.drafters import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.engine.spec import DraftTree, draftable
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 
 DEFAULT_STRATEGY = str(STRATEGY)  # a chain of 4 drafts (tltsim.control.strategy.DEFAULT_STRATEGY)

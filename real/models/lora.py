@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER_FILE = "lora_adapters.pt"  # beside a checkpoint's merged target weights

@@ -17,7 +17,7 @@ import torch
 from real.models.targets import build_target
 from real.tasks.gcd import TASK_FILE, GcdTask
 from real.settings import PretrainConfig
-from tltsim.io import atomic_dir, write_json
+from tltsim.core.io import atomic_dir, write_json
 
 PRETRAIN_FILE = "tltsim_pretrain.json"  # the run's config and loss curve, beside the checkpoint
 
@@ -96,7 +96,7 @@ def replaceable(path: Path) -> bool:
 
 def save_checkpoint(model: torch.nn.Module, task: GcdTask, out: str | Path, record: dict) -> Path:
     """Write the model (save_pretrained), the task file and `record` into `out`, atomically as a directory
-    (tltsim.io.atomic_dir): `out` holds the previous checkpoint or the new one, never a mix. An existing `out`
+    (tltsim.core.io.atomic_dir): `out` holds the previous checkpoint or the new one, never a mix. An existing `out`
     is replaced only if it is empty or a checkpoint (it has the task file); else a TltsimError."""
     with atomic_dir(out, replaceable) as tmp:
         model.save_pretrained(tmp)

@@ -19,7 +19,7 @@ from real.tasks.longtail import LongTailTask
 from real.settings import PRESETS, TASKS
 from real.tasks.gcd import TASK_FILE, GcdTask, Tokenizer
 from real.tasks.wordproblems import WordProblemTask
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def _unknown(name: str) -> TltsimError:

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from tltsim.io import atomic_dir, write_json
+from tltsim.core.io import atomic_dir, write_json
 
 CHECKPOINT = "checkpoint"
 
@@ -40,7 +40,7 @@ def last_step(out: Path) -> int:
 
 def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path], None] | None = None) -> None:
     """Every rank (collectively) writes its `state` into a temporary directory; rank 0 also calls `shared(dir)`
-    for what the ranks share, then the directory takes RUN_DIR/checkpoint's place whole (tltsim.io.atomic_dir)."""
+    for what the ranks share, then the directory takes RUN_DIR/checkpoint's place whole (tltsim.core.io.atomic_dir)."""
     with atomic_dir(out / CHECKPOINT, _complete) if rank == 0 else nullcontext() as tmp:
         where = [str(tmp) if rank == 0 else None]
         dist.broadcast_object_list(where, src=0)

@@ -11,48 +11,65 @@ from real.settings import SHIPPED_TARGET, TASK_TEMPERATURE, TASKS, GRPOConfig, S
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
-POLICIES = ("verl", "tlt", "static-sd", "sd-always", "tlt-auto", "das", "das+tlt")
+# the policies a real run executes: verl, and every TLT variant of the one registry (tltsim.control.decisions.
+# VARIANTS) whose drafter real/ has (every one but the simulator's model-free n-gram drafter, tlt-base's)
+POLICIES = ("verl", *(name for name, knobs in VARIANTS.items() if knobs.get("drafter") != "ngram"))
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
 # spot training's learning rate from a converged warm start: the shipped SmolLM2 drafter, spot-trained 30 batches on
 # a step's 8 answers with the target fixed, went 2.72 -> 2.38 tokens per call at 1e-3, 2.61 at 1e-4, 2.81 at 1e-5
-# (benchmarks/results/NOTES.md, "Why the spot-trained drafter fell behind")
+# (docs/investigations/spot_lr.md)
 WARM_SPOT_LR = 1e-5
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    policy: str = "tlt"  # one of POLICIES
-    workers: int = 2  # worker processes (one rollout engine each)
+    """A run's settings. Each field's comment is its help: `tltsim real run` makes a flag of every field but
+    knobs and grpo (real/cli.py), and `--help` prints the comment."""
+
+    policy: str = "tlt"  # the policy the run executes: verl (no speculation), tlt (a spot-trained drafter),
+    # static-sd, sd-always, tlt-auto, das (history drafting, real/drafters/suffix.py: no drafter model or
+    # training), das+tlt (the hybrid of both, real/drafters/hybrid.py)
+    workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
-    model: str = str(SHIPPED_TARGET)  # save_pretrained directory (with the task file) or a preset (random weights)
-    task: str | None = None  # one of real.settings.TASKS, e.g. longtail (None: the model's own, real.models.targets.load_task)
-    drafter: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained part); None:
-    # a known model's shipped one, else warm one up (das: none, it drafts from the rollout's history alone)
-    device: str = "cpu"  # cpu or cuda (rank r uses cuda:r mod device count; NCCL when every rank has its own GPU)
+    model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
+    # smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word problems), or a preset
+    # (random weights) (default: the shipped real/assets/gcd-tiny-llama)
+    task: str | None = None  # the task: gcd, wordproblems or longtail (the long-tail workload, real/tasks/longtail.py)
+    # (default: the model's own: gcd for a `tltsim real pretrain` directory, wordproblems for a chat model)
+    drafter: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained part; das
+    # has none) (default: the one shipped for a known --model, else warm one up on the target's own answers)
+    device: str = "cpu"  # torch device of every worker: cpu or cuda (rank r uses cuda:r mod the device count)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
     prompts: int = 8  # prompts per step
-    group: int = 4  # samples per prompt (GRPO group size)
-    seed: int = 0  # prompts, sampling, tuners, drafter init and batches
-    greedy: bool = False  # argmax decoding (every sample of a group is then the same)
-    temperature: float | None = None  # sampling temperature when not greedy (None: the task's, real.settings)
-    max_new_tokens: int | None = None  # response cap (None: the task's default, max_response_tokens; validate sets it)
-    max_running: int | None = None  # rows an engine runs at once (None: its whole share)
-    knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (see tltsim/control/decisions.py)
-    grpo: GRPOConfig | None = None  # the target's update (None: the task's defaults, real.settings.task_grpo)
-    warmup_prompts: int = 32  # drafter warm-up (no --drafter): responses of the initial target to train on
-    warmup_steps: int = 40  # ... and AdamW steps on them (short: the run's own training should matter)
+    group: int = 4  # samples per prompt (the GRPO group)
+    seed: int = 0  # seeds the prompts, sampling, tuners, drafter init and batches
+    greedy: bool = False  # argmax decoding, every sample of a group then the same (default: sample at
+    # --temperature)
+    temperature: float | None = None  # sampling temperature (default: the task's: 0.7 for longtail, else 1.0)
+    max_new_tokens: int | None = None  # response cap (default: the task's longest reference response)
+    max_running: int | None = None  # rows an engine runs at once (default: its whole share)
+    knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (tltsim/control/decisions.py): --knob
+    grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
+    warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
+    warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
+    # matter)
     drafter_batch: int = 8  # sequences per drafter training batch (warm-up and spot training)
-    drafter_lr: float = 1e-3  # drafter AdamW learning rate of the warm-up (no --drafter)
-    spot_lr: float | None = None  # ... and of spot training (None: WARM_SPOT_LR from a drafter warmed up before the
-    # run, --drafter or a shipped one; drafter_lr after the run's own short warm-up, which is far from converged)
-    probe: int = 8  # held-out prompts the drafter's accepted length is measured on before each step (0: off)
-    probe_static: bool = False  # also probe the starting drafter, never trained (steps column static_drafter_accepted)
-    speed_probe: int = 8  # plain decode iterations that time the machine before each step (0: off; validate --speed)
-    answers: str | None = None  # a recorded run directory whose responses this run emits token for token (None: its own)
+    drafter_lr: float = 1e-3  # the drafter warm-up's AdamW learning rate
+    spot_lr: float | None = None  # spot training's drafter learning rate (default: 1e-5 from a drafter warmed up
+    # before the run, --drafter or a shipped one, else --drafter-lr after the run's own short warm-up)
+    probe: int = 8  # held-out prompts the policy's drafter's accepted length is measured on before each step, each
+    # decoded alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens; 0: off)
+    probe_static: bool = False  # also probe the starting drafter, never trained, with the current target (steps
+    # column static_drafter_accepted; a spot-training policy only)
+    speed_probe: int = 8  # plain decode iterations that time the machine before each step, for `tltsim validate
+    # --speed` (0: off)
+    answers: str | None = None  # emit a recorded run's responses token for token instead of drawing new ones (its
+    # answers.parquet; the same prompts, sampling and training): a pair of runs on the same answers differs only in
+    # how fast each produced them
 
     def checked(self) -> "RunConfig":
         """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""

@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
-from tltsim.padding import micro_batches
+from tltsim.core.padding import micro_batches
 from real.models import lora
 from real.settings import GRPOConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def group_advantages(rewards: np.ndarray) -> np.ndarray:

@@ -52,7 +52,7 @@ from real.run.processes import start_workers
 from real.run.grpo import free_port
 from real.run.config import RunConfig
 from real.run.worker import Worker
-from tltsim.errors import TltsimError, TltsimWarning
+from tltsim.core.errors import TltsimError, TltsimWarning
 
 
 def launch(config: RunConfig, out: str | Path, resume: bool = False, command: str = "", bar: bool = False) -> Path:

@@ -1,4 +1,4 @@
-"""The real run's recorder: what a real run writes after every step, in the record schema (tltsim.records), as
+"""The real run's recorder: what a real run writes after every step, in the record schema (tltsim.core.records), as
 the simulator's recorder (tltsim.sim.recorder) does for a simulated one.
 
 Each worker describes its step in a `WorkerStep` (intervals, engine calls, responses); rank 0
@@ -25,9 +25,9 @@ import pandas as pd
 
 from real.engine.adaptive import EngineCall
 from real.run.config import ANSWERS_FILE  # step, prompt_id, sample, tokens (the response's token ids)
-from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow, merge_states
-from tltsim.io import atomic_path
-from tltsim.summary import summarize
+from tltsim.core.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow, merge_states
+from tltsim.core.io import atomic_path
+from tltsim.core.summary import summarize
 from tltsim.trace import Trace, TraceMeta, save as save_trace
 
 ITERATION_COLUMNS = ["step", "worker", "batch_size", "mode", "strategy", "accepted", "wall_s", "t_end", "tokens",
@@ -59,7 +59,7 @@ class WorkerStep:
 
 def intervals(step: int, worker: int, calls: list[EngineCall]) -> list[TimelineRow]:
     """The timeline rows of a worker's rollout in step `step`: its calls merged as the simulator merges its
-    iterations (tltsim.records.merge_states: consecutive calls in one state make one row)."""
+    iterations (tltsim.core.records.merge_states: consecutive calls in one state make one row)."""
     return merge_states([TimelineRow(step, worker, c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted,
                                      c.strategy) for c in calls], [int(c.mode == "spec_decode") for c in calls])
 

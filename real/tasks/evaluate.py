@@ -14,7 +14,7 @@ import torch
 
 from real.engine.generate import DEFAULT_STRATEGY, generate
 from real.settings import GenerateSettings
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from real.tasks.gcd import GcdTask, Problem
 
 

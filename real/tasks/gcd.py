@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tltsim.errors import TltsimError
-from tltsim.io import write_json
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import write_json
 
 TASK_FILE = "tltsim_task.json"  # beside a checkpoint's config.json: the task and tokenizer it was trained on
 

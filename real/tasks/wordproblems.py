@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 NAMES = ("Mia", "Tom", "Ava", "Leo", "Zoe", "Sam", "Ivy", "Max", "Eli", "Ana", "Ben", "Kim")
 PRONOUN = {"Mia": "She", "Ava": "She", "Zoe": "She", "Ivy": "She", "Ana": "She", "Kim": "She"}

@@ -16,7 +16,7 @@ Rows of the profile (a CSV that `tltsim.cost.profiled.Profiled.fit` reads):
 Training is timed on batches of sequences as long as a run's: the task's reference solutions
 (GcdTask: long-tailed, as a run's responses are), or, for a task without them (word problems on a
 chat model), the target's own answers to ANSWERS problems, sampled as the engine samples, up to the
-run's response cap. GRPO's forwards run on padded micro-batches (tltsim.padding), so
+run's response cap. GRPO's forwards run on padded micro-batches (tltsim.core.padding), so
 train and logprob rows give the tokens and the sum of squared lengths those forwards process,
 padding included: the simulator counts a run's sequences the same way (rl.micro_batch_tokens).
 
@@ -51,11 +51,11 @@ from real.run.processes import start_workers
 from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
 from real.tasks.gcd import GcdTask
 from real.drafters.warmup import find_shipped_drafter
-from tltsim.errors import TltsimError
-from tltsim.padding import padded_tokens
+from tltsim.core.errors import TltsimError
+from tltsim.core.padding import padded_tokens
 from tltsim.control import EngineControl, FixedTuner, SDSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, DEFAULT_STRATEGY, Strategy
-from tltsim.records import SPEED_BATCH, SPEED_CONTEXT
+from tltsim.core.records import SPEED_BATCH, SPEED_CONTEXT
 
 ANSWERS = 32  # problems the target answers for the training rows' lengths when its task has no reference solutions
 COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
@@ -117,7 +117,7 @@ def speed_probe(target, iterations: int = 8, seed: int = 0, sampling: SamplingPa
     """How fast this machine runs `target` now: median seconds of `iterations` plain decode iterations (after a
     warm-up one) at batch SPEED_BATCH after prompts of SPEED_CONTEXT random tokens, through the rollout loop as
     the profile times them. A run measures it before every step; `tltsim validate --speed` divides it by the
-    cost model's time for the same iteration (tltsim.analysis.validate.speed_reference) to follow the machine's drift."""
+    cost model's time for the same iteration (tltsim.analysis.validation.validate.speed_reference) to follow the machine's drift."""
     vocab = target.get_output_embeddings().weight.shape[0]
     prompts = np.random.default_rng(seed).integers(3, vocab, size=(SPEED_BATCH, SPEED_CONTEXT)).tolist()
     calls = _rollout(target, None, prompts, iterations + 1, None, seed, sampling)

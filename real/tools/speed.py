@@ -25,7 +25,7 @@ import numpy as np
 from real.engine.generate import Engine
 from real.settings import SpeedSettings
 from real.tasks.wordproblems import WordProblemTask
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 KEYS = ("batch", "mode", "drafter", "strategy", "tok_s", "speedup", "tokens_per_call", "identical", "iterations",
         "draft_ms", "target_ms", "overhead_ms")

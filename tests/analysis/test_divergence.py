@@ -1,4 +1,4 @@
-"""Where the replay decided otherwise (tltsim/analysis/divergence.py): on the shipped SmolLM2 pair, which
+"""Where the replay decided otherwise (tltsim/analysis/validation/divergence.py): on the shipped SmolLM2 pair, which
 `tltsim validate` reports, and the re-derived views agree with what each side did."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from tltsim.analysis.divergence import COLUMNS, decision_views, divergences
-from tltsim.analysis.validate import validate, write
-from tltsim.records import Result
+from tltsim.analysis.validation.divergence import COLUMNS, decision_views, divergences
+from tltsim.analysis.validation.validate import validate, write
+from tltsim.core.records import Result
 
-PAIR = ["traces/real_verl_smollm2", "traces/real_tlt_smollm2"]
-PROFILE = "traces/smollm2_cpu_profile.csv"
+PAIR = ["traces/runs/real_verl_smollm2", "traces/runs/real_tlt_smollm2"]
+PROFILE = "traces/profiles/smollm2_cpu_profile.csv"
 
 
 @pytest.fixture(scope="module")

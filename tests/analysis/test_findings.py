@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tltsim.analysis import findings
-from tltsim.summary import rollout_overlap
+from tltsim.analysis.report import findings
+from tltsim.core.summary import rollout_overlap
 from tests.analysis.conftest import overlapping
 
 
@@ -149,7 +149,7 @@ def test_a_plain_policy_that_beats_the_bound_end_to_end_says_how():
     from tltsim.sim.simulator import Simulator
     from tltsim.trace import load
 
-    trace = load("traces/dapo_like.parquet").select_steps(range(3))
+    trace = load("traces/synthetic/dapo_like.parquet").select_steps(range(3))
     cfg = SimConfig(cluster=ClusterConfig(gpus=64, tp=4))
     runs = [Simulator(trace, cfg, make_policy(p)).run() for p in ("verl", "ideal", "migrate")]
     assert runs[2].summary["makespan_s"] < runs[1].summary["makespan_s"] < runs[0].summary["makespan_s"]

@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tltsim.analysis import plots
-from tltsim.errors import TltsimError
-from tltsim.analysis.plots.steps import parse_strategies, tuner_table
-from tltsim.analysis.plots.style import labelled
-from tltsim.analysis.plots.timeline import _occupancy, running_batch, switch_points
-from tltsim.records import STATES
+from tltsim.analysis.report import plots
+from tltsim.core.errors import TltsimError
+from tltsim.analysis.report.plots.steps import parse_strategies, tuner_table
+from tltsim.analysis.report.plots.style import labelled
+from tltsim.analysis.report.plots.timeline import _occupancy, running_batch, switch_points
+from tltsim.core.records import STATES
 
 from tests.analysis.conftest import overlapping
 
@@ -198,8 +198,8 @@ def test_idle_per_step_draws_only_the_runs_that_idle_each_its_own_look(base, tlt
 
 
 def test_a_policy_has_one_colour_whichever_runs_are_drawn(base, tlt):
-    """The report draws every policy, a notebook a few: each policy keeps its colour (tltsim.analysis.plots.style)."""
-    from tltsim.analysis.plots.style import policy_color, run_colors
+    """The report draws every policy, a notebook a few: each policy keeps its colour (tltsim.analysis.report.plots.style)."""
+    from tltsim.analysis.report.plots.style import policy_color, run_colors
 
     ours = plots.speedup([base, tlt]).axes[0]
     assert {p.get_facecolor()[:3] for p in ours.patches} == {

@@ -10,9 +10,9 @@ from html import unescape
 import pytest
 
 from tltsim.cli import main
-from tltsim.glossary import COLUMNS
-from tltsim.analysis.plots.style import DPI, PAGE_WIDTH_IN, labelled
-from tltsim.analysis.report import COMPARISON_METRICS, build_report, comparison_table, write_report
+from tltsim.core.glossary import COLUMNS
+from tltsim.analysis.report.plots.style import DPI, PAGE_WIDTH_IN, labelled
+from tltsim.analysis.report.page import COMPARISON_METRICS, build_report, comparison_table, write_report
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 

@@ -12,8 +12,8 @@ import pytest
 
 from tltsim.analysis import sweep
 from tltsim.cli import main
-from tltsim.errors import TltsimError
-from tltsim.records import Result
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import Result
 from tltsim.analysis.sweep import load_spec, run_sweep, swept_keys
 
 

@@ -5,8 +5,8 @@ from html import escape as html_escape
 
 import pytest
 
-from tltsim.analysis.report import build_report
-from tltsim.analysis.tuning import FACTORS, SEARCH_STEPS, tune
+from tltsim.analysis.report.page import build_report
+from tltsim.analysis.report.tuning import FACTORS, SEARCH_STEPS, tune
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import make_policy

@@ -1,5 +1,5 @@
-"""The work domain of `tltsim validate` on the shipped CPU pair (traces/real_verl_cpu, traces/real_tlt_cpu,
-traces/real_cpu_profile.csv): counts checked against the runs' own iterations frames, speed-invariance, and
+"""The work domain of `tltsim validate` on the shipped CPU pair (traces/runs/real_verl_cpu, traces/runs/real_tlt_cpu,
+traces/profiles/real_cpu_profile.csv): counts checked against the runs' own iterations frames, speed-invariance, and
 what `validate -o` writes."""
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 from tltsim.cli import main
-from tltsim.errors import TltsimError
-from tltsim.records import Result
-from tltsim.analysis.validate import validate, write
-from tltsim.analysis.work_domain import WORK_METRICS, run_totals, work_metrics
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import Result
+from tltsim.analysis.validation.validate import validate, write
+from tltsim.analysis.validation.work_domain import WORK_METRICS, run_totals, work_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = [ROOT / "traces" / "real_verl_cpu", ROOT / "traces" / "real_tlt_cpu"]
-PROFILE = ROOT / "traces" / "real_cpu_profile.csv"
+RUNS = [ROOT / "traces" / "runs" / "real_verl_cpu", ROOT / "traces" / "runs" / "real_tlt_cpu"]
+PROFILE = ROOT / "traces" / "profiles" / "real_cpu_profile.csv"
 VERL, TLT = "verl (real_verl_cpu)", "tlt (real_tlt_cpu)"
 
 
@@ -129,14 +129,14 @@ def test_validate_out_writes_the_work_domain_and_replaces_an_older_validation_wh
     assert sorted(p.name for p in out.rglob("*")) == before and not list(tmp_path.glob(".val.*"))
 
 
-LONGTAIL = [ROOT / "traces" / "real_verl_smollm2_longtail_interleaved",
-            ROOT / "traces" / "real_tlt_smollm2_longtail_interleaved"]
+LONGTAIL = [ROOT / "traces" / "runs" / "real_verl_smollm2_longtail_interleaved",
+            ROOT / "traces" / "runs" / "real_tlt_smollm2_longtail_interleaved"]
 
 
 def test_request_acceptance_counts_each_responses_own_iterations():
     """Each response's window of its engine's iterations: a plain run's responses took one iteration a token, and
     in a speculative run the responses' speculative iterations add up to each iteration's rows."""
-    from tltsim.analysis.work_domain import request_acceptance
+    from tltsim.analysis.validation.work_domain import request_acceptance
 
     verl, tlt = (Result.load(d) for d in LONGTAIL)
     assert request_acceptance(verl).empty
@@ -157,10 +157,10 @@ def test_the_replay_gives_each_row_what_its_response_accepted():
     as the run did, so the replay decodes about as many tokens with one row left as the run did, and predicts
     the pair's speedup closer than one quality for every row."""
     from tltsim.cost.profiled import Profiled
-    from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
-    from tltsim.analysis.work_domain import tokens_alone as alone
+    from tltsim.analysis.validation.validate import measured_qualities, recorded_knobs, replay
+    from tltsim.analysis.validation.work_domain import tokens_alone as alone
 
-    cost = Profiled.fit(ROOT / "traces" / "smollm2_longtail_interleaved_cpu_profile.csv")
+    cost = Profiled.fit(ROOT / "traces" / "profiles" / "smollm2_longtail_interleaved_cpu_profile.csv")
     run = Result.load(LONGTAIL[1])
     _, own = replay(LONGTAIL[1], cost)
     _, alike = replay(LONGTAIL[1], cost, policy="tlt", knobs=recorded_knobs(run.config),

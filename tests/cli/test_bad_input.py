@@ -19,7 +19,7 @@ import pytest
 from tests.cli.conftest import CLUSTER, start, tltsim
 from tltsim.analysis.calibration import FORMAT
 from tltsim.cli import main
-from tltsim.io import exclusive, is_temporary
+from tltsim.core.io import exclusive, is_temporary
 from tltsim.trace import load, save, synth
 
 SWEEP = ('[base]\ntrace = "{}"\n[base.cluster]\ngpus = 2\ntp = 1\ngpu = "a100"\nmodel = "{}"\n'

@@ -13,7 +13,7 @@ from tests.cli.conftest import CLUSTER, ROOT, tltsim
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import make_policy, policy_names
-from tltsim.records import Result
+from tltsim.core.records import Result
 from tltsim.sim.simulator import simulate
 from tltsim.trace import load
 
@@ -51,7 +51,7 @@ def test_bare_commands_version_and_help():
     sim = tltsim("simulate", "--help").stdout.replace("\n", " ")
     assert " ".join(sim.split()).count("(default: ") >= 5  # the cluster flags show their defaults
     assert all(name in "".join(sim.split()) for name in policy_names())
-    assert "`tltsim simulate --help` lists them" in (ROOT / "README.md").read_text()
+    assert "`tltsim simulate --help` lists them" in (ROOT / "docs" / "cli.md").read_text()
 
 
 def test_a_closed_pipe_ends_quietly(tiny):

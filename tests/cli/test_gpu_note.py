@@ -2,9 +2,9 @@
 records it, and the report's header shows it."""
 import yaml
 
-from tltsim.analysis.report import build_report
+from tltsim.analysis.report.page import build_report
 from tltsim.cli import main
-from tltsim.records import Result
+from tltsim.core.records import Result
 from tltsim.trace import save, synth
 
 

@@ -1,5 +1,5 @@
 """Every option of every `tltsim` (sub)command has help, and every default shows in one style, `(default: X)` at
-the end of the option's help (tltsim.argparser.HelpFormatter appends it; an option whose argparse default is None
+the end of the option's help (tltsim.core.argparser.HelpFormatter appends it; an option whose argparse default is None
 states its fallback by hand, in the same form), `tltsim real`'s commands (real/cli.py) as the rest."""
 from __future__ import annotations
 

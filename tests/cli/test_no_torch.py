@@ -22,8 +22,8 @@ for argv in commands:
         except SystemExit as e:
             assert e.code in (0, None), (argv, e.code)
 with contextlib.redirect_stdout(io.StringIO()):
-    main(["trace", "stats", "traces/dapo_like.parquet"])
-    main(["simulate", "--trace", "traces/dapo_like.parquet", "--steps", "0:1", "--gpus", "8", "-o", sys.argv[1]])
+    main(["trace", "stats", "traces/synthetic/dapo_like.parquet"])
+    main(["simulate", "--trace", "traces/synthetic/dapo_like.parquet", "--steps", "0:1", "--gpus", "8", "-o", sys.argv[1]])
 print(json.dumps({"commands": len(commands), "loaded": sorted(m for m in ("torch", "transformers") if m in sys.modules)}))
 """
 

@@ -8,9 +8,9 @@ import pytest
 
 from tests.cli.conftest import CLUSTER, start
 from tltsim.cli import main
-from tltsim.errors import TltsimError
-from tltsim.io import atomic_dir, is_temporary
-from tltsim.records import Result
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import atomic_dir, is_temporary
+from tltsim.core.records import Result
 from tltsim.trace import save, synth
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.coordinator import DataBuffer, SpotTrainer, WorkerState
 
 B, I, T = WorkerState.BUSY, WorkerState.IDLE, WorkerState.TRAINING

@@ -10,8 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # functions count too), and the pairs in SIBLINGS_APART not even within a layer. docs/architecture.md's table
 # lists the same layers (test_the_architecture_doc_lists_these_layers).
 LAYERS = [
-    {"tltsim", "tltsim.errors", "tltsim.io", "tltsim.jsonl", "tltsim.records", "tltsim.trace", "tltsim.summary",
-     "tltsim.verl_metrics", "tltsim.glossary", "tltsim.argparser", "tltsim.padding"},  # records, I/O, their meaning
+    {"tltsim", "tltsim.core", "tltsim.trace", "tltsim.verl_metrics"},  # records, I/O, their meaning
     {"tltsim.control"},  # decisions, driven by every executor
     {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
      "tltsim.verl_config"},  # executors and their settings
@@ -23,7 +22,7 @@ SIBLINGS_APART = {  # importer -> what it must not import though it lies in the 
     "tltsim.cost": {"tltsim.sim", "tltsim.policies", "real", "tltsim.config"},
     "real": {"tltsim.sim", "tltsim.policies", "tltsim.config", "tltsim.hardware"},  # real/ stands on the policy layer
     "tltsim.policies": {"real"},
-    "real.cli": {"tltsim.cli"},  # both command lines share tltsim.argparser, at the bottom
+    "real.cli": {"tltsim.cli"},  # both command lines share tltsim.core.argparser, at the bottom
 }
 
 
@@ -34,8 +33,6 @@ def unit(module: str) -> str | None:
         return "real.cli" if module == "real.cli" else "real"
     if parts[0] != "tltsim":
         return None
-    if module == "tltsim.argparser":  # the argument parser both command lines share: a leaf of its own
-        return module
     return "tltsim" if len(parts) == 1 else f"tltsim.{parts[1]}"
 
 
@@ -87,7 +84,7 @@ def test_a_wrong_way_import_is_caught(tmp_path, monkeypatch):
     sim = tmp_path / "tltsim" / "sim" / "engine.py"
     sim.write_text("from tltsim.control import EngineControl\n\ndef f():\n    from tltsim.policies import make_policy\n")
     real = tmp_path / "real" / "run.py"
-    real.write_text("import tltsim.sim.simulator\nfrom tltsim.records import Result\n")
+    real.write_text("import tltsim.sim.simulator\nfrom tltsim.core.records import Result\n")
     policy = tmp_path / "tltsim" / "control.py"
     policy.write_text("from tltsim.sim.engine import Speculation\n")
     assert wrong_way([sim, real, policy]) == ["tltsim.sim.engine -> tltsim.policies",

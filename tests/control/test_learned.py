@@ -78,7 +78,7 @@ def test_its_state_is_plain_data_and_restores_the_same_decisions():
 
 def test_the_knobs_are_checked():
     from tltsim.control.decisions import DecisionKnobs
-    from tltsim.errors import TltsimError
+    from tltsim.core.errors import TltsimError
 
     with pytest.raises(TltsimError, match="threshold"):
         LearnedSwitch(threshold=0)

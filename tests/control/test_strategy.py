@@ -1,6 +1,6 @@
 import pytest
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_ARMS, Strategy, parse_arms
 
 

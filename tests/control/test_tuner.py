@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_ARMS, Strategy
 from tltsim.control.tuner import (
     BEGTuner, EpsilonGreedyTuner, FixedTuner, OracleTuner, RewardWindow, UCB1Tuner, make_tuner)

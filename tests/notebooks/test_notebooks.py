@@ -67,7 +67,7 @@ def test_notebook_runs_top_to_bottom(name, tmp_path):
     NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     nbformat.write(nb, copy)
     assert all(c.execution_count is not None for c in nb.cells if c.cell_type == "code")
-    # deterministic: seeded simulations, and 04's replay of the recorded runs (traces/real_*) with their profile
+    # deterministic: seeded simulations, and 04's replay of the recorded runs (traces/runs/real_*) with their profile
     committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     assert _results(nb) == _results(committed), (
         f"{name}: the tables or the prose written from them differ from the committed notebook's; rerun "

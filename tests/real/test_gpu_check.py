@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.slow
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
 
 
 def test_gpu_check_runs_every_step_at_a_tiny_size(tmp_path):

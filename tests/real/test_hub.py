@@ -8,7 +8,7 @@ import pytest
 from real.models import hub
 from real.cli import main
 from real.models.targets import load_target, load_tokenizer
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def test_cache_is_the_env_var_else_the_user_cache(monkeypatch, tmp_path):

@@ -17,7 +17,7 @@ from real.models.targets import build_target, load_target
 from real.run.config import RunConfig
 from real.settings import TASK_GRPO, GRPOConfig, task_grpo
 from real.tasks.wordproblems import WordProblem
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def test_steps_follow_zipfs_law_up_to_the_most():
@@ -50,7 +50,8 @@ def test_the_worked_answer_is_rewarded_and_a_wrong_final_number_is_not():
 
 def test_worked_answers_have_reasoning_rls_shape_within_a_step():
     """A run's step (8 prompts x 4 samples): the worked answers' lengths, longest over median, as tokens of the
-    word-level test tokenizer (a line is 6 of them; SmolLM2's tokenizer gives 16: benchmarks/results/NOTES.md)."""
+    word-level test tokenizer (a line is 6 of them; SmolLM2's tokenizer gives 16; benchmarks/bench_longtail.py
+    --reference-only measures the answers in SmolLM2's tokens)."""
     task = LongTailTask(_tokenizer())
     ratios, longest = [], []
     for step in range(100):
@@ -160,7 +161,7 @@ def test_a_longtail_run_trains_adapters_and_resumes_them(tmp_path):
     from test_run_chat import CAP as TINY_CAP, chat_tokenizer
 
     from real.run.launch import launch
-    from tltsim.records import Result
+    from tltsim.core.records import Result
 
     tok = chat_tokenizer()
     model = build_target("test-llama", seed=0, vocab_size=len(tok))

@@ -5,7 +5,7 @@ from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 
 from real.models.targets import PRESETS, build_target, load_target
 from real.tasks.gcd import Tokenizer
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 @pytest.mark.parametrize("preset, cls", [("test-llama", LlamaForCausalLM), ("test-qwen2", Qwen2ForCausalLM)])

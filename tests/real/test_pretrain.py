@@ -16,7 +16,7 @@ from real.settings import PretrainConfig
 from real.models.pretrain import PRETRAIN_FILE, batches, pretrain, train
 from real.tasks.gcd import GcdTask, Problem, TaskConfig
 from tltsim.cli import main as tltsim_main
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 SHORT = TaskConfig(max_steps=8)  # short problems: a test pretrain takes seconds
 

@@ -7,9 +7,9 @@ import pytest
 
 from real.engine.adaptive import EngineCall
 from real.run.recorder import intervals
-from tltsim.records import Result
+from tltsim.core.records import Result
 from tltsim.sim.engine import Entry, _merge
-from tltsim.summary import GENERATION
+from tltsim.core.summary import GENERATION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,11 +36,11 @@ def test_real_calls_and_simulated_iterations_merge_into_the_same_rows():
         assert r.accepted == s.accepted or (math.isnan(r.accepted) and math.isnan(s.accepted))
 
 
-@pytest.mark.parametrize("run", sorted(p.name for p in (ROOT / "traces").glob("real_*") if p.is_dir()))
+@pytest.mark.parametrize("run", sorted(p.name for p in (ROOT / "traces" / "runs").glob("real_*") if p.is_dir()))
 def test_shipped_real_timelines_hold_the_rows_the_recorder_writes(run):
     """No two consecutive rollout rows of one worker and step in one state: the shipped runs' rows mean what the
     recorder's mean today (they were regenerated from per-batch rows, which fail this)."""
-    tl = Result.load(ROOT / "traces" / run).timeline
+    tl = Result.load(ROOT / "traces" / "runs" / run).timeline
     keys = tl[["step", "worker", "state"]]
     folds = tl["state"].isin(GENERATION) & (keys == keys.shift()).all(axis=1)
     assert not folds.any(), tl[folds | folds.shift(-1, fill_value=False)]

@@ -3,6 +3,7 @@ on finished workers, lossless speculation across policies, the drafter kept fres
 and resume after a kill."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,8 +31,8 @@ from real.run.launch import RunConfig, launch
 from real.run.spot import all_gather_pairs
 from real.tasks.gcd import GcdTask, TaskConfig
 from tltsim.cli import main as tltsim_main
-from tltsim.errors import TltsimError
-from tltsim.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import REQUEST_COLUMNS, STATES, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,8 +145,8 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
 
     The setting gives spot training time and data: 3 prompt groups of 8 on 2 workers with at most 2 rows
     running per engine, so worker 1 (one group) finishes about halfway through each rollout and trains for
-    the rest on the step's and the warm-up's responses. Over 16 seeds (benchmarks/spot_vs_static.py,
-    benchmarks/results/spot_vs_static.txt) the margin was +0.50 to +0.96 tokens. With 6 groups of 4 and no
+    the rest on the step's and the warm-up's responses. Over 16 seeds (docs/investigations/spot_vs_static.py,
+    docs/investigations/spot_vs_static.txt) the margin was +0.50 to +0.96 tokens. With 6 groups of 4 and no
     cap, workers finish within tens of milliseconds of each other, train a handful of batches and the margin
     ranged -0.08 to +0.96 (the reason this test once asserted only the mechanism).
 
@@ -458,8 +459,16 @@ SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run,
 # pairs share is checked against the later pair's run
 
 
+def _as_in_repo(command: str) -> str:
+    """A recorded command as a README gives it: its output directory left open, the machine's paths to files of
+    this repository (real/assets/..., a shipped run's answers) as the repository's own, the runs in traces/runs/."""
+    command = re.sub(r"(-o|--out) \S+", r"\1 RUN_DIR", command)
+    command = re.sub(r"(\s)/\S*?/((?:real|traces)/\S+)", r"\1\2", command)
+    return re.sub(r"(\s)traces/(?:runs/)?(real_\w+)", r"\1traces/runs/\2", command)
+
+
 def test_every_shipped_run_is_in_a_twin_pair():
-    assert sorted(p.name for p in (ROOT / "traces").glob("real_*") if p.is_dir()) == sorted(SHIPPED_TWINS)
+    assert sorted(p.name for p in (ROOT / "traces" / "runs").glob("real_*") if p.is_dir()) == sorted(SHIPPED_TWINS)
 
 
 def test_the_shipped_long_tail_runs_emitted_the_same_answers():
@@ -467,7 +476,7 @@ def test_the_shipped_long_tail_runs_emitted_the_same_answers():
     the pair made in turn did too."""
     import pandas as pd
 
-    runs = sorted((ROOT / "traces").glob("real_*_smollm2_longtail*"))
+    runs = sorted((ROOT / "traces" / "runs").glob("real_*_smollm2_longtail*"))
     assert len(runs) == 6
     answers = [pd.read_parquet(run / "answers.parquet").sort_values(["step", "prompt_id", "sample"]) for run in runs]
     keys = [a[["step", "prompt_id", "sample"]].to_numpy().tolist() for a in answers]
@@ -478,18 +487,19 @@ def test_the_shipped_long_tail_runs_emitted_the_same_answers():
 
 @pytest.mark.parametrize("name", sorted(SHIPPED_TWINS))
 def test_shipped_runs_are_complete_small_and_documented(name):
-    run = ROOT / "traces" / name
+    run = ROOT / "traces" / "runs" / name
     res = Result.load(run)
     assert set(res.timeline["state"]) <= set(STATES) and list(res.timeline.columns) == TIMELINE_COLUMNS
     assert res.steps["step"].tolist() == list(range(res.config["steps"]))
     trace = load_trace(run / "trace.parquet")
     assert trace.meta.source == "real" and len(trace.df) == res.config["steps"] * res.config["prompts"] * res.config["group"]
-    names = sorted(p.name for p in run.iterdir() if p.name != "answers.parquet")  # runs record answers since session 11
+    names = sorted(p.name for p in run.iterdir() if p.name != "answers.parquet")  # answers: not in older shipped runs
     assert names == ["README.md", "config.json", "iterations.parquet", "manifest.json", "requests.parquet",
                      "steps.parquet", "summary.json", "timeline.parquet", "trace.parquet"]
     assert sum(p.stat().st_size for p in run.iterdir()) < 1_000_000
-    assert res.config["command"] in (run / "README.md").read_text()
-    twin = Result.load(ROOT / "traces" / SHIPPED_TWINS[name]).config
+    readme = [c.strip() for c in re.findall(r"tltsim real run [^\n`]*", (run / "README.md").read_text())]
+    assert _as_in_repo(res.config["command"]) in map(_as_in_repo, readme)
+    twin = Result.load(ROOT / "traces" / "runs" / SHIPPED_TWINS[name]).config
     # what differs by policy: its name, knobs and command line, the drafter it starts from and whether that is probed
     # too (a verl run has none), and whose answers it replays (its twin's, or none)
     same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "drafter",  # noqa: E731

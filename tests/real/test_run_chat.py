@@ -22,7 +22,7 @@ from real.tasks.gcd import GcdTask
 from real.tasks.wordproblems import INSTRUCTION, WordProblemTask
 from real.run.recorder import recorded_answers
 from real.run.worker import recorded_prompts, step_problems
-from tltsim.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
+from tltsim.core.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

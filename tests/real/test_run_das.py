@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from real.run.launch import RunConfig, launch
-from tltsim.errors import TltsimError
-from tltsim.records import Result
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import Result
 from tltsim.trace import load as load_trace
 
 COLUMNS = ["step", "prompt_id", "sample", "response_len", "reward"]

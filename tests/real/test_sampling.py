@@ -12,7 +12,7 @@ from real.drafters.eagle import Drafter
 from real.engine.generate import generate
 from real.engine.sampling import target_probs, verify_tree
 from real.settings import GenerateSettings, SamplingParams
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 GREEDY = SamplingParams()
 

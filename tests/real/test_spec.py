@@ -11,7 +11,7 @@ from real.engine.kvcache import RaggedCache
 from real.engine.sampling import verify_greedy_chain, verify_tree
 from real.settings import GenerateSettings, SamplingParams
 from real.engine.spec import DraftTree, draftable
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 ARCHS = ["llama", "qwen2"]
 KINDS = ["random", "trained"]  # target weights

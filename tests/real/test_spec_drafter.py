@@ -12,7 +12,7 @@ from transformers import DynamicCache
 from real.drafters.eagle import Drafter, DrafterLoss, _pad
 from real.engine.generate import generate
 from real.settings import GenerateSettings
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def test_embedding_and_head_are_the_targets_and_not_trainable():

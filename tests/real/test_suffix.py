@@ -14,7 +14,7 @@ from real.engine.generate import Engine, generate
 from real.drafters.hybrid import HybridDrafter
 from real.settings import GenerateSettings, SamplingParams
 from real.drafters.suffix import DEPTH, SuffixDrafter
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def _trie(node) -> dict:

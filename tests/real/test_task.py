@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from real.tasks.gcd import TASK_FILE, GcdTask, Problem, TaskConfig, Tokenizer
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from real.drafters.eagle import Drafter, EagleSession
 from real.engine.generate import Engine, generate
 from real.settings import GenerateSettings
 from real.drafters.warmup import coverage, draft_vocab, find_shipped_drafter, shipped_drafter, warm_up
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 ARCH, KIND = "llama", "trained"
 

@@ -7,7 +7,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from real.tasks.wordproblems import WordProblem, WordProblemConfig, WordProblemTask
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}</s>{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
 

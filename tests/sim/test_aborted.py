@@ -31,7 +31,7 @@ def test_aborted_requests_are_admitted_cost_their_prefill_and_are_not_trained():
 
 @pytest.mark.parametrize("name", ["verl", "tlt", "partial", "tail-batching", "async", "migrate"])
 def test_no_policy_trains_on_an_aborted_row_and_the_fast_path_matches_the_exact(name):
-    trace = load("traces/dapo_like.parquet").select_steps([0])
+    trace = load("traces/synthetic/dapo_like.parquet").select_steps([0])
     trace = with_aborted(trace, np.random.default_rng(0).random(len(trace.df)) < 0.05)
     plain = name in ("verl", "migrate", "partial", "tail-batching")  # the exact path decodes them alike
     runs = [Simulator(trace, SimConfig(cluster=ClusterConfig(gpus=16, tp=4), exact=exact), make_policy(name)).run()

@@ -4,7 +4,7 @@ import pytest
 
 from tests.sim.conftest import ConstantCost, make_trace
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
@@ -45,7 +45,7 @@ def test_staleness_zero_is_synchronous_on_split_gpus():
 
 @pytest.mark.parametrize("eta", [0, 1, 3])
 def test_never_exceeds_the_staleness_bound_on_a_shipped_trace(eta):
-    trace = load("traces/dapo_like.parquet").select_steps(list(range(8)))
+    trace = load("traces/synthetic/dapo_like.parquet").select_steps(list(range(8)))
     cfg = SimConfig(cluster=ClusterConfig(gpus=16, tp=4))
     res = Simulator(trace, cfg, make_policy("async", {"max_staleness": eta, "rollout_share": 0.25})).run()
     s = res.summary

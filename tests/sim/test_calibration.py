@@ -10,8 +10,8 @@ import yaml
 from tltsim.analysis.calibration import calibrate
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
-from tltsim.errors import TltsimError
-from tltsim.records import Result
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import save, synth
 from tltsim.verl_config import read_verl_config
@@ -252,7 +252,7 @@ def test_the_shipped_example_calibrates_to_its_stated_factor(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out.split("\n", 1)[1])  # after convert's line
     assert main(["compare", "--trace", str(trace), "--verl-config", str(ex / "run"), "--gpu", "h100", "--calibration",
                  str(cal), "--policies", "verl", "-o", str(tmp_path / "cmp"), "--no-report", "--no-progress"]) == 0
-    validated = np.mean([r["calibrated_step_s"] for r in out["per_step"]])  # issue 23: 7.138 against compare's 6.848
+    validated = np.mean([r["calibrated_step_s"] for r in out["per_step"]])  # once 7.138 against compare's 6.848
     assert Result.load(tmp_path / "cmp" / "verl").summary["mean_step_s"] == pytest.approx(validated, rel=0.005)
     p = out["phases"]  # make_examples.py: FACTOR = 1.3 on every phase, the simulator's 1 s reward x 1.3
     assert all(abs(p[k] / 1.3 - 1) < 0.05 for k in ("rollout", "train", "sync")) and not out["notes"]

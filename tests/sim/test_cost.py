@@ -1,7 +1,9 @@
+from pathlib import Path
+
 import pytest
 
 from tltsim.cost import CostParams, Roofline
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model, preset_names
 
 # docs/design.md#single-stream-decode: single-stream decode without SD, Qwen2.5-7B (tokens/s)
@@ -56,3 +58,18 @@ def test_weak_compute_gpu_has_a_lower_ridge():
     h20 = Roofline(load_model("qwen2.5-7b"), load_gpu("h20"), 1, p)
     ratio = lambda c: float(c.verify_time(4, 32, 4000)) / float(c.decode_time(4, 4000))
     assert ratio(h20) > 2 * ratio(h100)
+
+
+def test_a_model_directory_is_costed_from_its_own_config(tmp_path):
+    """A Hugging Face model directory (or its config.json) is a model as it is: the shipped target's config gives
+    its own shape, and a config that is no causal LM's is one line naming the key it lacks."""
+    from tltsim.core.errors import TltsimError
+    from tltsim.hardware import load_model
+
+    shipped = Path(__file__).resolve().parents[2] / "real" / "assets" / "gcd-tiny-llama"
+    m = load_model(str(shipped))
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.intermediate, m.vocab) == (4, 128, 4, 2, 384, 19)
+    assert m.head_dim == 32 and m.tied_embeddings and load_model(str(shipped / "config.json")) == m
+    (tmp_path / "config.json").write_text('{"hidden_size": 64}')
+    with pytest.raises(TltsimError, match="no 'num_hidden_layers'"):
+        load_model(str(tmp_path))

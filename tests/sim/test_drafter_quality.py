@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.sim.acceptance import (
     Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED, RL_REFERENCE_STRATEGY, AcceptanceModel)
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter

@@ -8,7 +8,7 @@ import pytest
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.control.strategy import Strategy
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy, policy_names
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.sim import history_quality as hq
@@ -16,7 +16,7 @@ from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 
-SHIPPED = "traces/dapo_like.parquet"
+SHIPPED = "traces/synthetic/dapo_like.parquet"
 MODEL = hq.HistoryQuality()
 
 

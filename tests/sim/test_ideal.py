@@ -18,7 +18,7 @@ from tltsim.sim.engine import fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 
-TRACES = sorted(glob.glob("traces/*.parquet"))
+TRACES = sorted(glob.glob("traces/synthetic/*.parquet"))
 CLUSTER = ClusterConfig(gpus=64, tp=4)
 OVERLAPPING = {"async"}  # rollout beside training: rollout_s is the wait for responses, no rollout time
 

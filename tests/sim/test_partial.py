@@ -4,7 +4,7 @@ import pytest
 
 from tests.sim.conftest import ConstantCost, make_trace
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 
@@ -72,7 +72,7 @@ def test_knobs_from_flags_and_config_file(tmp_path, capsys):
 
     from tltsim.cli import main
 
-    shipped = "traces/dapo_like.parquet"
+    shipped = "traces/synthetic/dapo_like.parquet"
     common = ["--trace", shipped, "--gpus", "8", "--tp", "4", "--steps", "0:2", "--json", "--no-progress"]
     assert main(["simulate", "--policy", "partial", "--knob", "ratio=1.5", "-o", str(tmp_path / "a"), *common]) == 0
     assert json.loads(capsys.readouterr().out)["resumed_fraction"] > 0

@@ -10,7 +10,7 @@ from tltsim.policies import make_policy, policy_names
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 
-SHIPPED = "traces/dapo_like.parquet"
+SHIPPED = "traces/synthetic/dapo_like.parquet"
 OFF_POLICY = ["staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction"]
 
 
@@ -54,7 +54,7 @@ def test_fast_path_equals_exact_for_plain_decoding(name, knobs):
 
 
 def test_unknown_combination_names_are_clear():
-    from tltsim.errors import TltsimError
+    from tltsim.core.errors import TltsimError
 
     with pytest.raises(TltsimError, match="unknown policy 'partial\\+nope'"):
         make_policy("partial+nope")

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from tltsim.cost.profiled import Profiled, read_profile
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 TRUE = {"c0": 2e-3, "c_q": 1e-4, "c_kv": 3e-7, "c_att": 5e-8, "d0": 5e-4, "d_q": 2e-5,
         "p0": 1e-3, "p_t": 4e-5, "p_sq": 1e-9, "train0": 0.1, "train_t": 1e-4, "train_sq": 2e-7, "logprob0": 0.01,

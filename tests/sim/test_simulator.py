@@ -9,13 +9,13 @@ import pytest
 from tests.sim.conftest import ConstantCost, make_trace
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
-from tltsim.padding import padded_tokens
-from tltsim.errors import TltsimError
-from tltsim.records import Result
+from tltsim.core.padding import padded_tokens
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import Result
 from tltsim.sim.simulator import Simulator, simulate
 from tltsim.trace import Trace, load
 
-SHIPPED = "traces/dapo_like.parquet"
+SHIPPED = "traces/synthetic/dapo_like.parquet"
 
 
 def cfg(gpus=2, tp=1, max_running=8, **kw):

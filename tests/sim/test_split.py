@@ -6,7 +6,7 @@ import pytest
 from tests.sim.conftest import ConstantCost
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import Trace, TraceMeta, save
 

@@ -4,7 +4,7 @@ import pytest
 
 from tests.sim.conftest import ConstantCost, make_trace
 from tltsim.config import ClusterConfig, RLConfig, SimConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
@@ -63,7 +63,7 @@ def test_longest_first_history_learns_a_prompts_length():
 
 
 def test_noisy_oracle_is_seeded_and_on_policy():
-    trace = load("traces/dapo_like.parquet").select_steps([0, 1])
+    trace = load("traces/synthetic/dapo_like.parquet").select_steps([0, 1])
     cfg = SimConfig(cluster=ClusterConfig(gpus=16, tp=4))
     a, b = (Simulator(trace, cfg, make_policy("longest-first", {"predictor": "oracle", "noise": 1.0})).run()
             for _ in range(2))
@@ -109,7 +109,7 @@ def test_no_migration_above_the_threshold_or_when_the_tail_is_already_on_few_eng
 
 
 def test_migration_frees_gpus_only_after_the_threshold_on_a_shipped_trace():
-    trace = load("traces/dapo_like.parquet").select_steps([0, 1, 2])
+    trace = load("traces/synthetic/dapo_like.parquet").select_steps([0, 1, 2])
     cfg = SimConfig(cluster=ClusterConfig(gpus=32, tp=4))
     res = Simulator(trace, cfg, make_policy("migrate", {"remaining": 0.05})).run()
     assert (res.steps.migrated > 0).all()

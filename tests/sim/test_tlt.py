@@ -7,14 +7,14 @@ import pytest
 from tests.sim.conftest import ConstantCost
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy, policy_names
 from tltsim.control import EngineControl, FixedTuner, SDSwitch, SpeculationGuard
 from tltsim.sim.engine import Speculation, fast_rollout
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 
-SHIPPED = "traces/dapo_like.parquet"
+SHIPPED = "traces/synthetic/dapo_like.parquet"
 
 
 class FourTokens:

@@ -18,13 +18,13 @@ NEAR = 1.03  # tlt-auto's makespan at most this x the better reference's
 WEAK = {"q_start": 0.0, "q_max": 0.0}  # a drafter whose every draft is wrong (tltsim/sim/acceptance.py)
 
 CASES = {  # id -> (trace, cluster, steps, the faster of tlt and sd-always: None where they are within 3%)
-    "dapo-h100": ("traces/dapo_like.parquet", ClusterConfig(gpus=32, tp=4), "0:2", "sd-always"),
-    "dapo-h20": ("traces/dapo_like.parquet", ClusterConfig(gpus=8, tp=4, gpu="h20"), "0:3", "tlt"),
-    "intern-h100": ("traces/intern_s1_mixture.parquet", ClusterConfig(gpus=8, tp=4), "0:2", "sd-always"),
-    "intern-h20": ("traces/intern_s1_mixture.parquet", ClusterConfig(gpus=8, tp=4, gpu="h20"), "0:2", None),
-    "lognormal-h100": ("traces/lognormal_drift.parquet", ClusterConfig(gpus=8, tp=4, max_running=64), "0:3",
+    "dapo-h100": ("traces/synthetic/dapo_like.parquet", ClusterConfig(gpus=32, tp=4), "0:2", "sd-always"),
+    "dapo-h20": ("traces/synthetic/dapo_like.parquet", ClusterConfig(gpus=8, tp=4, gpu="h20"), "0:3", "tlt"),
+    "intern-h100": ("traces/synthetic/intern_s1_mixture.parquet", ClusterConfig(gpus=8, tp=4), "0:2", "sd-always"),
+    "intern-h20": ("traces/synthetic/intern_s1_mixture.parquet", ClusterConfig(gpus=8, tp=4, gpu="h20"), "0:2", None),
+    "lognormal-h100": ("traces/synthetic/lognormal_drift.parquet", ClusterConfig(gpus=8, tp=4, max_running=64), "0:3",
                        "sd-always"),
-    "lognormal-h20": ("traces/lognormal_drift.parquet", ClusterConfig(gpus=8, tp=4, gpu="h20"), "0:3", "tlt"),
+    "lognormal-h20": ("traces/synthetic/lognormal_drift.parquet", ClusterConfig(gpus=8, tp=4, gpu="h20"), "0:3", "tlt"),
 }
 
 

@@ -3,13 +3,13 @@ import numpy as np
 import pytest
 
 from tltsim.config import ClusterConfig, SimConfig
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.control import Strategy
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load, save
-from tltsim.analysis.validate import invert_quality, step_metrics, validate
+from tltsim.analysis.validation.validate import invert_quality, step_metrics, validate
 
 
 @pytest.mark.parametrize("strategy", ["8_4_48", "4_1_4", "12_8_16"])
@@ -26,7 +26,7 @@ def test_invert_quality_clamps_outside_the_models_range():
 
 
 def test_step_metrics_agree_with_the_summary():
-    trace = load("traces/dapo_like.parquet")
+    trace = load("traces/synthetic/dapo_like.parquet")
     res = Simulator(trace, SimConfig(cluster=ClusterConfig(gpus=16, tp=4), steps="0:3"), make_policy("tlt")).run()
     m = step_metrics(res)
     assert list(m.index) == [0, 1, 2]
@@ -37,11 +37,11 @@ def test_step_metrics_agree_with_the_summary():
 
 
 def test_validate_needs_a_profile(tmp_path):
-    res = Simulator(load("traces/dapo_like.parquet"), SimConfig(cluster=ClusterConfig(gpus=4, tp=4), steps="0:1")).run()
+    res = Simulator(load("traces/synthetic/dapo_like.parquet"), SimConfig(cluster=ClusterConfig(gpus=4, tp=4), steps="0:1")).run()
     res.save(tmp_path / "run")
     with pytest.raises(TltsimError, match="no trace.parquet"):
         validate([tmp_path / "run"], tmp_path / "p.csv")
-    save(load("traces/dapo_like.parquet"), tmp_path / "run" / "trace.parquet")
+    save(load("traces/synthetic/dapo_like.parquet"), tmp_path / "run" / "trace.parquet")
     with pytest.raises(TltsimError, match="p.csv: profile not found"):
         validate([tmp_path / "run"], tmp_path / "p.csv")
     with pytest.raises(TltsimError, match="no profile given and none in the run directory"):
@@ -52,8 +52,8 @@ def test_a_pair_of_runs_of_unequal_steps_is_refused_before_any_replay(capsys):
     """The speedup is a ratio of makespans: a 3-step run against a 6-step one would report half a speedup."""
     from tltsim.cli import main
 
-    short, long_ = "traces/real_verl_smollm2", "traces/real_das_smollm2_longtail"
-    assert main(["validate", short, long_, "--profile", "traces/smollm2_cpu_profile.csv"]) == 2
+    short, long_ = "traces/runs/real_verl_smollm2", "traces/runs/real_das_smollm2_longtail"
+    assert main(["validate", short, long_, "--profile", "traces/profiles/smollm2_cpu_profile.csv"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert f"{short} has 3 steps and {long_} 6" in err and "as many steps" in err
@@ -63,7 +63,7 @@ def _fake_run(path, accepted, batches):
     """A run directory with only what calibration reads: per-step probe accepted lengths and training batches."""
     import pandas as pd
 
-    from tltsim.records import Result
+    from tltsim.core.records import Result
 
     steps = pd.DataFrame({"step": range(len(accepted)), "drafter_accepted": accepted, "drafter_train_batches": batches})
     Result(pd.DataFrame(), steps, pd.DataFrame(), {"steps": len(accepted)}, {"drafter_batch": 8}).save(path)
@@ -71,7 +71,7 @@ def _fake_run(path, accepted, batches):
 
 
 def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tmp_path):
-    from tltsim.analysis.validate import calibrate_staleness
+    from tltsim.analysis.validation.validate import calibrate_staleness
     from tltsim.control import DEFAULT_STRATEGY
 
     model = AcceptanceModel()
@@ -91,7 +91,7 @@ def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tm
 
 
 def test_calibration_needs_probed_runs(tmp_path):
-    from tltsim.analysis.validate import calibrate_staleness
+    from tltsim.analysis.validation.validate import calibrate_staleness
 
     run = _fake_run(tmp_path / "x", [float("nan")] * 3, [0] * 3)
     with pytest.raises(TltsimError, match="no drafter_accepted per step"):
@@ -101,7 +101,7 @@ def test_calibration_needs_probed_runs(tmp_path):
 def test_step_scaled_cost_scales_each_steps_times_by_its_factor():
     from tltsim.cost import Roofline, StepScaled
 
-    trace = load("traces/dapo_like.parquet")
+    trace = load("traces/synthetic/dapo_like.parquet")
     cfg = SimConfig(cluster=ClusterConfig(gpus=8, tp=4), steps="0:3")
     sim = Simulator(trace, cfg, make_policy("verl"))
     plain = sim.run().steps.set_index("step")
@@ -122,8 +122,8 @@ def test_speed_factors_are_the_median_probe_of_the_steps_around():
     import pandas as pd
 
     from tltsim.cost.profiled import Profiled
-    from tltsim.records import Result
-    from tltsim.analysis.validate import speed_factors, speed_reference
+    from tltsim.core.records import Result
+    from tltsim.analysis.validation.validate import speed_factors, speed_reference
 
     cost = Profiled({"c0": 1e-3, "c_q": 1e-4, "c_kv": 1e-7, "c_att": 0.0, "d0": 0.0, "d_q": 0.0,
                      "p0": 0.0, "p_t": 0.0, "p_sq": 0.0})
@@ -148,8 +148,8 @@ def test_replay_takes_the_runs_spot_trainer_settings(tmp_path):
     import pandas as pd
 
     from tests.sim.conftest import ConstantCost, make_trace
-    from tltsim.records import TIMELINE_COLUMNS, Result
-    from tltsim.analysis.validate import replay
+    from tltsim.core.records import TIMELINE_COLUMNS, Result
+    from tltsim.analysis.validation.validate import replay
 
     trace = make_trace([[5, 7], [5, 7]])
     trace.df["engine"] = trace.df["prompt_id"]
@@ -176,10 +176,10 @@ def test_a_pairs_speedup_at_one_machine_speed():
     """Under --speed the pair's speedup also comes at one machine speed: the measured one times the ratio of the
     runs' time-weighted speed factors, and the predicted one from the unscaled replays."""
     from tltsim.cost.profiled import Profiled
-    from tltsim.records import Result
-    from tltsim.analysis.validate import speed_factors
+    from tltsim.core.records import Result
+    from tltsim.analysis.validation.validate import speed_factors
 
-    pair, profile = ["traces/real_verl_smollm2", "traces/real_tlt_smollm2"], "traces/smollm2_cpu_profile.csv"
+    pair, profile = ["traces/runs/real_verl_smollm2", "traces/runs/real_tlt_smollm2"], "traces/profiles/smollm2_cpu_profile.csv"
     scaled, unscaled = validate(pair, profile, speed=True).speedup, validate(pair, profile).speedup
     cost = Profiled.fit(profile)
     means = []
@@ -196,15 +196,15 @@ def test_a_pairs_speedup_at_one_machine_speed():
 
 
 def test_replay_can_put_another_policy_and_drafter_on_a_runs_responses():
-    """The what-if of benchmarks/bench_longtail_whatif.py: the verl run's responses under the tlt run's knobs, with
+    """The what-if of docs/investigations/longtail_whatif.py: the verl run's responses under the tlt run's knobs, with
     a drafter quality given per step; a better drafter speculates more and finishes sooner. A what-if drafter
     drafts for every row alike: the run's own replay differs from it only in each row's own quality."""
     from tltsim.cost.profiled import Profiled
-    from tltsim.records import Result
-    from tltsim.analysis.validate import measured_qualities, recorded_knobs, replay
+    from tltsim.core.records import Result
+    from tltsim.analysis.validation.validate import measured_qualities, recorded_knobs, replay
 
-    verl, tlt = "traces/real_verl_smollm2", "traces/real_tlt_smollm2"
-    cost = Profiled.fit("traces/smollm2_cpu_profile.csv")
+    verl, tlt = "traces/runs/real_verl_smollm2", "traces/runs/real_tlt_smollm2"
+    cost = Profiled.fit("traces/profiles/smollm2_cpu_profile.csv")
     run = Result.load(tlt)
     _, own = replay(tlt, cost)
     _, same = replay(tlt, cost, policy="tlt", knobs=recorded_knobs(run.config), qualities=measured_qualities(run))
@@ -224,17 +224,17 @@ def test_a_run_is_replayed_with_the_guard_rule_it_ran():
     than one with today's trial of 4."""
     from tltsim.cost.profiled import Profiled
     from tltsim.control.decisions import DecisionKnobs
-    from tltsim.analysis.validate import recorded_knobs, replay
-    from tltsim.records import Result
+    from tltsim.analysis.validation.validate import recorded_knobs, replay
+    from tltsim.core.records import Result
 
     assert recorded_knobs({"knobs": {"guard": True}}) == {"guard": True, "guard_trial": 1}
     assert recorded_knobs({"knobs": {"guard": True, "guard_trial": 4}})["guard_trial"] == 4
     assert recorded_knobs({"knobs": {"guard": False}}) == {"guard": False}
     assert recorded_knobs({"policy": "verl"}) == {}
     assert DecisionKnobs(guard_trial=2).control(0, 0).guard.trial == 2
-    tlt = "traces/real_tlt_smollm2"
+    tlt = "traces/runs/real_tlt_smollm2"
     run = Result.load(tlt)
-    cost = Profiled.fit("traces/smollm2_cpu_profile.csv")
+    cost = Profiled.fit("traces/profiles/smollm2_cpu_profile.csv")
     spec = lambda r: int((r.iterations["mode"] == "spec_decode").sum())  # noqa: E731
     _, own = replay(tlt, cost)
     _, today = replay(tlt, cost, knobs={**run.config["knobs"], "guard_trial": 4})

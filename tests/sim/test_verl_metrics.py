@@ -44,7 +44,7 @@ def test_a_resumed_run_holds_the_steps_since_the_resume(tmp_path):
 
 def test_a_phase_that_took_no_time_is_zero_but_a_rollout_of_none_is_refused(tmp_path):
     """verl logs 0.0 for a phase with nothing to do (no reference model); a step's rollout always takes time."""
-    from tltsim.errors import TltsimError
+    from tltsim.core.errors import TltsimError
 
     path = tmp_path / "metrics.jsonl"
     _file_logger(path, [_train(1, 10.0, 20.0, **{"timing_s/old_log_prob": 0.0})])

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.trace import Trace, TraceMeta, load, save, synth
 from tltsim.trace.formats import sidecar
 

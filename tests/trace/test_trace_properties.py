@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.trace import load
 
 # derandomize: the same examples on every run, so CI cannot fail on one a previous run never drew

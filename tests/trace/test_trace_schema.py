@@ -4,7 +4,7 @@ import re
 import pandas as pd
 import pytest
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.trace import Trace, TraceMeta
 
 

@@ -14,8 +14,8 @@ COMMANDS = re.findall(r"^tltsim trace synth .*$", (ROOT / "traces" / "README.md"
 
 def test_readme_lists_a_command_for_every_shipped_trace():
     targets = sorted(shlex.split(c)[-1] for c in COMMANDS)
-    shipped = sorted(f"traces/{p.name}" for p in (ROOT / "traces").glob("*.parquet"))
-    assert len(shipped) >= 3 and "traces/dapo_like.parquet" in shipped
+    shipped = sorted(f"traces/synthetic/{p.name}" for p in (ROOT / "traces" / "synthetic").glob("*.parquet"))
+    assert len(shipped) >= 3 and "traces/synthetic/dapo_like.parquet" in shipped
     assert targets == shipped
 
 
@@ -33,7 +33,7 @@ def test_command_regenerates_the_file_exactly(tmp_path, command, capsys):
 
 
 def test_shipped_traces_are_sized_for_real_use():
-    for path in (ROOT / "traces").glob("*.parquet"):
+    for path in (ROOT / "traces" / "synthetic").glob("*.parquet"):
         t = load(path)
         per_step = t.df.groupby("step").size()
         assert per_step.min() >= 500 and len(per_step) >= 20, path.name  # hundreds a step, tens of steps

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.trace import load, stats, synth
 from tltsim.trace.synth import FAMILIES, intern_s1_cdf
 
-TRACES = Path(__file__).resolve().parents[2] / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "traces" / "synthetic"
 # docs/design.md#response-length-shapes: DAPO text, 96 prompts x 8, per-step ranges.
 DAPO_RANGES = {"median": (436, 496), "p90": (956, 1129), "p99": (1900, 3000), "max": (3700, 10100)}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tltsim.cli import main
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.trace import load, save, stats
 from tltsim.trace.tokens import token_counter
 from tltsim.trace.verl import read_rollout_dump

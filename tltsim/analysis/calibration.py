@@ -40,8 +40,8 @@ import pandas as pd
 from tltsim import config as configmod
 from tltsim.config import SimConfig
 from tltsim.cost import PhaseCalibration
-from tltsim.errors import TltsimError
-from tltsim.io import write_json
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import write_json
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import Trace
 

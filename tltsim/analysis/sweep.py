@@ -41,8 +41,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from tltsim import config as configmod
-from tltsim.errors import TltsimError
-from tltsim.io import (MANIFEST, atomic_path, check_output, exclusive, is_temporary, manifest_kind, read_manifest,
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import (MANIFEST, atomic_path, check_output, exclusive, is_temporary, manifest_kind, read_manifest,
                        read_toml, write_manifest, write_text)
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import simulate

@@ -7,12 +7,13 @@ import sys
 import warnings
 from importlib.metadata import version
 
-from tltsim.argparser import Parser, parse
-from tltsim.errors import TltsimError, TltsimWarning
+from tltsim.core.argparser import Parser, parse
+from tltsim.core.errors import TltsimError, TltsimWarning
 
 # Command modules, in the order `tltsim --help` lists them. Each defines
 # register(subparsers) and sets `func=` on its parsers.
-COMMANDS = ["tltsim.cli.trace_cmd", "tltsim.cli.sim_cmd", "tltsim.cli.analysis_cmd", "tltsim.cli.validate_cmd", "tltsim.cli.real_cmd"]
+COMMANDS = ["tltsim.cli.trace_cmd", "tltsim.cli.sim_cmd", "tltsim.cli.analysis_cmd", "tltsim.cli.validate_cmd", "tltsim.cli.calibrate_cmd",
+            "tltsim.cli.real_cmd"]
 
 
 def build_parser() -> Parser:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tltsim.argparser import show_progress
-from tltsim.errors import TltsimError
-from tltsim.io import check_apart, check_output
+from tltsim.core.argparser import show_progress
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import check_apart, check_output
 from tltsim.analysis.sweep import METRICS
-from tltsim.analysis.table import format_table
+from tltsim.analysis.report.table import format_table
 
 
 def register(sub) -> None:
@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    from tltsim.analysis.report import load_results, write_report
+    from tltsim.analysis.report.page import load_results, write_report
 
     check_output(args.out)
     if args.figures:
@@ -48,7 +48,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from tltsim.analysis import plots
+    from tltsim.analysis.report import plots
     from tltsim.analysis.sweep import check_sweep_dir, load_spec, run_sweep, swept_keys
 
     if args.metric not in METRICS:

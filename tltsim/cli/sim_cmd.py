@@ -8,25 +8,25 @@ from dataclasses import replace
 from pathlib import Path
 
 from tltsim import config as configmod
-from tltsim import glossary
+from tltsim.core import glossary
 from tltsim.analysis.calibration import apply as apply_calibration, cluster_notes, load_calibration
-from tltsim.argparser import PreformattedHelpFormatter, show_progress
-from tltsim.errors import TltsimError, TltsimWarning
+from tltsim.core.argparser import PreformattedHelpFormatter, show_progress
+from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.hardware import preset_names
-from tltsim.analysis.export import write_chrome_trace
-from tltsim.io import atomic_dir, check_apart, check_output, read_toml, sealed, write_manifest
+from tltsim.analysis.report.export import write_chrome_trace
+from tltsim.core.io import atomic_dir, check_apart, check_output, read_toml, sealed, write_manifest
 from tltsim.policies import make_policy, policy_names
 from tltsim.control.decisions import knobs_from_text
-from tltsim.analysis.tuning import tune
-from tltsim.records import Result
+from tltsim.analysis.report.tuning import tune
+from tltsim.core.records import Result
 from tltsim.sim.simulator import Simulator
-from tltsim.analysis.table import format_table
+from tltsim.analysis.report.table import format_table
 from tltsim.trace import load as load_trace
 from tltsim.verl_config import read_verl_config
 
 
 def cluster_flags(p) -> None:
-    """The trace and cluster flags of simulate, compare and validate --verl-metrics."""
+    """The trace and cluster flags of simulate, compare and calibrate."""
     p.add_argument("--trace", help="trace file (.parquet, .csv, .jsonl, verl-style log, Vidur CSV)")
     p.add_argument("--config", help="TOML config file; flags override it, and it overrides the defaults shown")
     p.add_argument("--verl-config", metavar="CONFIG", help="a verl run's .hydra/config.yaml (or its output folder): "
@@ -54,7 +54,7 @@ def cluster_flags(p) -> None:
 def _cluster_flags(p) -> None:
     cluster_flags(p)
     p.add_argument("--calibration", metavar="CAL.json", help="a calibration fitted to your cluster "
-                   "(`tltsim validate --verl-metrics ... --save-calibration CAL.json`): each phase's times scaled by "
+                   "(`tltsim calibrate ... --save-calibration CAL.json`): each phase's times scaled by "
                    "its factor, the step's fixed costs and reward time added")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE", help="policy knob, repeatable (e.g. threshold=16)")
     p.add_argument("-o", "--out", required=True, help="output directory, written whole: an earlier result there "
@@ -231,14 +231,14 @@ def cmd_compare(args) -> int:
             for row, t in zip(rows, tunings):
                 row.update(t.as_json() if t is not None else {})
         if not args.no_report:
-            from tltsim.analysis.report import write_report  # matplotlib: imported only when a report is made
+            from tltsim.analysis.report.page import write_report  # matplotlib: imported only when a report is made
 
             write_report(results, tmp / "report.html", tunings=tunings)
         write_manifest(tmp, kind="comparison")  # every file of every run, and the report
     if args.json:
         print(json.dumps({"policies": rows}, indent=2, default=float))
         return 0
-    from tltsim.analysis.findings import ranking
+    from tltsim.analysis.report.findings import ranking
 
     by = "saved_per_step_s" if args.calibration else "speedup"
     ranked = [rows[i] for i in ranking([r[by] for r in rows], [r["policy"] in glossary.BOUNDS for r in rows])]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import json
 
-from tltsim import glossary
-from tltsim.argparser import PreformattedHelpFormatter
-from tltsim.errors import TltsimError
-from tltsim.io import check_apart, check_output
+from tltsim.core import glossary
+from tltsim.core.argparser import PreformattedHelpFormatter
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import check_apart, check_output
 from tltsim.trace import FAMILIES, load, save, stats, synth
 from tltsim.trace.synth import COMMON
 from tltsim.trace.formats import SUFFIXES, sidecar

@@ -5,23 +5,18 @@ import json
 import sys
 from pathlib import Path
 
-from tltsim.cli.sim_cmd import cluster_flags, cluster_inputs, sim_config, sim_trace
-from tltsim.errors import TltsimError
-from tltsim.io import check_apart, check_output, sealed
-from tltsim.analysis.table import format_table
+from tltsim.cli.calibrate_cmd import calibration_flags, cmd_calibrate
+from tltsim.cli.sim_cmd import cluster_inputs
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import check_apart, check_output, sealed
+from tltsim.analysis.report.table import format_table
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="replay real runs in the simulator and compare predicted with measured; "
-                       "or calibrate it to a verl run (--verl-metrics)")
+    p = sub.add_parser("validate", help="replay real runs in the simulator and compare predicted with measured")
     p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="directories written by `tltsim real run` "
                    "(give the baseline first, e.g. a verl run, then a tlt run, for the speedup check)")
-    p.add_argument("--verl-metrics", metavar="METRICS", help="a verl run's metrics (the file logger's JSONL, "
-                   "VERL_FILE_LOGGER_PATH, or a wandb CSV): calibrate its cluster, phase by phase, from its --trace "
-                   "(with the cluster flags or --verl-config)")
-    p.add_argument("--save-calibration", metavar="CAL.json", help="with --verl-metrics: save the calibration (per-phase "
-                   "factors, fixed costs, reward time) for `tltsim simulate|compare --calibration CAL.json`")
-    cluster_flags(p)
+    calibration_flags(p, moved=True)
     p.add_argument("--profile", help="profile CSV from `tltsim real profile` (default: RUN_DIR/profile.csv)")
     p.add_argument("-o", "--out", help="write per_step.csv, overall.csv, work.csv, validation.json and the predicted "
                    "results into this directory (replaced whole)")
@@ -33,10 +28,10 @@ def register(sub) -> None:
 
 
 def cmd_validate(args) -> int:
-    from tltsim.analysis.validate import validate, write
-    from tltsim.analysis.work_domain import run_totals
+    from tltsim.analysis.validation.validate import validate, write
+    from tltsim.analysis.validation.work_domain import run_totals
 
-    from tltsim.analysis.validate import VALIDATION_KINDS
+    from tltsim.analysis.validation.validate import VALIDATION_KINDS
 
     if args.out:
         check_output(args.out, sealed(*VALIDATION_KINDS), "a validation tltsim wrote (sealed with its manifest.json, "
@@ -46,11 +41,14 @@ def cmd_validate(args) -> int:
     inputs = {**cluster_inputs(args), "--profile": args.profile, "--verl-metrics": args.verl_metrics,
               **{f"RUN_DIR {i + 1}": r for i, r in enumerate(args.runs)}}
     check_apart({"-o": args.out, "--save-calibration": args.save_calibration}, inputs)
-    if args.verl_metrics:
-        return cmd_validate_verl(args)
+    if args.verl_metrics:  # where calibrating was before `tltsim calibrate`: it runs it, and says so once done
+        rc = cmd_calibrate(args)
+        print("tltsim: note: calibrating to a verl run is `tltsim calibrate` (the same flags); `validate "
+              "--verl-metrics` runs it", file=sys.stderr)
+        return rc
     if not args.runs:
         raise TltsimError("validate: name at least one run directory (written by `tltsim real run`), "
-                          "or give --verl-metrics METRICS --trace TRACE to calibrate to a verl run")
+                          "or calibrate to a verl run with `tltsim calibrate --verl-metrics METRICS --trace TRACE`")
     given = [flag for flag, v in (("--save-calibration", args.save_calibration), ("--trace", args.trace),
                                   ("--config", args.config), ("--verl-config", args.verl_config)) if v]
     if given:
@@ -100,60 +98,9 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def cmd_validate_verl(args) -> int:
-    from tltsim.analysis.calibration import calibrate, save
-    from tltsim.verl_metrics import read_metrics
-
-    if args.runs or args.profile or args.speed:
-        raise TltsimError("--verl-metrics calibrates from a verl run's files; drop the run directories, --profile and --speed")
-    cfg = sim_config(args)
-    cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics),
-                    sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
-    if args.save_calibration:  # first: with nothing fitted it refuses, its notes in its one line, before any output
-        save(cal, args.save_calibration)
-    if args.out:  # built whole beside it and swapped in, as a validation's directory
-        from tltsim.io import atomic_dir, write_json, write_manifest
-        from tltsim.analysis.validate import VALIDATION_KINDS
-
-        with atomic_dir(args.out, sealed(*VALIDATION_KINDS)) as tmp:
-            cal.per_step.to_csv(tmp / "per_step.csv", index=False)
-            write_json(tmp / "calibration.json", cal.to_json())
-            write_manifest(tmp, kind="calibration")
-    if args.json:
-        print(json.dumps(cal.to_json(), default=float, indent=2, allow_nan=False))
-    else:
-        _print_calibration(cal)
-    for note in cal.notes:
-        print(f"tltsim: note: {note}", file=sys.stderr)
-    if args.save_calibration and not args.json:
-        print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
-    return 0
-
-
-def _print_calibration(cal) -> None:
-    d = cal.per_step
-    print(format_table(["step", "gen_s", "pred", "calib", "step_s", "pred", "calib", "len_mean", "trace", "fitted"],
-                       [[int(r.step), r.measured_gen_s, r.predicted_gen_s, r.calibrated_gen_s, r.measured_step_s,
-                         r.predicted_step_s, r.calibrated_step_s, r.metrics_len_mean, r.trace_len_mean,
-                         "yes" if r.fitted else r.reason] for r in d.itertuples()]))
-    if cal.phases is None:
-        print("\nno calibration: no step of the metrics matches the trace")
-        return
-    c = cal.cluster
-    print(f"\nper phase, medians over {int(d.fitted.sum())} steps, for {c['gpus']} x {c['gpu']}, TP {c['tp']}, {c['model']}: "
-          f"calibrated = factor x predicted + fixed_s a step")
-    print(format_table(["phase", "verl timers (timing_s/)", "measured_s", "predicted_s", "factor", "fixed_s"],
-                       [list(r) for r in cal.phase_table().itertuples(index=False)]))
-    print(f"rollout: {cal.rollout_fit}")
-    step = (f"; per-step step time {cal.step_error_before:.1%} -> {cal.step_error_after:.1%}"
-            if cal.step_error_before is not None else "")
-    print(f"median |error| of per-step rollout time: {cal.error_before:.1%} as modelled, {cal.error_after:.1%} "
-          f"calibrated{step}")
-
-
 def register_fit_drafter(sub) -> None:
     p = sub.add_parser("fit-drafter", help="fit the simulator's drafter drift and recovery (its quality knobs) to two "
-                       "real runs; a cluster's speed is calibrated by `validate --verl-metrics ... --save-calibration`")
+                       "real runs; a cluster's speed is calibrated by `tltsim calibrate`")
     p.add_argument("--adaptive", required=True, metavar="RUN_DIR", help="a run whose drafter was spot-trained (tlt)")
     p.add_argument("--static", required=True, metavar="RUN_DIR", help="the same config without drafter training (static-sd)")
     p.add_argument("--json", action="store_true", help="print the fitted knobs and their RMS error as JSON")
@@ -161,7 +108,7 @@ def register_fit_drafter(sub) -> None:
 
 
 def cmd_fit_drafter(args) -> int:
-    from tltsim.analysis.validate import calibrate_staleness
+    from tltsim.analysis.validation.validate import calibrate_staleness
 
     if Path(args.adaptive).resolve() == Path(args.static).resolve():
         raise TltsimError(f"--adaptive and --static both name {args.adaptive}; give two runs of one config, one with "

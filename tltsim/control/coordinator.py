@@ -19,7 +19,7 @@ from enum import Enum
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 CHECKPOINT_S = 0.097        # TLT: selective async checkpoint (trainable params only), per preemption
 CHECKPOINT_FULL_S = 0.893   # TLT: the same save with a full synchronous checkpoint

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.control import EngineControl
 from tltsim.control.coordinator import DataBuffer, SpotTrainer
 from tltsim.control.guard import SpeculationGuard

@@ -20,7 +20,7 @@ the same way. Like the tuner, one guard per engine lives across rollouts.
   measurement there is on trial, and then while its rate beats plain decoding's. One iteration's reward
   is mostly noise: a history drafter's gains come in bursts, the first iteration after plain ones pays
   the drafter's catch-up, and a shared machine stalls; judged on it, a retry is refused at a batch where
-  speculation pays over a stretch, and each such refusal doubles the wait (benchmarks/bench_guard_trial.py
+  speculation pays over a stretch, and each such refusal doubles the wait (docs/investigations/guard_refusals.py
   counts a recorded run's refusals by the iterations that decided them). So a fresh measurement is judged
   after `trial` speculative iterations, or as soon as it cannot pay: when even the best rate speculation
   has ever shown at b, over the rest of the trial, would leave its mean at or below plain decoding's. A

@@ -22,7 +22,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import MISSING, field, fields, replace
 
-from tltsim.errors import TltsimError, TltsimWarning
+from tltsim.core.errors import TltsimError, TltsimWarning
 
 
 def knob(default, lo=None, hi=None, choices=None, needs=None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 _PATTERN = re.compile(r"^\s*(\d+)_(\d+)_(\d+)\s*$")
 

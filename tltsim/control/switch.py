@@ -15,7 +15,7 @@ segment of `n` iterations at a constant batch, the real engine calls
 """
 from __future__ import annotations
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 # the `sd` knob (tltsim.control.decisions): when an engine speculates. "adaptive": this switch (TLT's rule);
 # "always": from the first token; "never"; "learned": the switch point learned per batch bucket

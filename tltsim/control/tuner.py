@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.knobs import check_known
 from tltsim.control.strategy import DEFAULT_ARMS, Strategy, parse_arms
 

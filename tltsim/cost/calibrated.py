@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from tltsim.cost.scaled import StepScaled
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 FACTORS = ("rollout", "logprob", "train", "sync")
 FIXED = ("rollout_fixed_s", "other_s")

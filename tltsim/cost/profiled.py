@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 KINDS = ("prefill", "decode", "spec", "catchup", "train", "logprob", "drafter_train")
 REQUIRED = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]

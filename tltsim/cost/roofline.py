@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.cost.moe import expected_experts
 from tltsim.hardware import BYTES_BF16, GPU, ModelSpec
 

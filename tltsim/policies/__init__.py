@@ -10,7 +10,7 @@ registered too, so `tltsim compare` runs them by default.
 from __future__ import annotations
 
 from tltsim.control.knobs import check_known
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
 from tltsim.policies.ideal import Ideal
 from tltsim.policies.compose import Composite

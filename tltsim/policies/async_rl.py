@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.knobs import knob
 from tltsim.policies.knobs import KnobbedPolicy
 from tltsim.sim.async_loop import AsyncRun

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.sim.hooks import Policy, StepOutcome
 
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.padding import padded_tokens
-from tltsim.errors import TltsimError
+from tltsim.core.padding import padded_tokens
+from tltsim.core.errors import TltsimError
 from tltsim.sim.hooks import StepOutcome
 from tltsim.control.knobs import knob
 from tltsim.policies.knobs import KnobbedPolicy

@@ -34,7 +34,7 @@ from tltsim.control.decisions import VARIANTS as DECISION_VARIANTS
 from tltsim.control.decisions import DecisionKnobs
 from tltsim.control.knobs import build, knob, knob_names
 from tltsim.control.learned import learned_summary, prior_from
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
 from tltsim.sim.engine import Speculation, speculative_iteration_time

@@ -40,7 +40,7 @@ from typing import Mapping
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import Strategy
 
 # docs/design.md#accepted-length table (TLT, Qwen2.5-32B, TP=4, H100, bs 1). The

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tltsim.padding import padded_tokens
-from tltsim.records import TimelineRow
+from tltsim.core.padding import padded_tokens
+from tltsim.core.records import TimelineRow
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import admits, check_footprints
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.sim.acceptance import Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED
 
 # Quality of a model-free n-gram (prompt-lookup) drafter: chosen, not fitted, so

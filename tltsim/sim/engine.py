@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tltsim.control.control import EngineControl
-from tltsim.records import TimelineRow, merge_states
+from tltsim.core.records import TimelineRow, merge_states
 from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
 
 
@@ -368,7 +368,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
 
 
 def _merge(log: list[Entry]) -> list[Interval]:
-    """The log's entries as intervals, merged as timeline rows are (tltsim.records.merge_states)."""
+    """The log's entries as intervals, merged as timeline rows are (tltsim.core.records.merge_states)."""
     rows = merge_states([TimelineRow(0, 0, e.state, e.t_start, e.t_end, e.batch_size, e.tokens, e.accepted, e.strategy)
                          for e in log], [e.weight for e in log])
     return [Interval(r.state, r.t_start, r.t_end, r.batch_size, r.tokens, r.accepted, r.strategy) for r in rows]

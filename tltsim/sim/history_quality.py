@@ -29,8 +29,9 @@ another (sibling j drafts from j finished siblings), all G in flight together (i
 finished and in-flight siblings), and again in a later step (G earlier responses, then j finished). Each row's
 tokens per call is turned into q by inverting the acceptance model (`invert_quality`), and the model is fitted
 to those q by least squares, each row weighted by its target calls (a row without a count weighs 1). The rows
-are benchmarks/results/bench_drafters_rows.jsonl; `benchmarks/fit_history.py` refits and prints them beside the
-model (docs/design.md#history-drafting-in-the-simulator).
+ship with tltsim as package data, tltsim/sim/data/history_rows.jsonl (its provenance: tltsim/sim/data/README.md);
+`docs/investigations/history_model_fit.py` refits and prints them beside the model
+(docs/design.md#history-drafting-in-the-simulator).
 
 What a history draft accepts: `real.drafters.suffix` drafts a chain of the strategy's verify tokens, so its accepted
 length is the acceptance model's for that chain at q (`ChainAcceptance`); the hybrid's rows take the better q
@@ -51,10 +52,10 @@ from pathlib import Path
 import numpy as np
 
 from tltsim.control.strategy import Strategy
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel, invert_quality
 
-# Fitted by `fit` to benchmarks/results/bench_drafters_rows.jsonl (tests/sim/test_history_quality.py refits them).
+# Fitted by `fit` to data/history_rows.jsonl, ROWS (tests/sim/test_history_quality.py refits them).
 Q_PROMPT = 0.27778     # no history but the prompt
 PER_SIBLING = 0.015592  # q gained per sibling's worth of history
 IN_FLIGHT = 0.71504     # what a sibling still in flight is worth against a finished one
@@ -62,7 +63,7 @@ H_MAX = 15.0            # the most history among the fitted rows (at the fitted 
 # Fitted by `fit_lookup` to the same file's lookup rows: the lookup's share of a target forward's time.
 LOOKUP_FRACTION = 3.1068e-4
 
-ROWS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "bench_drafters_rows.jsonl"
+ROWS = Path(__file__).resolve().parent / "data" / "history_rows.jsonl"  # package data: tltsim/sim/data/README.md
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The simulator's recorder: what a simulated run writes as it goes, in the record schema (tltsim.records), for
+"""The simulator's recorder: what a simulated run writes as it goes, in the record schema (tltsim.core.records), for
 `Result`.
 
 The synchronous step loop (simulator.py) and the asynchronous one (async_loop.py) both write through
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tltsim.records import REQUEST_COLUMNS, TIMELINE_COLUMNS, TimelineRow
+from tltsim.core.records import REQUEST_COLUMNS, TIMELINE_COLUMNS, TimelineRow
 
 
 class SimRecorder:

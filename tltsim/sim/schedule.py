@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 
 
 def admits(running: int, used: int, footprint: int, max_running: int, kv_capacity: int) -> bool:

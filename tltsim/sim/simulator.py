@@ -20,14 +20,14 @@ from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, parse_steps
 from tltsim.cost import Calibrated, Roofline
-from tltsim.padding import padded_tokens
-from tltsim.errors import TltsimError
+from tltsim.core.padding import padded_tokens
+from tltsim.core.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
-from tltsim.records import STEP_COLUMNS, Result, TimelineRow
+from tltsim.core.records import STEP_COLUMNS, Result, TimelineRow
 from tltsim.sim.engine import exact_rollout, fast_rollout
 from tltsim.sim.hooks import Policy
 from tltsim.sim.recorder import SimRecorder
-from tltsim.summary import summarize
+from tltsim.core.summary import summarize
 from tltsim.trace import Trace
 
 

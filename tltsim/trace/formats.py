@@ -30,8 +30,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tltsim.errors import TltsimError
-from tltsim.io import atomic_path, sha256_file, write_json
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import atomic_path, sha256_file, write_json
 from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
 from tltsim.trace.schema import REQUIRED, Trace, TraceMeta
 

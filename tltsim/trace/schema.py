@@ -23,7 +23,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 import pandas as pd
 
-from tltsim.errors import TltsimError, where
+from tltsim.core.errors import TltsimError, where
 
 REQUIRED = ["step", "prompt_id", "sample", "prompt_len", "response_len"]
 OPTIONAL = {"reward": "float64", "finished": "bool", "engine": "int64", "aborted": "bool"}

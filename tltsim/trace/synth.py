@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from tltsim.errors import TltsimError
+from tltsim.core.errors import TltsimError
 from tltsim.trace.schema import Trace, TraceMeta
 
 

@@ -31,8 +31,8 @@ from typing import Callable
 
 import pandas as pd
 
-from tltsim.errors import TltsimError
-from tltsim.jsonl import read_objects
+from tltsim.core.errors import TltsimError
+from tltsim.core.jsonl import read_objects
 from tltsim.trace.schema import Trace, TraceMeta, show, whole_number
 
 KEYS = ("input", "output")  # what every line needs; "score" and "step" are used when present

@@ -1,0 +1,99 @@
+"""`tltsim calibrate --verl-metrics METRICS --trace TRACE`: the simulator calibrated to a verl run, phase by phase."""
+from __future__ import annotations
+
+import json
+import sys
+
+from tltsim.cli.sim_cmd import cluster_flags, cluster_inputs, sim_config, sim_trace
+from tltsim.core.errors import TltsimError
+from tltsim.core.io import check_apart, check_output, sealed
+from tltsim.analysis.report.table import format_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="calibrate the simulator to a verl run: each phase's time beside verl's own "
+                       "timer for it, a factor per phase; saved for `simulate|compare --calibration`")
+    calibration_flags(p)
+    p.add_argument("-o", "--out", help="also write per_step.csv and calibration.json into this directory (replaced whole)")
+    p.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    p.set_defaults(func=_checked)
+
+
+def calibration_flags(p, moved: bool = False) -> None:
+    """--verl-metrics, --save-calibration and the cluster flags (`validate` keeps them, marked as moved here)."""
+    where = "(moved: `tltsim calibrate`) " if moved else ""
+    p.add_argument("--verl-metrics", metavar="METRICS", help=f"{where}a verl run's metrics (the file logger's JSONL, "
+                   "VERL_FILE_LOGGER_PATH, or a wandb CSV): calibrate its cluster, phase by phase, from its --trace "
+                   "(with the cluster flags or --verl-config)")
+    p.add_argument("--save-calibration", metavar="CAL.json", help=f"{where}save the calibration (per-phase factors, "
+                   "fixed costs, reward time) for `tltsim simulate|compare --calibration CAL.json`")
+    cluster_flags(p)
+
+
+def _checked(args) -> int:
+    from tltsim.analysis.validation.validate import VALIDATION_KINDS
+
+    if args.out:
+        check_output(args.out, sealed(*VALIDATION_KINDS), "a calibration tltsim wrote (sealed with its manifest.json, "
+                                                          "holding only the files it lists)")
+    if args.save_calibration:
+        check_output(args.save_calibration)
+    check_apart({"-o": args.out, "--save-calibration": args.save_calibration},
+                {**cluster_inputs(args), "--verl-metrics": args.verl_metrics})
+    return cmd_calibrate(args)
+
+
+def cmd_calibrate(args) -> int:
+    from tltsim.analysis.calibration import calibrate, save
+    from tltsim.verl_metrics import read_metrics
+
+    if getattr(args, "runs", None) or getattr(args, "profile", None) or getattr(args, "speed", False):
+        raise TltsimError("--verl-metrics calibrates from a verl run's files; drop the run directories, --profile and --speed")
+    if not args.verl_metrics:
+        raise TltsimError("calibrate: give --verl-metrics METRICS (a verl run's metrics file) and --trace TRACE (its "
+                          "rollout as a trace: `tltsim trace convert`)")
+    cfg = sim_config(args)
+    cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics),
+                    sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
+    if args.save_calibration:  # first: with nothing fitted it refuses, its notes in its one line, before any output
+        save(cal, args.save_calibration)
+    if args.out:  # built whole beside it and swapped in, as a validation's directory
+        from tltsim.core.io import atomic_dir, write_json, write_manifest
+        from tltsim.analysis.validation.validate import VALIDATION_KINDS
+
+        with atomic_dir(args.out, sealed(*VALIDATION_KINDS)) as tmp:
+            cal.per_step.to_csv(tmp / "per_step.csv", index=False)
+            write_json(tmp / "calibration.json", cal.to_json())
+            write_manifest(tmp, kind="calibration")
+    if args.json:
+        print(json.dumps(cal.to_json(), default=float, indent=2, allow_nan=False))
+    else:
+        _print_calibration(cal)
+    for note in cal.notes:
+        print(f"tltsim: note: {note}", file=sys.stderr)
+    if args.save_calibration and not args.json:
+        print(f"wrote {args.save_calibration}: use it with `tltsim compare --calibration {args.save_calibration} ...`")
+    return 0
+
+
+def _print_calibration(cal) -> None:
+    d = cal.per_step
+    print(format_table(["step", "gen_s", "pred", "calib", "step_s", "pred", "calib", "len_mean", "trace", "fitted"],
+                       [[int(r.step), r.measured_gen_s, r.predicted_gen_s, r.calibrated_gen_s, r.measured_step_s,
+                         r.predicted_step_s, r.calibrated_step_s, r.metrics_len_mean, r.trace_len_mean,
+                         "yes" if r.fitted else r.reason] for r in d.itertuples()]))
+    if cal.phases is None:
+        print("\nno calibration: no step of the metrics matches the trace")
+        return
+    c = cal.cluster
+    print(f"\nper phase, medians over {int(d.fitted.sum())} steps, for {c['gpus']} x {c['gpu']}, TP {c['tp']}, {c['model']}: "
+          f"calibrated = factor x predicted + fixed_s a step")
+    print(format_table(["phase", "verl timers (timing_s/)", "measured_s", "predicted_s", "factor", "fixed_s"],
+                       [list(r) for r in cal.phase_table().itertuples(index=False)]))
+    print(f"rollout: {cal.rollout_fit}")
+    step = (f"; per-step step time {cal.step_error_before:.1%} -> {cal.step_error_after:.1%}"
+            if cal.step_error_before is not None else "")
+    print(f"median |error| of per-step rollout time: {cal.error_before:.1%} as modelled, {cal.error_after:.1%} "
+          f"calibrated{step}")
+
+

@@ -1,0 +1,1 @@
+"""The bottom layer: the records every part reads and writes, what their columns mean, the one user-error type, atomic file I/O, JSONL, the argument parser both command lines share, padded micro-batches."""

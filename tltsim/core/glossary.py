@@ -1,0 +1,158 @@
+"""What every column of a comparison (and every key of a run's summary) means: the one place that says it.
+
+The HTML report's glossary, `tltsim compare --help` (its epilog) and docs/glossary.md are all
+made from COLUMNS, so they use the same words:
+
+    COLUMNS["idle_fraction"]      the definition, one sentence
+    BOUNDS["ideal"]               what a bound bounds (a run that is not a realisable policy)
+    RANKING[name]                 the columns of the report's ranking that are not summary keys
+    DEFINITIONS[key]              any of them, or a key of a run's summary only
+    TRACE_STATS[column]           the columns of `tltsim trace stats` (and its --json keys)
+    epilog()                      the plain-text glossary of compare --help
+    trace_stats_epilog()          the plain-text glossary of trace stats --help
+    markdown()                    docs/glossary.md (tests check it holds it verbatim)
+
+Times are seconds summed over a run's steps unless a definition says otherwise; "GPU-seconds"
+count each GPU of the cluster (a TP group of 4 idle for 1 s is 4 GPU-seconds).
+"""
+from __future__ import annotations
+
+import textwrap
+
+# Columns of the comparison tables (the report's and compare's), in the report's order.
+COLUMNS: dict[str, str] = {
+    "run": "a row of the tables: one execution of the trace and cluster, labelled by its policy (a second run of "
+           "a policy gets #2, #3); the first run is the baseline speedups are measured against.",
+    "policy": "the decision rules a run executed: what to admit, when to speculate, where the drafter trains, when "
+              "a step ends (`--policy`; `tltsim simulate --help` lists verl, tlt, ...).",
+    "speedup": "baseline makespan_s / this run's makespan_s: how many times faster the whole run is "
+               "end to end (above 1 is faster).",
+    "makespan_s": "wall-clock seconds from the first step's start to the last step's end.",
+    "mean_step_s": "makespan_s / steps: wall-clock seconds per RL step.",
+    "saved_per_step_s": "the baseline's mean_step_s - this run's (compare --calibration, and the ranking of a "
+                        "calibrated report): seconds a step would save on the calibrated cluster.",
+    "rollout_s": "seconds the steps spent waiting for rollout (generating responses); for a policy that "
+                 "overlaps rollout with training (async) only the time training waited for responses, "
+                 "so it is not comparable with the others.",
+    "rollout_share": "rollout_s / makespan_s: the share of the run spent in rollout.",
+    "tail_share": "share of rollout_s after 90% of a step's responses had finished: the long tail.",
+    "tokens_per_s": "response tokens generated / makespan_s.",
+    "idle_fraction": "idle_gpu_seconds / gpu_seconds: the share of GPU time with nothing to do (engines "
+                     "that finished early waiting for the tail); GPUs training the drafter are busy, not idle.",
+    "idle_gpu_seconds": "GPU-seconds with nothing to do, summed over the cluster's GPUs.",
+    "sd_share": "share of the rollout engines' time spent in speculative decoding (0: never speculated).",
+    "mean_accepted": "tokens each speculative verify step produced, on average (accepted draft tokens "
+                     "plus the target's own); blank when the run never speculated.",
+    "drafter_train_gpu_seconds": "GPU-seconds spent training the drafter: idle rollout GPUs (tlt's spot "
+                                 "trainer, and das+tlt's for the trained half of its hybrid) or GPUs set aside for "
+                                 "it (tlt-dedicated); 0 for a drafter with nothing to train (tlt-base's n-gram, "
+                                 "das's history drafting, which drafts from the prompt's sibling responses).",
+    "staleness_mean": "policy versions between the weights that began a trained response and the weights "
+                      "it trains, averaged over trained responses: 0 is on-policy.",
+    "staleness_max": "the largest staleness of any trained response.",
+    "resumed_fraction": "share of trained responses generated under more than one policy version "
+                        "(interrupted or carried into a later step, then continued).",
+    "dropped_fraction": "share of generated responses thrown away (aborted, or too stale when finished) "
+                        "instead of trained.",
+    "trained_len_ratio": "mean length of the responses trained on / mean length of the trace's responses: "
+                         "1 unless the policy changed the sample mix (below 1: shorter responses favoured).",
+}
+
+# Keys of a run's summary that no comparison table shows (the report's per-run tables do).
+SUMMARY_ONLY: dict[str, str] = {
+    "steps": "RL steps simulated (or run).",
+    "reward_s": "seconds in the reward stage (reward and log-prob forwards).",
+    "train_s": "seconds in the policy update.",
+    "sync_s": "seconds broadcasting new weights to the rollout engines.",
+    "gpu_seconds": "GPUs x makespan_s: all GPU time of the run.",
+    "busy_gpu_seconds": "gpu_seconds - idle_gpu_seconds: GPU time doing anything (drafter training included).",
+    "staleness_counts": "trained responses per staleness (policy versions behind).",
+    "trace": "where the run's response lengths came from.",
+    "mean_reward": "real runs: mean reward of the trained responses.",
+    "drafter_accepted": "real runs: the drafter's mean accepted length on held-out probe prompts, per step.",
+    "drafter_warmup_s": "real runs: seconds spent fitting the drafter before the first step.",
+    "drafter": "real runs: the drafter its engines drafted with: eagle (trained), suffix (the rollout's history, "
+               "das) or hybrid (history where sure, else the trained one, das+tlt).",
+    "history_share": "real das+tlt runs: share of the rows drafted that drew from the history, not the trained "
+                     "drafter.",
+    "sd_threshold": "tlt-auto: the switch threshold its engines learned by the run's end (the one most engines "
+                    "hold): the largest running batch at which speculating measured (or, before it was measured, "
+                    "the cost model estimated) faster than plain decoding; tlt's is fixed (32 by default).",
+    "sd_buckets": "tlt-auto: the batch-size buckets (1, 2-3, 4-7, ...) where most of its engines speculate by the "
+                  "run's end, because there speculation's accepted tokens per second beat plain decoding's.",
+}
+
+# Columns of the report's ranking that are not summary keys.
+RANKING: dict[str, str] = {
+    "rollout speedup": "baseline rollout_s / this run's rollout_s; not comparable where rollout runs beside "
+                       "training (rollout_s is then only the wait for responses).",
+    "off-policy cost": "what the speed costs the training data: staleness, resumed and dropped responses, and a "
+                       "changed length mix (trained_len_ratio); none for an on-policy run: every trained response "
+                       "generated whole by the weights that train on it, and no generated response dropped.",
+}
+
+DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}
+
+# Runs that are not realisable policies but bounds, and what they bound.
+BOUNDS: dict[str, str] = {
+    "ideal": "each step's rollout as long as the longest of its responses decoded alone on one engine "
+             "(its prefill, then a token an iteration) or, if longer, its tokens decoded at the cluster's best "
+             "throughput (full batches spread evenly over the engines): a lower bound on every step's rollout_s "
+             "under plain synchronous decoding of this trace on this cluster (no speculation, every response "
+             "of the step decoded in it; computed on the responses a step finished, it bounds partial rollout "
+             "and tail batching too). It does not bound a policy that speculates, nor async RL (rollout beside "
+             "training), and its makespan does not bound a run that starts the reward stage before the "
+             "rollout ends (migrate's release = next-stage).",
+}
+
+# Columns of `tltsim trace stats`'s table, as it heads them, with the --json key each comes from.
+TRACE_STATS: dict[str, str] = {
+    "step": "the RL step; `all` pools every response of the trace.",
+    "responses": "responses generated in the step (--json: responses).",
+    "mean": "mean response length in tokens (--json: mean).",
+    "median": "median response length in tokens, linearly interpolated (--json: median).",
+    "p90": "90th percentile of response length, linearly interpolated (--json: p90).",
+    "p99": "99th percentile of response length, linearly interpolated (--json: p99).",
+    "max": "the longest response in tokens: a synchronous step waits for it (--json: max).",
+    "max/med": "max / median: how much longer the longest response is than the typical one (--json: "
+               "max_over_median).",
+    "trunc%": "percent of responses cut at the generation cap (unfinished), `-` where the trace says neither "
+              "(--json: truncated_fraction, a fraction).",
+    "tail%": "percent of the step's makespan (one slot a response, all starting together, a token a unit of time) "
+             "spent after 90% of its responses finished: (max - t90) / max, t90 the ceil(0.9 n)-th shortest "
+             "length; for `all`, summed over steps (--json: tail_share, a fraction).",
+}
+
+_WIDTH = 100
+
+
+def epilog() -> str:
+    """The glossary as plain text for `tltsim compare --help` (one wrapped entry per column, then the bounds)."""
+    lines = ["columns of the comparison table:"]
+    lines += _entries(COLUMNS)
+    lines += ["", "bounds (runs that are not realisable policies):"]
+    lines += _entries(BOUNDS)
+    return "\n".join(lines)
+
+
+def trace_stats_epilog() -> str:
+    """The columns of `tltsim trace stats` as plain text for its --help."""
+    return "\n".join(["columns of the table:", *_entries(TRACE_STATS)])
+
+
+def _entries(defs: dict[str, str]) -> list[str]:
+    pad = max(map(len, defs)) + 4
+    lines = []
+    for name, text in defs.items():
+        lines += textwrap.wrap(text, _WIDTH, initial_indent=f"  {name:<{pad - 2}}", subsequent_indent=" " * pad)
+    return lines
+
+
+def markdown() -> str:
+    """The glossary as a Markdown list (docs/glossary.md's)."""
+    out = [f"- `{name}`: {text}" for name, text in COLUMNS.items()]
+    out += [f"- `{name}` (a bound, not a policy): {text}" for name, text in BOUNDS.items()]
+    out += ["", "Columns of `tltsim trace stats`:", ""]
+    out += [f"- `{name}`: {text}" for name, text in TRACE_STATS.items()]
+    return "\n".join(out)
+

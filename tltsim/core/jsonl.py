@@ -1,0 +1,47 @@
+"""JSON Lines files as other tools write them: one JSON object a line, problems named by file and line."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tltsim.core.errors import TltsimError
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def read_objects(path, what: str) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of `path`, a file of `what` (e.g. "a verl rollout dump").
+
+    Raises TltsimError naming the file and line for a missing file, a byte that is not UTF-8, a line that is
+    not JSON, or JSON that is not an object."""
+    path = Path(path)
+    try:
+        raw_lines = path.read_bytes().split(b"\n")
+    except OSError as e:
+        raise TltsimError(f"{path}: cannot read the file ({e.strerror or e}); give {what}") from None
+    out = []
+    for n, raw in enumerate(raw_lines, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TltsimError(f"{path}, line {n}: byte 0x{raw[e.start]:02x} at position {e.start + 1} is not UTF-8; "
+                              f"{what} is UTF-8 text, so the file was changed or cut: fix the line or write it again") from None
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
+            raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line of {what} is one JSON object") from None
+        if not isinstance(obj, dict):
+            raise TltsimError(f"{path}, line {n}: a JSON {type(obj).__name__}, not an object; each line of {what} "
+                              f"is one JSON object")
+        if _ESCAPED_SURROGATE.search(line):  # \ud800-\udfff: text only in pairs; a lone one is no character
+            try:
+                json.dumps(obj, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise TltsimError(f"{path}, line {n}: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff "
+                                  f"without its pair), which is no character; {what} was changed or cut: fix the "
+                                  f"line or write it again") from None
+        out.append((n, obj))
+    return out
