@@ -15,7 +15,7 @@ from dataclasses import fields
 
 from real.models import hub
 from real.settings import PRESETS, TASKS, PretrainConfig, SpeedSettings, WarmupSettings
-from tltsim.core.argparser import Parser, number, parse, show_progress, whole
+from tltsim.core.argparser import Parser, add_fields, number, parse, show_progress, whole
 from tltsim.core.errors import TltsimError
 
 
@@ -121,63 +121,31 @@ def _profile(args) -> int:
 
 
 def add_run(sub) -> None:
+    from real.run.config import DTYPES, POLICIES, RunConfig
     from real.settings import GRPOConfig
-    from real.run.config import POLICIES, RunConfig
 
-    d = {f.name: f.default for f in fields(RunConfig)}
-    g = GRPOConfig()
     p = sub.add_parser("run", help="run a policy for real: N workers, adaptive engines, spot-trained drafter, GRPO",
                        description="An RL run on worker processes (gloo on CPU, NCCL on GPU), recorded in the "
                                    "simulator's schema in RUN_DIR (Result files + trace.parquet) after every step, "
                                    "with a checkpoint to --resume from. Under torchrun each process is one worker.")
     p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
-    p.add_argument("--policy", default=d["policy"], choices=POLICIES, help="the policy the run executes: verl (no "
-                   "speculation), tlt (a spot-trained drafter), static-sd, sd-always, tlt-auto, das (history drafting, "
-                   "real/drafters/suffix.py: no drafter model or training), das+tlt (the hybrid of both, real/drafters/hybrid.py)")
-    p.add_argument("--workers", type=whole(1), default=d["workers"], help="worker processes")
-    p.add_argument("--steps", type=whole(1), default=d["steps"], help="RL steps")
-    p.add_argument("--model", default=None, help="target: a `tltsim real pretrain` directory (gcd task), a "
-                   "known model (e.g. smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word "
-                   "problems), or a preset (default: the shipped real/assets/gcd-tiny-llama)")
-    p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
-                   "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
-                   "real/tasks/longtail.py)")
-    p.add_argument("--drafter", default=None, help="trained drafter checkpoint to start from (das+tlt: the hybrid's "
-                   "trained part; das has none) (default: the one shipped for a known --model, else warm one up on "
-                   "the target's own answers)")
-    p.add_argument("--device", default=d["device"], choices=("cpu", "cuda"), help="torch device of every worker")
-    p.add_argument("--dtype", default=d["dtype"], choices=("float32", "float64", "bfloat16"),
-                   help="target and drafter dtype")
-    p.add_argument("--prompts", type=whole(1), default=d["prompts"], help="prompts per step")
-    p.add_argument("--group", type=whole(1), default=d["group"], help="samples per prompt")
-    p.add_argument("--seed", type=whole(0), default=d["seed"], help="prompts, sampling, tuners, drafter init and "
-                   "batches")
-    p.add_argument("--greedy", action="store_true", help="argmax decoding (default: sample at --temperature)")
-    p.add_argument("--temperature", type=number(above=0), default=None,
-                   help="sampling temperature (default: the task's: 0.7 for longtail, else 1.0)")
-    p.add_argument("--max-new-tokens", type=whole(1), default=None,
-                   help="response cap (default: the task's longest reference response)")
-    p.add_argument("--max-running", type=whole(1), default=None, help="rows an engine runs at once (default: its share)")
+    # a flag per RunConfig field, its help the field's comment (knobs and grpo: --knob and GRPOConfig's below)
+    flags = {"policy": {"choices": POLICIES}, "workers": {"type": whole(1)}, "steps": {"type": whole(1)},
+             "model": {"default": None}, "task": {"choices": TASKS}, "drafter": {}, "device": {"choices": ("cpu", "cuda")},
+             "dtype": {"choices": DTYPES}, "prompts": {"type": whole(1)}, "group": {"type": whole(1)},
+             "seed": {"type": whole(0)}, "greedy": {}, "temperature": {"type": number(above=0)},
+             "max_new_tokens": {"type": whole(1)}, "max_running": {"type": whole(1)},
+             "warmup_prompts": {"type": whole(1)}, "warmup_steps": {"type": whole(0)},
+             "drafter_batch": {"type": whole(1)}, "drafter_lr": {"type": number(above=0)},
+             "spot_lr": {"type": number(above=0)}, "probe": {"type": whole(0)}, "probe_static": {},
+             "speed_probe": {"type": whole(0)}, "answers": {"metavar": "RUN_DIR"}}
+    add_fields(p, RunConfig, flags)
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                    help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
-    p.add_argument("--lr", type=number(above=0), default=g.lr, help="GRPO learning rate")
-    p.add_argument("--kl", type=number(minimum=0), default=g.kl, help="KL weight to the initial target")
-    p.add_argument("--lora-rank", type=whole(0), default=None, help="train LoRA adapters of this rank instead of every "
-                   "weight (0: every weight) (default: the task's, 16 for longtail, else 0)")
-    p.add_argument("--warmup-steps", type=whole(0), default=d["warmup_steps"],
-                   help="drafter warm-up AdamW steps without --drafter")
-    p.add_argument("--probe", type=whole(0), default=d["probe"],
-                   help="held-out prompts the policy's drafter's accepted length is measured on per step, each decoded "
-                   "alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens)")
-    p.add_argument("--probe-static", action="store_true", help="also probe the starting drafter, never trained, with "
-                   "the current target (steps column static_drafter_accepted; a spot-training policy only)")
-    p.add_argument("--spot-lr", type=number(above=0), default=None, help="spot training's drafter learning rate "
-                   "(default: 1e-5 from a drafter warmed up before the run, the warm-up's 1e-3 after a warm-up in the run)")
-    p.add_argument("--speed-probe", type=whole(0), default=d["speed_probe"], help="plain decode iterations that time the "
-                   "machine before each step, for `tltsim validate --speed` (0: off)")
-    p.add_argument("--answers", default=None, metavar="RUN_DIR", help="emit a recorded run's responses token for "
-                   "token instead of drawing new ones (its answers.parquet; the same prompts, sampling and training): "
-                   "a pair of runs on the same answers differs only in how fast each produced them")
+    add_fields(p, GRPOConfig, {"lr": {"type": number(above=0)}, "kl": {"type": number(minimum=0)},
+                               "lora_rank": {"type": whole(0), "default": None}},
+               help={"lora_rank": "train LoRA adapters of this rank instead of every weight (0: every weight) "
+                                  "(default: the task's, 16 for longtail, else 0)"})
     p.add_argument("--resume", action="store_true",
                    help="continue RUN_DIR from its last checkpoint (from step 0 if it was stopped before the first)")
     p.add_argument("--no-progress", action="store_true",
@@ -220,14 +188,9 @@ def _run(args) -> int:
                      "empty or a run of `tltsim real run`")
     check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter, "--answers": args.answers})
     check_target(args.model)  # here, with its message, not in every worker after they spawn
-    config = RunConfig(policy=args.policy, workers=args.workers, steps=args.steps, model=args.model, task=args.task,
-                       drafter=args.drafter, device=args.device, dtype=args.dtype, prompts=args.prompts,
-                       group=args.group, seed=args.seed, greedy=args.greedy, temperature=args.temperature,
-                       max_new_tokens=args.max_new_tokens, max_running=args.max_running, knobs=knobs_from_text(args.knob),
-                       grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank),
-                       warmup_steps=args.warmup_steps,
-                       probe=args.probe, probe_static=args.probe_static, spot_lr=args.spot_lr,
-                       speed_probe=args.speed_probe, answers=args.answers)
+    flags = [f.name for f in fields(RunConfig) if f.name not in ("knobs", "grpo")]
+    config = RunConfig(**{name: getattr(args, name) for name in flags}, knobs=knobs_from_text(args.knob),
+                       grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank))
     out = launch(config, args.out, resume=args.resume, command=_run_command(args), bar=show_progress(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0

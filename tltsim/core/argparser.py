@@ -3,11 +3,15 @@
     parser = Parser(prog="tltsim", ...)      # its subparsers are Parsers too
     args = parse(parser, argv)               # a bad argument: one line naming the (sub)command, exit 2
     p.add_argument("--steps", type=whole(1))  # numbers checked where they enter: whole(min), number(min, above, max)
+    add_fields(p, RunConfig, {"steps": {"type": whole(1)}})  # a flag per field, its help the field's comment
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import math
+import re
 import sys
 
 
@@ -97,3 +101,36 @@ def number(minimum: float | None = None, above: float | None = None, maximum: fl
                                              f"{' and '.join(b for b in bounds if b)}".rstrip())
         return value
     return parse
+
+
+def field_help(cls) -> dict[str, str]:
+    """Each field of dataclass `cls` -> its help: the comment on its declaration line and the comment lines right
+    below it, joined, as the class writes them (so a flag made from a field has one declaration, its help in it)."""
+    out, name = {}, None
+    for line in inspect.getsource(cls).splitlines():
+        field = re.match(r"    (\w+): [^#]*?(?:#\s?(.*))?$", line)
+        more = re.match(r"\s+#\s?(.*)$", line)
+        if field:
+            name = field.group(1)
+            out[name] = (field.group(2) or "").strip()
+        elif more and name is not None:
+            out[name] = f"{out[name]} {more.group(1).strip()}".strip()
+        else:
+            name = None
+    return out
+
+
+def add_fields(parser: argparse.ArgumentParser, cls, flags: dict[str, dict], help: dict | None = None) -> None:
+    """A flag `--field-name` for each field of dataclass `cls` that `flags` names, in the class's order: the
+    field's default, the argparse keywords `flags` gives it (type, choices, a default of its own), and as help
+    its comment in the class (`field_help`) unless `help` gives one. A field whose default is False is a switch."""
+    comments = field_help(cls)
+    for f in dataclasses.fields(cls):
+        if f.name not in flags:
+            continue
+        kw = {"help": (help or {}).get(f.name, comments.get(f.name, "")), **flags[f.name]}
+        if f.default is False:
+            kw.setdefault("action", "store_true")
+        else:
+            kw.setdefault("default", f.default)
+        parser.add_argument("--" + f.name.replace("_", "-"), **kw)
