@@ -31,16 +31,21 @@ def calibration_flags(p, moved: bool = False) -> None:
 
 
 def _checked(args) -> int:
+    check_outputs(args, "calibration", {**cluster_inputs(args), "--verl-metrics": args.verl_metrics})
+    return cmd_calibrate(args)
+
+
+def check_outputs(args, kind: str, inputs: dict) -> None:
+    """-o (a directory `kind`s of tltsim's may replace) and --save-calibration, before any work: each writable, and
+    neither one of `inputs` (flag -> path)."""
     from tltsim.analysis.validation.validate import VALIDATION_KINDS
 
     if args.out:
-        check_output(args.out, sealed(*VALIDATION_KINDS), "a calibration tltsim wrote (sealed with its manifest.json, "
-                                                          "holding only the files it lists)")
+        check_output(args.out, sealed(*VALIDATION_KINDS), f"a {kind} tltsim wrote (sealed with its manifest.json, "
+                                                          f"holding only the files it lists)")
     if args.save_calibration:
         check_output(args.save_calibration)
-    check_apart({"-o": args.out, "--save-calibration": args.save_calibration},
-                {**cluster_inputs(args), "--verl-metrics": args.verl_metrics})
-    return cmd_calibrate(args)
+    check_apart({"-o": args.out, "--save-calibration": args.save_calibration}, inputs)
 
 
 def cmd_calibrate(args) -> int:

@@ -5,10 +5,9 @@ import json
 import sys
 from pathlib import Path
 
-from tltsim.cli.calibrate_cmd import calibration_flags, cmd_calibrate
+from tltsim.cli.calibrate_cmd import calibration_flags, check_outputs, cmd_calibrate
 from tltsim.cli.sim_cmd import cluster_inputs
 from tltsim.core.errors import TltsimError
-from tltsim.core.io import check_apart, check_output, sealed
 from tltsim.analysis.report.table import format_table
 
 
@@ -31,16 +30,9 @@ def cmd_validate(args) -> int:
     from tltsim.analysis.validation.validate import validate, write
     from tltsim.analysis.validation.work_domain import run_totals
 
-    from tltsim.analysis.validation.validate import VALIDATION_KINDS
-
-    if args.out:
-        check_output(args.out, sealed(*VALIDATION_KINDS), "a validation tltsim wrote (sealed with its manifest.json, "
-                                                          "holding only the files it lists)")
-    if args.save_calibration:
-        check_output(args.save_calibration)
-    inputs = {**cluster_inputs(args), "--profile": args.profile, "--verl-metrics": args.verl_metrics,
-              **{f"RUN_DIR {i + 1}": r for i, r in enumerate(args.runs)}}
-    check_apart({"-o": args.out, "--save-calibration": args.save_calibration}, inputs)
+    check_outputs(args, "validation", {**cluster_inputs(args), "--profile": args.profile,
+                                       "--verl-metrics": args.verl_metrics,
+                                       **{f"RUN_DIR {i + 1}": r for i, r in enumerate(args.runs)}})
     if args.verl_metrics:  # where calibrating was before `tltsim calibrate`: it runs it, and says so once done
         rc = cmd_calibrate(args)
         print("tltsim: note: calibrating to a verl run is `tltsim calibrate` (the same flags); `validate "
