@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.conftest import CLUSTER, start, tltsim
+from tests.cli.conftest import CLUSTER, ROOT, start, tltsim
 from tltsim.analysis.calibration import FORMAT
 from tltsim.cli import main
 from tltsim.core.io import exclusive, is_temporary
@@ -115,6 +115,8 @@ def _files(root: Path, trace: Path) -> None:
     dump = root / "dump"
     dump.mkdir()
     (dump / "0.jsonl").write_text('{"input": "q", "output": "a\\ud800b", "score": 1.0, "step": 0}\n')
+    (root / "nandump").mkdir()
+    (root / "nandump" / "1.jsonl").write_text('{"input": "q", "output": "an answer", "score": NaN, "step": 1}\n')
 
 
 def _alias_bomb() -> str:
@@ -373,6 +375,9 @@ CASES = {
                                                   "--tokenizer", s / "userdir"], "lies inside INPUT"),
     "trace convert a dump without tokenizer": (lambda s, t: ["trace", "convert", s / "dump", s / "t.parquet"],
                                                "is a verl rollout dump"),
+    "trace convert a dump with a NaN score": (lambda s, t: ["trace", "convert", s / "nandump", s / "t.parquet",
+                                                           "--tokenizer", ROOT / "examples" / "verl" / "tokenizer"],
+                                              "key 'score': NaN is not a finite number"),
     "trace convert --tokenizer of a trace": (lambda s, t: ["trace", "convert", t, s / "t.csv", "--tokenizer", "x"],
                                              "--tokenizer applies to verl rollout dumps"),
     "trace convert --max-len 0": (lambda s, t: ["trace", "convert", t, s / "t.csv", "--max-len", "0"],

@@ -207,3 +207,30 @@ def test_convert_takes_a_known_model_name_for_its_tokenizer(dump, tmp_path, caps
     by_dir = tmp_path / "by_dir.parquet"
     assert main(["trace", "convert", str(d), str(by_dir), "--tokenizer", str(TOKENIZER)]) == 0
     assert load(out).df.equals(load(by_dir).df)
+
+
+@pytest.mark.parametrize("aborted_steps", [[2], [1, 3]])
+def test_a_dump_whose_steps_differ_in_aborted_rows_converts(tmp_path, aborted_steps):
+    """Only some steps hold an aborted request (an empty output): the steps without one have no rows to mark, and
+    the joined trace marks theirs not aborted rather than refusing the dump."""
+    rng, dump = np.random.default_rng(5), tmp_path / "dump"
+    dump.mkdir()
+    for step in (1, 2, 3):
+        lines = _lines(step, 2, 4, rng)
+        if step in aborted_steps:
+            lines[3]["output"] = ""
+        _write(dump / f"{step}.jsonl", lines)
+    trace = read_rollout_dump(dump, token_counter(str(TOKENIZER)))
+    assert trace.df["aborted"].dtype == bool and trace.df["aborted"].sum() == len(aborted_steps)
+    assert sorted(trace.df.loc[trace.df.aborted, "step"]) == aborted_steps
+    assert main(["trace", "convert", str(dump), str(tmp_path / "t.parquet"), "--tokenizer", str(TOKENIZER)]) == 0
+    assert load(tmp_path / "t.parquet").df["aborted"].sum() == len(aborted_steps)
+
+
+def test_a_nan_score_is_refused_naming_its_line(tmp_path):
+    """verl writes a reward function's NaN as `NaN`; a trace's reward is a number, so the line is named."""
+    lines = _lines(1, 2, 4, np.random.default_rng(6), shuffle=False)
+    lines[5]["score"] = float("nan")
+    _write(tmp_path / "1.jsonl", lines)
+    with pytest.raises(TltsimError, match=r"1\.jsonl, line 6, key 'score': NaN is not a finite number"):
+        read_rollout_dump(tmp_path, token_counter(str(TOKENIZER)))

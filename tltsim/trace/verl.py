@@ -79,6 +79,8 @@ def read_rollout_dump(path, count_tokens: Callable[[list[str]], list[int]], toke
         frames.append(frame)
         lines += len(records)
     df = pd.concat(frames, ignore_index=True)
+    if "aborted" in df:  # a step without an aborted request has no such column: its rows are not aborted
+        df["aborted"] = df["aborted"].astype("boolean").fillna(False).astype(bool)
     by = f" with the tokenizer {tokenizer}" if tokenizer else ""
     meta = TraceMeta(source="verl-dump", group_size=group[0], provenance=(
         f"imported from the verl rollout dump {path.name}: {len(files)} step(s), {lines} samples; "
@@ -183,6 +185,9 @@ def _step_frame(f: Path, step: int, records: list[tuple[int, dict]], count_token
 def _score(f: Path, n: int, v) -> float:
     if v is None:
         return math.nan
+    if isinstance(v, float) and math.isnan(v):  # verl dumps a reward function's NaN as NaN
+        raise TltsimError(f"{f}, line {n}, key 'score': NaN is not a finite number; a reward is one (the run's "
+                          f"reward function gave NaN for this sample)")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isinf(v):
         raise TltsimError(f"{f}, line {n}, key 'score': {show(v)} is not a finite number")
     return float(v)
