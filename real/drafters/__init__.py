@@ -32,6 +32,7 @@ line in DRAFTERS (kind name -> "module:Class"). `load` then finds it by its kind
 from __future__ import annotations
 
 import importlib
+import zipfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -39,6 +40,7 @@ from tltsim.core.errors import TltsimError
 
 # kind name -> "module:Class"; "eagle" (real.drafters.eagle) is the trained drafter whose checkpoints `load` reads
 DRAFTERS = {"eagle": "real.drafters.eagle:Drafter", "suffix": "real.drafters.suffix:SuffixDrafter", "hybrid": "real.drafters.hybrid:HybridDrafter"}
+CHECKPOINT_FORMAT = "tltsim-drafter-1"  # the `format` of a trained drafter's checkpoint (real.drafters.eagle.save)
 SHIPPED = "shipped"  # the trained drafter shipped for a known model (real.models.hub.KNOWN's `drafter`)
 
 
@@ -113,3 +115,21 @@ def load(name: str | Path, target, model: str | Path | None = None) -> Drafting:
     if not Path(name).exists():
         raise TltsimError(f"drafter {name}: not {SHIPPED}, a kind ({', '.join(DRAFTERS)}) or a checkpoint file")
     return kind("eagle").load(name, target)
+
+
+def check_checkpoint(path: str | Path) -> None:
+    """That `path` is a trained drafter's checkpoint, read without torch (its zip holds a pickle naming
+    CHECKPOINT_FORMAT), so a command refuses another file before it starts workers; TltsimError else."""
+    path = Path(path)
+    if not path.is_file():
+        raise TltsimError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}; give a drafter "
+                          f"checkpoint (`tltsim real drafter -o FILE` writes one)")
+    try:
+        with zipfile.ZipFile(path) as z:
+            found = any(name.endswith("/data.pkl") and CHECKPOINT_FORMAT.encode() in z.read(name)
+                        for name in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        found = False
+    if not found:
+        raise TltsimError(f"{path}: not a drafter checkpoint (format {CHECKPOINT_FORMAT}); give one "
+                          f"`tltsim real drafter -o FILE` or a run's drafter_init.pt wrote")

@@ -44,11 +44,11 @@ from torch import nn
 
 from real.engine import attention
 from real.drafters.master_weights import MasterWeightAdamW
+from real.drafters import CHECKPOINT_FORMAT
 from real.drafters.eagle_session import EagleSession
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import atomic_path
 
-_FORMAT = "tltsim-drafter-1"
 # decoder layers that are x + attn(norm(x)), then x + mlp(norm(x)), with rotary q/k and no extra norms
 _PRE_NORM_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")
 
@@ -251,7 +251,7 @@ class Drafter(nn.Module):
         floating-point weights in `dtype` (default: as they are), `meta` (provenance) beside them."""
         state = {k: v.detach().cpu().to(dtype) if dtype is not None and v.is_floating_point() else v.detach().cpu()
                  for k, v in self.state_dict().items()}
-        payload = {"format": _FORMAT, "hidden_size": self.fc.out_features, "state": state, "meta": meta or {}}
+        payload = {"format": CHECKPOINT_FORMAT, "hidden_size": self.fc.out_features, "state": state, "meta": meta or {}}
         with atomic_path(path) as tmp:
             torch.save(payload, tmp)
 
@@ -265,8 +265,8 @@ class Drafter(nn.Module):
             payload = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # a directory, or a file that is no checkpoint: its unpickler fails with what it meets
             payload = None
-        if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-            raise TltsimError(f"{path}: not a drafter checkpoint (format {_FORMAT}); write one with Drafter.save")
+        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+            raise TltsimError(f"{path}: not a drafter checkpoint (format {CHECKPOINT_FORMAT}); write one with Drafter.save")
         drafter = cls(target, draft_vocab=payload["state"].get("draft_vocab"))
         if payload["hidden_size"] != drafter.fc.out_features:
             raise TltsimError(f"{path}: drafter hidden size {payload['hidden_size']} does not match the target's "

@@ -117,7 +117,7 @@ class RunConfig:
 
     def _check_drafter(self, knobs: DecisionKnobs | None) -> None:
         """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
-        from real.drafters import DRAFTERS, SHIPPED  # no torch: the registry's names
+        from real.drafters import DRAFTERS, SHIPPED, check_checkpoint  # no torch: the registry's names
 
         if knobs is None:  # verl: the baseline of a pair takes the pair's arguments and loads no drafter
             return
@@ -128,6 +128,7 @@ class RunConfig:
             raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
                               f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "
                               f"drafter is the default")
+        check_checkpoint(self.drafter)  # here, not in every worker after they start
 
     def _check_answers(self) -> None:
         """That `answers` is a run directory holding every response this run will generate: the same target, task,
