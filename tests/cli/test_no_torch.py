@@ -34,3 +34,14 @@ def test_help_and_the_simulator_load_no_torch(tmp_path):
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["commands"] >= 20  # every command group and command was asked
     assert seen["loaded"] == []
+
+
+def test_import_real_loads_nothing_until_its_api_is_used():
+    """`import real` loads no torch; each name of its public API (real.API) then resolves to the object its
+    module defines (real.generate: the engine's generate), loading torch only then."""
+    code = ("import sys, importlib, real; before = 'torch' in sys.modules; "
+            "same = all(getattr(real, n) is getattr(importlib.import_module(m), real._ALIASES.get(n, n)) "
+            "for n, m in real.API.items()); "
+            "print(before, same, real.generate.__module__, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.split() == ["False", "True", "real.engine.generate", "True"]
