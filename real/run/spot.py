@@ -127,10 +127,10 @@ class SpotTraining:
     steps: the masters are averaged at every sync, the moments stay this worker's own.
     """
 
-    def __init__(self, rank: int, world: int, store, buffer: SampleBuffer, lr: float, batch: int, seed: int,
+    def __init__(self, rank: int, world: int, store, buffer: SampleBuffer, lr: float, batch: int,
                  out, device, dtype, hidden: int):
         self.rank, self.world, self.store, self.buffer = rank, world, store, buffer
-        self.lr, self.batch, self.seed, self.out = lr, batch, seed, out
+        self.lr, self.batch, self.out = lr, batch, out
         self.device, self.dtype, self.hidden = device, dtype, hidden
         self.drafter = None
         self.opt, self.opt_state = None, None  # the optimizer; its state from a checkpoint until it is made

@@ -120,7 +120,7 @@ class Worker:
         warm = cfg.drafter or find_shipped_drafter(cfg.model)
         lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
         return SpotTraining(self.rank, self.world, self.store, SampleBuffer(knobs.buffer_steps, knobs.keep_long_prev),
-                            lr, cfg.drafter_batch, cfg.seed, self.out, self.device, self.dtype,
+                            lr, cfg.drafter_batch, self.out, self.device, self.dtype,
                             self.target.config.hidden_size)
 
     def _trainer(self) -> SpotTrainer:
