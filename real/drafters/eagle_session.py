@@ -3,11 +3,16 @@ kept in step with the engine's rows, and the drafts it makes from it: a chain wh
 tree search (real.engine.spec.select_tree keeps the best nodes)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from real.engine.kvcache import RaggedCache
 from real.engine.spec import DraftTree, select_tree
 from tltsim.control.strategy import Strategy
+
+if TYPE_CHECKING:  # the drafter module imports this one
+    from real.drafters.eagle import Drafter
 
 
 class EagleSession:
