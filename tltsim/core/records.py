@@ -16,6 +16,13 @@ steps: one row per RL step
     step, t_start, rollout_s, reward_s, train_s, sync_s, total_s, ... (policy-specific extras)
 requests: one row per response
     step, prompt_id, sample, engine, prompt_len, response_len, admitted_at, finished_at
+turns: one row per turn of a multi-turn trajectory (optional: runs of an agentic trace)
+    step, prompt_id, sample, engine, turn, prompt_tokens, cached_tokens, response_len, admitted_at,
+    finished_at, tool_latency_s, tool_tokens
+    prompt_tokens is the context the turn starts from (the prompt, earlier turns and tool answers),
+    cached_tokens the part of it whose KV the engine still held (a prefix-cache hit; the rest was
+    prefilled), response_len the tokens the turn generated, admitted_at and finished_at its generation's
+    start and end; tool_latency_s and tool_tokens the tool call after it (NaN and 0 where it called none).
 
 A result directory holds <frame>.parquet for each frame, config.json, summary.json and, written
 last, manifest.json (kind "result"): the names, sizes and sha256 of those files (and of the files
@@ -37,8 +44,10 @@ import pandas as pd
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import MANIFEST, atomic_path, manifest_kind, read_manifest, write_json, write_manifest
 
-# Worker states, in the order plots stack and colour them.
-STATES = ["prefill", "decode", "spec_decode", "drafter_train", "idle", "reward", "train", "weight_sync"]
+# Worker states, in the order plots stack and colour them. tool_wait: an engine whose trajectories all wait on
+# tool calls, with nothing to generate (idle, as far as the GPU goes).
+STATES = ["prefill", "decode", "spec_decode", "drafter_train", "tool_wait", "idle", "reward", "train", "weight_sync"]
+IDLE_STATES = ("tool_wait", "idle")  # states in which a worker's GPUs do nothing
 
 
 class TimelineRow(NamedTuple):
@@ -82,18 +91,21 @@ def merge_states(rows: list[TimelineRow], weights: list[float]) -> list[Timeline
     return out
 STEP_COLUMNS = ["step", "t_start", "rollout_s", "reward_s", "train_s", "sync_s", "total_s"]
 REQUEST_COLUMNS = ["step", "prompt_id", "sample", "engine", "prompt_len", "response_len", "admitted_at", "finished_at"]
+TURN_RECORD_COLUMNS = ["step", "prompt_id", "sample", "engine", "turn", "prompt_tokens", "cached_tokens", "response_len",
+                       "admitted_at", "finished_at", "tool_latency_s", "tool_tokens"]
 # A real run's steps column speed_probe_s: seconds of one plain decode iteration at batch SPEED_BATCH after
 # prompts of SPEED_CONTEXT tokens (real.tools.profile.speed_probe), how fast the machine ran before the step
 SPEED_BATCH, SPEED_CONTEXT = 8, 64
 
-_FRAMES = ("timeline", "steps", "requests", "iterations")
+_FRAMES = ("timeline", "steps", "requests", "iterations", "turns")
 _REQUIRED = ("timeline.parquet", "steps.parquet", "requests.parquet", "summary.json")
 RESULT_FILES = frozenset({*(f"{n}.parquet" for n in _FRAMES), "config.json", "summary.json", MANIFEST})
 
 
 @dataclass
 class Result:
-    """What one run produced. `iterations` is optional (per-iteration records, real runs and --exact)."""
+    """What one run produced. `iterations` is optional (per-iteration records, real runs and --exact), as is
+    `turns` (runs of a multi-turn trace)."""
 
     timeline: pd.DataFrame
     steps: pd.DataFrame
@@ -101,6 +113,7 @@ class Result:
     summary: dict
     config: dict = field(default_factory=dict)
     iterations: pd.DataFrame | None = None
+    turns: pd.DataFrame | None = None
 
     def save(self, out_dir: str | Path, also=()) -> Path:
         """Write Parquet files, summary.json and config.json into `out_dir`, each atomically, then its manifest.
@@ -154,6 +167,7 @@ class Result:
             steps=frames["steps"],
             requests=frames["requests"],
             iterations=frames.get("iterations"),
+            turns=frames.get("turns"),
             summary=_read(out, "summary.json", _json),
             config=_read(out, "config.json", _json) if "config.json" in names else {},
         )

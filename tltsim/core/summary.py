@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tltsim.core.records import IDLE_STATES
+
 GENERATION = ("prefill", "decode", "spec_decode")  # the timeline states that generate tokens
 TRAINING = ("reward", "train")  # the trainer's stages (reward and log-prob forwards, the update)
 OVERLAPS = 0.5  # a rollout_overlap above this: rollout_s is only the wait for responses, not a rollout time
@@ -21,7 +23,8 @@ def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus
               gpus_per_worker: int = 1) -> dict:
     """The run-level figures (seconds, shares, tokens per second) of a Result's summary."""
     dur = timeline["t_end"] - timeline["t_start"]
-    idle = float(dur[timeline["state"] == "idle"].sum()) * gpus_per_worker
+    idle_rows = timeline["state"].isin(IDLE_STATES)
+    idle = float(dur[idle_rows].sum()) * gpus_per_worker
     gpu_s = makespan * gpus
     rollout = float(steps["rollout_s"].sum())
     out = {
@@ -36,12 +39,15 @@ def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus
         "gpu_seconds": gpu_s,
         "idle_gpu_seconds": idle,
         "idle_fraction": idle / gpu_s if gpu_s else 0.0,
-        "busy_gpu_seconds": float(dur[timeline["state"] != "idle"].sum()) * gpus_per_worker,
+        "busy_gpu_seconds": float(dur[~idle_rows].sum()) * gpus_per_worker,
         "tail_share": float(steps["tail_s"].sum()) / rollout if rollout else 0.0,
         "tokens_per_s": float(steps["response_tokens"].sum()) / makespan if makespan else 0.0,
         "sd_share": float((steps["sd_share"] * steps["rollout_s"]).sum()) / rollout if rollout else 0.0,
         "drafter_train_gpu_seconds": float(dur[timeline["state"] == "drafter_train"].sum()) * gpus_per_worker,
     }
+    if "turns" in steps:  # a multi-turn trace's run
+        out["turns_per_trajectory"] = float(steps["turns"].sum()) / max(float(steps["trajectories"].sum()), 1.0)
+        out["tool_wait_share"] = float((steps["tool_wait_share"] * steps["rollout_s"]).sum()) / rollout if rollout else 0.0
     if "mean_accepted" in steps and steps["mean_accepted"].notna().any():
         out["mean_accepted"] = float(steps["mean_accepted"].mean())
     return out

@@ -65,6 +65,9 @@ def save(trace: Trace, path) -> Path:
     """
     path = Path(path)
     suffix = _suffix(path)
+    if suffix == ".csv" and trace.agentic:
+        raise TltsimError(f"{path}: a multi-turn trace's turns are lists, which CSV cannot hold; save it as .parquet "
+                          f"or .jsonl")
     with atomic_path(path) as tmp:
         if suffix == ".parquet":
             table = pa.Table.from_pandas(trace.df, preserve_index=False)

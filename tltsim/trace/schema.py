@@ -13,6 +13,19 @@ Columns (docs/design.md#one-record-schema):
     aborted       bool  optional; True = the request was admitted and aborted (verl dumps it as an empty
                         output): it held a slot and left nothing to train on, so its response_len is 0
 
+A multi-turn trace (an agent's trajectories: the model generates, calls a tool, reads the tool's answer,
+generates again) carries each trajectory's turns as list columns, one entry per turn, all three together:
+
+    turn_response_len  list[int]    tokens the model generated in each turn (>= 0; they sum to response_len)
+    tool_latency_s     list[float]  seconds of the tool call that followed the turn (null: the turn called no
+                                    tool; a trajectory's last turn may call one, whose answer ends it)
+    tool_tokens        list[int]    tokens the tool's answer appended to the context (0 where no tool was called)
+    turn_gen_s         list[float]  optional: seconds the turn's generation took where the source recorded them
+
+Such a row's response_len counts the tokens the model generated (what GRPO's loss covers); the tool's
+tokens are part of its sequence (`sequence_tokens`). `Trace.turns` gives the same as one row per turn.
+Parquet and JSONL carry list columns; CSV does not.
+
 Sim and real write the same schema, so every table and plot works on both.
 """
 from __future__ import annotations
@@ -28,6 +41,10 @@ from tltsim.core.errors import TltsimError, where
 REQUIRED = ["step", "prompt_id", "sample", "prompt_len", "response_len"]
 OPTIONAL = {"reward": "float64", "finished": "bool", "engine": "int64", "aborted": "bool"}
 INT_COLUMNS = REQUIRED + ["engine"]
+TURN_LISTS = ("turn_response_len", "tool_latency_s", "tool_tokens")  # a multi-turn trace has all three
+TURN_OPTIONAL = ("turn_gen_s",)
+# Trace.turns: one row per turn
+TURN_COLUMNS = ["step", "prompt_id", "sample", "turn", "response_len", "tool_latency_s", "tool_tokens"]
 
 
 @dataclass
@@ -81,6 +98,27 @@ class Trace:
         if meta.group_size is None:
             meta.group_size = int(df.groupby(["step", "prompt_id"]).size().iloc[0])
         return cls(df=df, meta=meta)
+
+    @property
+    def agentic(self) -> bool:
+        """Whether the trace holds multi-turn trajectories (its turn list columns)."""
+        return TURN_LISTS[0] in self.df.columns
+
+    @property
+    def turns(self) -> pd.DataFrame | None:
+        """One row per turn (TURN_COLUMNS, and `gen_s` where the trace records it), in the trace's row order;
+        None for a single-turn trace."""
+        if not self.agentic:
+            return None
+        return expand_turns(self.df)
+
+    def sequence_tokens(self) -> np.ndarray:
+        """Per row, the tokens of its whole sequence after the prompt: generated tokens and, in a multi-turn
+        trace, the tools' answers between them (what the trainer's forward passes read)."""
+        out = self.df["response_len"].to_numpy(dtype=np.int64)
+        if self.agentic:
+            out = out + np.fromiter((int(np.sum(t)) for t in self.df["tool_tokens"]), np.int64, len(out))
+        return out
 
     @property
     def steps(self) -> list[int]:
@@ -177,7 +215,94 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
             f"metadata or complete the group)"
         )
     cols = REQUIRED + [c for c in OPTIONAL if c in out.columns]
+    present = [c for c in (*TURN_LISTS, *TURN_OPTIONAL) if c in out.columns]
+    if present:
+        _check_turns(out, present, path)
+        cols += present
     return out[cols] if order is None else out[cols].take(order).reset_index(drop=True)
+
+
+def expand_turns(df: pd.DataFrame) -> pd.DataFrame:
+    """A frame with the turn list columns as one row per turn (TURN_COLUMNS, and `gen_s` where present)."""
+    n = np.fromiter((len(t) for t in df["turn_response_len"]), np.int64, len(df))
+    rows = np.repeat(np.arange(len(df)), n)
+    out = {c: df[c].to_numpy()[rows] for c in ("step", "prompt_id", "sample")}
+    out["turn"] = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)
+    out["response_len"] = _flat(df["turn_response_len"], np.int64)
+    out["tool_latency_s"] = _flat(df["tool_latency_s"], float)
+    out["tool_tokens"] = _flat(df["tool_tokens"], np.int64)
+    if "turn_gen_s" in df.columns:
+        out["gen_s"] = _flat(df["turn_gen_s"], float)
+    return pd.DataFrame(out)
+
+
+def _flat(col: pd.Series, dtype) -> np.ndarray:
+    parts = [np.asarray([np.nan if v is None else v for v in cell], dtype=dtype) for cell in col]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def _check_turns(out: pd.DataFrame, present: list[str], path) -> None:
+    """The turn list columns: all three or none, a list per row of one length, whole token counts that sum to
+    the row's response_len, finite non-negative latencies; each cell becomes a plain list (ints, floats with
+    None where no tool was called)."""
+    missing = [c for c in TURN_LISTS if c not in present]
+    if missing:
+        raise TltsimError(f"{where(path)}turn column(s) {', '.join(map(repr, present))} without "
+                          f"{', '.join(map(repr, missing))}; a multi-turn trace has all of {', '.join(TURN_LISTS)}")
+    for c in present:
+        cells = []
+        for i, v in enumerate(out[c].tolist()):
+            if isinstance(v, np.ndarray):
+                v = v.tolist()
+            if not isinstance(v, (list, tuple)) or not v:
+                raise _fail(path, i, c, v, "is not a list with one entry per turn; a trajectory has at least one "
+                                           "turn")
+            cells.append(list(v))
+        out[c] = pd.Series(cells, index=out.index, dtype=object)
+    lens = {c: np.fromiter((len(v) for v in out[c]), np.int64, len(out)) for c in present}
+    for c in present[1:]:
+        bad = np.flatnonzero(lens[c] != lens[present[0]])
+        if len(bad):
+            i = int(bad[0])
+            raise TltsimError(f"{where(path, _row(i), c)}{lens[c][i]} entries but {present[0]} has "
+                              f"{lens[present[0]][i]}; every turn column has one entry per turn")
+    for c, kind in (("turn_response_len", "int"), ("tool_tokens", "int"), ("tool_latency_s", "float"),
+                    ("turn_gen_s", "float")):
+        if c not in out.columns:
+            continue
+        cells = []
+        for i, cell in enumerate(out[c]):
+            vals = []
+            for v in cell:
+                if kind == "int":
+                    n = whole_number(v)
+                    if n is None or n < 0:
+                        raise _fail(path, i, c, v, f"is not a whole token count >= 0; {c} lists them per turn")
+                    vals.append(n)
+                else:
+                    d = None if _is_missing(v) else _exact(v)
+                    if d is not None and not (d.is_finite() and d >= 0):
+                        raise _fail(path, i, c, v, f"is not a time in seconds (a finite number >= 0, or null where "
+                                                   f"the turn called no tool); {c} lists them per turn")
+                    if d is None and not _is_missing(v):
+                        raise _fail(path, i, c, v, f"is not a number; {c} lists seconds per turn, null for none")
+                    vals.append(None if d is None else float(d))
+            cells.append(vals)
+        out[c] = pd.Series(cells, index=out.index, dtype=object)
+    for i, (gen, lat, tok, total) in enumerate(zip(out["turn_response_len"], out["tool_latency_s"], out["tool_tokens"],
+                                                   out["response_len"])):
+        if sum(gen) != total:
+            raise _fail(path, i, "turn_response_len", gen, f"sums to {sum(gen)} tokens but response_len is {total}; "
+                                                           f"the turns' tokens are the response's")
+        for t, (lt, tt) in enumerate(zip(lat, tok)):
+            if lt is None and tt:
+                raise _fail(path, i, "tool_tokens", tok, f"has {tt} tokens after turn {t}, which called no tool "
+                                                         f"(its tool_latency_s is null); give the call's latency")
+            if lt is not None and t < len(gen) - 1:
+                continue
+            if lt is None and t < len(gen) - 1:
+                raise _fail(path, i, "tool_latency_s", lat, f"is null after turn {t}, which another turn follows; "
+                                                            f"a trajectory goes on only after a tool call")
 
 
 def _sort_order(step: np.ndarray, prompt: np.ndarray, sample: np.ndarray) -> np.ndarray | None:

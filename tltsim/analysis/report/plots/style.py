@@ -34,6 +34,7 @@ STATE_COLORS = dict(
             "#2c7bb6",  # decode: blue
             "#1a9641",  # spec_decode: green
             "#fdae61",  # drafter_train: orange
+            "#a6cee3",  # tool_wait: pale blue (idle, waiting on tools)
             "#d9d9d9",  # idle: light grey
             "#e6c229",  # reward: yellow
             "#b2182b",  # train: red
