@@ -41,6 +41,7 @@ class AsyncKnobs:
 
 class AsyncRL(KnobbedPolicy):
     name = "async"
+    multi_turn = False  # its own step loop generates single-turn responses
     Knobs = AsyncKnobs
 
     def reserved_gpus(self, cluster) -> int:

@@ -38,6 +38,10 @@ class Composite(Policy):
         self._rollout_owner = owners[0] if owners else a
 
     @property
+    def multi_turn(self) -> bool:
+        return all(p.multi_turn for p in self.parts)
+
+    @property
     def trains_drafter(self) -> bool:
         return any(getattr(p, "trains_drafter", False) for p in self.parts)
 

@@ -61,6 +61,8 @@ class Ideal(Policy):
     a response finishes at max(its alone time, W) and the step's rollout at max(L, W): what remains of the
     tail is what no schedule of plain decoding removes."""
 
+    multi_turn = False  # its bound is the single-turn one
+
     name = "ideal"
 
     def rollout(self, step, df, shares, run) -> StepRollout:

@@ -45,6 +45,7 @@ class MigrateKnobs:
 
 class Migrate(KnobbedPolicy):
     name = "migrate"
+    multi_turn = False  # moves requests on the single-turn token clock
     Knobs = MigrateKnobs
 
     def bind(self, sim) -> None:

@@ -42,6 +42,7 @@ class PartialKnobs:
 
 class PartialRollout(KnobbedPolicy):
     name = "partial"
+    multi_turn = False  # stops a rollout on the single-turn token clock
     Knobs = PartialKnobs
 
     def bind(self, sim) -> None:

@@ -38,6 +38,7 @@ class TailBatchingKnobs:
 
 class TailBatching(KnobbedPolicy):
     name = "tail-batching"
+    multi_turn = False  # stops a rollout on the single-turn token clock
     Knobs = TailBatchingKnobs
 
     def bind(self, sim) -> None:

@@ -229,6 +229,21 @@ class TLTPolicy(Policy):
         for w in self.trainer.worker_done(engine, t):
             self.train_start.setdefault(w, t)
 
+    def _train_in_tool_waits(self, sr, load: float) -> tuple[float, float]:
+        """Multi-turn rollouts: the drafter trains while an engine's trajectories all wait on tools, from the
+        wait's start until the first answer preempts it (loading the drafter, then saving it, within the wait):
+        each wait longer than load_s + checkpoint_s becomes a drafter_train interval. Returns (its seconds of
+        training, the waits' whole seconds)."""
+        useful = whole = 0.0
+        for ro in sr.rollouts.values():
+            for iv in ro.intervals:
+                gap = iv.t_end - iv.t_start
+                if iv.state == "tool_wait" and gap > load + self.k.checkpoint_s:
+                    iv.state = "drafter_train"
+                    useful += gap - load - self.k.checkpoint_s
+                    whole += gap
+        return useful, whole
+
     def end_rollout(self, step: int, t: float, df: dict, sr) -> StepOutcome:
         self.trainer.preempt(t)
         self.buffer.add(step, sr.generated[sr.generated > 0])  # the sequences whose hidden states the step made
@@ -240,6 +255,8 @@ class TLTPolicy(Policy):
         spans = {w: (a, self._stop_time(a, t, load, seq_len, per_worker_tps)) for w, a in self.train_start.items()
                  if t > a}
         useful = sum(max(0.0, (b - a) - load - self.k.checkpoint_s) for a, b in spans.values())
+        gap_useful, gap_s = self._train_in_tool_waits(sr, load) if self.trains_drafter else (0.0, 0.0)
+        useful += gap_useful
         tokens = useful * per_worker_tps
         samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
         if getattr(self.drafter, "trainable", False) and samples > 0:
@@ -256,7 +273,7 @@ class TLTPolicy(Policy):
             columns={
                 "drafter_quality": quality_used,
                 "drafter_quality_trained": quality_trained,
-                "drafter_train_gpu_s": sum(b - a for a, b in spans.values()) * tp,
+                "drafter_train_gpu_s": (sum(b - a for a, b in spans.values()) + gap_s) * tp,
                 "drafter_train_samples": samples,
             },
         )

@@ -123,6 +123,10 @@ class EngineRollout:
     clock_t: np.ndarray | None = None
     clock_tau: np.ndarray | None = None
     tau_a: np.ndarray | None = None
+    # multi-turn trajectories (tltsim.sim.agentic): per turn, flat in the rows' order, admitted_at, finished_at,
+    # prompt_tokens and cached_tokens; and the seconds the engine had only trajectories waiting on tools
+    turns: dict | None = None
+    tool_wait_s: float = 0.0
 
 
 def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation | None = None) -> EngineRollout:

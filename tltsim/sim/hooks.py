@@ -38,6 +38,7 @@ class Policy:
     """Baseline synchronous RL as verl runs it: no speculation, idle engines wait at the barrier."""
 
     name = "verl"
+    multi_turn = True  # runs a multi-turn trace (its rollout runs every share to its end with `run`)
     knob_names: tuple = ()  # the knobs it takes (tltsim.control.knobs)
     knob_values: dict = {}  # an instance's values of them
 

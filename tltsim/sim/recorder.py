@@ -19,6 +19,7 @@ class SimRecorder:
         self.steps: list[dict] = []
         self.requests: list[dict] = []  # per step: column arrays of the requests frame
         self.iterations: list[pd.DataFrame] = []
+        self.turns: list[pd.DataFrame] = []  # per engine and step of a multi-turn trace: its turns' rows
 
     def interval(self, row: TimelineRow) -> int:
         """Add a timeline row; returns its index (for `stretch`)."""

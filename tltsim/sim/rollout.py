@@ -91,6 +91,7 @@ class StepRollout:
     admitted_at: np.ndarray = None  # first admission this step; NaN = never admitted
     finished_at: np.ndarray = None  # NaN = not finished when the rollout stopped
     generated: np.ndarray = None  # tokens generated this step
+    turn_records: list = field(default_factory=list)  # multi-turn: (rows, the EngineRollout's turns, offset) per run
 
     @classmethod
     def empty(cls, n: int) -> "StepRollout":
@@ -99,6 +100,8 @@ class StepRollout:
     def add(self, engine: int, rows: np.ndarray, ro: EngineRollout, generated: np.ndarray, offset: float = 0.0) -> None:
         """Record that `engine` ran `rows` as `ro` from `offset` on, generating `generated` tokens for each."""
         self.rollouts[engine] = append(self.rollouts.get(engine), ro, offset) if engine in self.rollouts or offset else ro
+        if ro.turns is not None:
+            self.turn_records.append((np.asarray(rows), ro.turns, offset))
         admitted = ro.admitted_at + offset
         self.admitted_at[rows] = np.where(np.isnan(self.admitted_at[rows]), admitted, self.admitted_at[rows])
         self.finished_at[rows] = ro.finished_at + offset

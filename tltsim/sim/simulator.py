@@ -23,7 +23,8 @@ from tltsim.cost import Calibrated, Roofline
 from tltsim.core.padding import padded_tokens
 from tltsim.core.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
-from tltsim.core.records import STEP_COLUMNS, Result, TimelineRow
+from tltsim.core.records import STEP_COLUMNS, TURN_RECORD_COLUMNS, Result, TimelineRow
+from tltsim.sim.agentic import Turns, agentic_rollout
 from tltsim.sim.engine import exact_rollout, fast_rollout
 from tltsim.sim.hooks import Policy
 from tltsim.sim.recorder import SimRecorder
@@ -51,6 +52,14 @@ class Simulator:
             raise TltsimError(f"rl: skip_zero_advantage needs the trace's reward column, which {cfg.trace or 'the trace'} "
                               f"lacks; set it false or give a trace with rewards (a real run's trace.parquet)")
         self.split, self.split_note = choose_split(self.trace, c.split, self.engines)
+        self.agentic = self.trace.agentic
+        if self.agentic and not self.policy.multi_turn:
+            raise TltsimError(f"policy {self.policy.name!r} does not run multi-turn trajectories (its rollout works on "
+                              f"single responses); on {cfg.trace or 'this trace'} run verl, tlt and the tlt variants, "
+                              f"das, longest-first, or their combinations")
+        if self.agentic and cfg.exact:
+            raise TltsimError("exact: the per-iteration executor runs single-turn traces; drop --exact for a "
+                              "multi-turn trace")
         self.policy.bind(self)
 
     def run(self, progress: bool = False) -> Result:
@@ -74,6 +83,10 @@ class Simulator:
             cols["aborted"] = df["aborted"].to_numpy()
         if self.cfg.rl.skip_zero_advantage:
             cols["reward"] = df["reward"].to_numpy(dtype=float)
+        if self.agentic:  # each row's turns (lists), and the tools' tokens its sequence holds
+            for c in ("turn_response_len", "tool_latency_s", "tool_tokens"):
+                cols[c] = df[c].to_numpy()
+            cols["tool_total"] = self.trace.sequence_tokens() - cols["response_len"]
         bounds = np.flatnonzero(np.diff(cols["step"])) + 1
         starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(df)]])
         return [(int(cols["step"][a]), {c: v[a:b] for c, v in cols.items()}) for a, b in zip(starts, ends)]
@@ -90,6 +103,7 @@ class Simulator:
         df = self.policy.prepare_step(step, df)
         shares = self.policy.split(df, self.engines) or self._shares(df)
         self.policy.begin_step(step, t0)
+        self._step_rows = df
         sr = self.policy.rollout(step, df, shares, self.run_engine)
         yield simpy.AllOf(env, [env.process(self._engine(env, e, sr)) for e in range(self.engines)])
         barrier = env.now
@@ -129,6 +143,7 @@ class Simulator:
                 "tail_s": (barrier - t0) - t90,
                 **self.off_policy_columns(step, df, trained, outcome.dropped + int(aborted.sum())),
                 **self._spec_columns(sr.rollouts, barrier - t0),
+                **(self._turn_columns(df, sr, barrier - t0) if self.agentic else {}),
                 **outcome.columns,
             }
         )
@@ -137,6 +152,10 @@ class Simulator:
         """One EngineRollout of these requests (the step's `rows`, where the caller knows them) on engine e from
         time 0, fast or exact, with the policy's speculation."""
         spec = self.policy.speculation(e, rows)
+        if self.agentic:
+            df = self._step_rows
+            turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")))
+            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec)
         if not self.cfg.exact:
             return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
         env, out = simpy.Environment(), {}  # engines do not interact within a rollout: each runs in its own clock
@@ -178,7 +197,7 @@ class Simulator:
     def _train_phases(self, df: dict, trained: np.ndarray, sr) -> tuple[float, float]:
         """(log-prob, train) seconds of the step's trained sequences: spread over every GPU, or (rl.balance_train
         false) each engine's on its own TP group, as long as the slowest engine takes; padded as rl says."""
-        lengths = (df["prompt_len"] + df["response_len"])[trained].astype(float)
+        lengths = (df["prompt_len"] + df["response_len"] + df.get("tool_total", 0))[trained].astype(float)
         if self.cfg.rl.balance_train:
             parts, gpus = [lengths], self.cfg.cluster.gpus
         else:
@@ -228,6 +247,8 @@ class Simulator:
             free = barrier + outcome.release_s  # when the reward stage starts
             if free > end:
                 self.recorder.interval(TimelineRow(step, e, "idle", end, free))
+        if self.agentic:
+            self._record_turns(step, t0, df, sr)
         ran = sr.engine >= 0
         self.recorder.step_requests({
             "step": np.full(int(ran.sum()), step), "prompt_id": df["prompt_id"][ran], "sample": df["sample"][ran],
@@ -235,6 +256,32 @@ class Simulator:
             "admitted_at": t0 + sr.admitted_at[ran], "finished_at": t0 + sr.finished_at[ran],
             "finished": sr.finished[ran],
         })
+
+    def _record_turns(self, step: int, t0: float, df: dict, sr) -> None:
+        """The step's turns (TURN_RECORD_COLUMNS), from each engine's rollout of its rows."""
+        for rows, rec, offset in sr.turn_records:
+            counts = np.fromiter((len(t) for t in df["turn_response_len"][rows]), np.int64, len(rows))
+            each = np.repeat(rows, counts)
+            flat = lambda c, dtype: np.concatenate([np.asarray(  # noqa: E731
+                [np.nan if v is None else v for v in cell], dtype) for cell in df[c][rows]])
+            self.recorder.turns.append(pd.DataFrame({
+                "step": step, "prompt_id": df["prompt_id"][each], "sample": df["sample"][each],
+                "engine": sr.engine[each], "turn": np.arange(len(each)) - np.repeat(np.cumsum(counts) - counts, counts),
+                "prompt_tokens": rec["prompt_tokens"].astype(np.int64),
+                "cached_tokens": rec["cached_tokens"].astype(np.int64),
+                "response_len": flat("turn_response_len", np.int64),
+                "admitted_at": t0 + offset + rec["admitted_at"], "finished_at": t0 + offset + rec["finished_at"],
+                "tool_latency_s": flat("tool_latency_s", float), "tool_tokens": flat("tool_tokens", np.int64),
+            })[TURN_RECORD_COLUMNS])
+
+    def _turn_columns(self, df: dict, sr, rollout_s: float) -> dict:
+        """A multi-turn step's trajectories, turns, tool calls and the share of the engines' rollout time in which
+        every trajectory an engine held waited on a tool."""
+        turns = sum(len(t) for t in df["turn_response_len"])
+        calls = sum(sum(v is not None for v in t) for t in df["tool_latency_s"])
+        wait = sum(ro.tool_wait_s for ro in sr.rollouts.values())
+        return {"trajectories": len(df["step"]), "turns": turns, "tool_calls": calls,
+                "tool_wait_share": wait / (self.engines * rollout_s) if rollout_s else 0.0}
 
     def _spec_columns(self, rollouts: dict, rollout_s: float) -> dict:
         sd_time = sum(iv.t_end - iv.t_start for ro in rollouts.values() for iv in ro.intervals if iv.state == "spec_decode")
@@ -277,11 +324,13 @@ class Simulator:
         }
         requests = self.recorder.requests_frame()
         iterations = self.recorder.iterations_frame()
+        turns = pd.concat(self.recorder.turns, ignore_index=True) if self.recorder.turns else None
         config = self.cfg.to_dict()
         config["engines"] = self.engines
         config["split"], config["split_note"] = self.split, self.split_note  # the split that ran, and why
         config["policy_knobs"] = {**config["policy_knobs"], **self.policy.knob_values}
-        return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config, iterations)
+        return Result(tl, steps[STEP_COLUMNS + [c for c in steps.columns if c not in STEP_COLUMNS]], requests, summary, config,
+                      iterations, turns)
 
 
 def choose_split(trace: Trace, split: str, engines: int) -> tuple[str, str]:

@@ -1,0 +1,125 @@
+"""Multi-turn trajectories in the simulator: tool waits, the prefill after a tool, the KV a wait keeps or loses,
+the drafter trained in tool waits, and the records a run of them writes."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.sim.conftest import ConstantCost
+from tltsim.config import ClusterConfig, RLConfig, SimConfig
+from tltsim.core.errors import TltsimError
+from tltsim.policies import make_policy
+from tltsim.sim.agentic import Turns, agentic_rollout
+from tltsim.sim.simulator import Simulator
+from tltsim.trace import Trace, TraceMeta
+
+
+def trajectories(rows):
+    """rows: (prompt_len, [turn tokens], [tool latency or None], [tool tokens]) per trajectory, one step, group 1."""
+    df = pd.DataFrame([{"step": 0, "prompt_id": i, "sample": 0, "prompt_len": p, "response_len": sum(g),
+                        "turn_response_len": g, "tool_latency_s": lat, "tool_tokens": tok}
+                       for i, (p, g, lat, tok) in enumerate(rows)])
+    return Trace.from_frame(df, TraceMeta(source="test"))
+
+
+def cfg(gpus=2, **kw):
+    return SimConfig(cluster=ClusterConfig(gpus=gpus, tp=1, max_running=8), rl=RLConfig(reward_s=0.5), **kw)
+
+
+# engine 0: a trajectory of two turns (2 tokens, a 4 s tool call appending 100 tokens, 3 tokens); engine 1: one turn
+# of 4 tokens. Prefill 0.5 s, decode 1 s an iteration, train 2 s, sync 1 s.
+TWO = [(10, [2, 3], [4.0, None], [100, 0]), (10, [4], [None], [0])]
+
+
+def timeline(res):
+    return [(w, s, a, b) for w, s, a, b in res.timeline[["worker", "state", "t_start", "t_end"]].itertuples(index=False)
+            if s in ("prefill", "decode", "tool_wait", "drafter_train", "idle")]
+
+
+def test_whole_timeline_of_a_tool_call():
+    res = Simulator(trajectories(TWO), cfg(), cost=ConstantCost()).run()
+    assert timeline(res) == [
+        (0, "prefill", 0.0, 0.5), (0, "decode", 0.5, 2.5),  # turn 0
+        (0, "tool_wait", 2.5, 6.5),  # its only trajectory waits on the tool: the engine has nothing to run
+        (0, "prefill", 6.5, 7.0), (0, "decode", 7.0, 10.0),  # the tool's answer prefilled, then turn 1
+        (1, "prefill", 0.0, 0.5), (1, "decode", 0.5, 4.5), (1, "idle", 4.5, 10.0),
+    ]
+    turns = res.turns
+    assert turns[["prompt_id", "turn", "prompt_tokens", "cached_tokens", "response_len", "tool_tokens"]].values.tolist() \
+        == [[0, 0, 10, 0, 2, 0 + 100], [0, 1, 112, 12, 3, 0], [1, 0, 10, 0, 4, 0]]
+    assert turns["admitted_at"].tolist() == [0.0, 6.5, 0.0] and turns["finished_at"].tolist() == [2.5, 10.0, 4.5]
+    step = res.steps.iloc[0]
+    assert (step.trajectories, step.turns, step.tool_calls) == (2, 3, 1)
+    assert step.tool_wait_share == pytest.approx(4.0 / (2 * 10.0))
+    s = res.summary
+    assert s["turns_per_trajectory"] == 1.5 and s["tool_wait_share"] == pytest.approx(0.2)
+    assert s["idle_gpu_seconds"] == pytest.approx(4.0 + 5.5)  # the tool wait is idle GPU time too
+
+
+def test_tlt_trains_the_drafter_in_a_tool_wait_and_after_its_share():
+    # sd never: no speculation, so the timeline stays the one above; the spot trainer takes engine 1 once its share
+    # is done (4.5 s) and engine 0 for its tool wait (2.5-6.5 s: longer than loading and saving the drafter)
+    res = Simulator(trajectories(TWO), cfg(), policy=make_policy("tlt", {"sd": "never"}),
+                    cost=ConstantCost()).run()
+    assert timeline(res) == [
+        (0, "prefill", 0.0, 0.5), (0, "decode", 0.5, 2.5), (0, "drafter_train", 2.5, 6.5),
+        (0, "prefill", 6.5, 7.0), (0, "decode", 7.0, 10.0),
+        (1, "prefill", 0.0, 0.5), (1, "decode", 0.5, 4.5), (1, "drafter_train", 4.5, 10.0),
+    ]
+    step = res.steps.iloc[0]
+    assert step.drafter_train_gpu_s == pytest.approx(4.0 + 5.5)
+    assert step.tool_wait_share == pytest.approx(0.2)  # the wait is the trajectories', whatever the GPU did in it
+
+
+def test_a_wait_shorter_than_loading_the_drafter_stays_a_tool_wait():
+    short = [(10, [2, 3], [0.5, None], [100, 0]), (10, [4], [None], [0])]
+    res = Simulator(trajectories(short), cfg(), policy=make_policy("tlt", {"sd": "never"}), cost=ConstantCost()).run()
+    assert (0, "tool_wait", 2.5, 3.0) in timeline(res)
+
+
+def test_the_slot_a_tool_call_frees_goes_to_the_next_in_line():
+    # one slot: trajectory 1 takes it while trajectory 0 waits on its tool (2.5-3.5 s), runs to 7 s, and 0 comes
+    # back after it
+    t = Turns.of([10, 10], [[2, 3], [4]], [[1.0, None], [None]], [[5, 0], [0]])
+    ro = agentic_rollout(t, ConstantCost(), max_running=1)
+    assert ro.turns["admitted_at"].tolist() == [0.0, 7.0, 2.5]  # turns: 0's first, 0's second, 1's
+    assert ro.finished_at.tolist() == [10.5, 7.0] and ro.tool_wait_s == 0.0
+
+
+def test_a_full_cache_evicts_the_waiting_trajectory_which_prefills_its_whole_context_again():
+    # room for 40 tokens: trajectory 0 (10 + 2, then a tool answer of 5) waits while trajectory 1 (30 + 8) runs, which
+    # needs its room: 0's cached 12 tokens go, and its next turn prefills all 17
+    t = Turns.of([10, 30], [[2, 3], [8]], [[1.0, None], [None]], [[5, 0], [0]])
+    ro = agentic_rollout(t, ConstantCost(kv_capacity=40), max_running=2)
+    assert ro.turns["cached_tokens"].tolist() == [0, 0, 0] and ro.turns["prompt_tokens"].tolist() == [10, 17, 30]
+    roomy = agentic_rollout(t, ConstantCost(kv_capacity=100), max_running=2)
+    assert roomy.turns["cached_tokens"].tolist() == [0, 12, 0]
+
+
+def test_a_last_tool_call_ends_the_trajectory_when_it_answers():
+    t = Turns.of([10], [[2]], [[3.0]], [[7]])
+    ro = agentic_rollout(t, ConstantCost(), max_running=4)
+    assert ro.finished_at.tolist() == [5.5] and ro.tool_wait_s == 3.0
+
+
+def test_speculation_shortens_generation_not_tool_waits():
+    rng = np.random.default_rng(0)
+    rows = [(100, [int(x) for x in rng.integers(20, 200, n)], [float(rng.uniform(1, 5)) for _ in range(n - 1)] + [None],
+             [int(x) for x in rng.integers(50, 300, n - 1)] + [0]) for n in rng.integers(1, 5, 16)]
+    trace = trajectories(rows)
+    plain = Simulator(trace, cfg(), cost=None).run()
+    tlt = Simulator(trace, cfg(), policy=make_policy("sd-always"), cost=None).run()
+    assert tlt.summary["rollout_s"] < plain.summary["rollout_s"]
+    assert tlt.steps.iloc[0].tool_calls == plain.steps.iloc[0].tool_calls
+    waited = lambda r: float(r.turns["tool_latency_s"].fillna(0).sum())  # noqa: E731
+    assert waited(tlt) == waited(plain)
+
+
+@pytest.mark.parametrize("policy", ["partial", "async", "migrate", "tail-batching", "ideal"])
+def test_policies_of_single_responses_refuse_a_multi_turn_trace(policy):
+    with pytest.raises(TltsimError, match="does not run multi-turn trajectories"):
+        Simulator(trajectories(TWO), cfg(), policy=make_policy(policy), cost=ConstantCost())
+
+
+def test_exact_refuses_a_multi_turn_trace():
+    with pytest.raises(TltsimError, match="drop --exact"):
+        Simulator(trajectories(TWO), cfg(exact=True), cost=ConstantCost())

@@ -1,0 +1,282 @@
+"""One engine's rollout of multi-turn trajectories: generation, tool calls, and the prefill after each.
+
+A trajectory (a row of a multi-turn trace) is a sequence of turns. The engine generates a turn in its running
+batch; at the turn's end the trajectory calls a tool and leaves the batch for the tool's latency (its slot goes
+to the next in line); the tool's answer (`tool_tokens`) joins its context and the trajectory queues again for
+its next turn, which starts with a prefill of the answer. Its KV stays in the engine's cache while the cache has
+room (the next turn's prefill then reads the cached prefix: a prefix-cache hit, as `cached_tokens` records it);
+when a trajectory needs room, the cache evicts those of waiting trajectories, oldest first, and an evicted one
+prefills its whole context again when it comes back.
+
+Admission is FIFO over the queue of trajectories ready for a turn (first turns in the share's order, then each as
+its tool answers), as a server takes an agent loop's requests: a slot free (running < max_running) and the cache
+able to hold the turn's context and the tokens it will generate. An engine whose trajectories all wait on tools
+has nothing to run: that time is `tool_wait` (GPU idle; a policy may train the drafter in it).
+
+Events at batch changes, as the fast path's: between a turn's end, a tool's return and an admission, the running
+batch is constant and every running row gains the same tokens per iteration (1 plain, the mean accepted length
+speculating), so a stretch's wall time is the cost model's closed-form sum (`segment_time`). Speculation is
+decided as the fast path decides it (`EngineControl`: the switch on the running batch, the guard, the tuner per
+chunk of at most `chunk_iters` iterations); the drafter's state is built for the running rows when the switch
+turns on (`cost.switch_time`) and fed the tokens plain iterations emitted since it last ran (`catchup_time`).
+"""
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from tltsim.core.errors import TltsimError
+from tltsim.sim.engine import EngineRollout, Entry, Speculation, _merge
+
+_EPS = 1e-9
+
+
+@dataclass
+class Turns:
+    """An engine's share of a step's trajectories, turn by turn (flat arrays, the rows' turns in order)."""
+
+    prompt_len: np.ndarray  # per row
+    first: np.ndarray  # per row: index of its first turn in the flat arrays; its turns are first[i]..first[i+1]-1
+    gen: np.ndarray  # per turn: tokens generated
+    tool_latency_s: np.ndarray  # per turn: the tool call after it (NaN: none)
+    tool_tokens: np.ndarray  # per turn: tokens the tool's answer appends
+
+    @classmethod
+    def of(cls, prompt_len, turn_response_len, tool_latency_s, tool_tokens) -> "Turns":
+        """From per-row sequences (the trace's list columns)."""
+        counts = np.fromiter((len(t) for t in turn_response_len), np.int64, len(turn_response_len))
+        flat = lambda col, dtype: (np.concatenate([np.asarray([np.nan if v is None else v for v in c], dtype)  # noqa
+                                                   for c in col]) if len(col) else np.zeros(0, dtype))
+        return cls(np.asarray(prompt_len, np.int64), np.concatenate([[0], np.cumsum(counts)]),
+                   flat(turn_response_len, float), flat(tool_latency_s, float), flat(tool_tokens, float))
+
+    @property
+    def rows(self) -> int:
+        return len(self.prompt_len)
+
+
+def agentic_rollout(turns: Turns, cost, max_running: int, spec: Speculation | None = None) -> EngineRollout:
+    """Generate one engine's trajectories (in admission order) to their ends; see the module docstring.
+
+    The EngineRollout's `turns` holds, per turn (flat, as `turns`'s arrays), admitted_at, finished_at,
+    prompt_tokens and cached_tokens; `tool_wait_s` the seconds the engine had only trajectories waiting on tools."""
+    return _Run(turns, cost, max_running, spec).run()
+
+
+class _Run:
+    """The state of one agentic rollout (see the module docstring); `run` plays it to the end."""
+
+    def __init__(self, turns: Turns, cost, max_running: int, spec: Speculation | None):
+        n, nt = turns.rows, len(turns.gen)
+        self.turns, self.cost, self.max_running, self.spec = turns, cost, max_running, spec
+        self.cap = float(cost.kv_capacity_tokens)
+        self.turn = turns.first[:-1].copy()  # each row's current turn (flat index)
+        self.left = np.zeros(n)  # tokens left in the row's current turn
+        self.ctx = turns.prompt_len.astype(float)  # tokens of the row's context (its sequence so far)
+        self.held = np.zeros(n)  # KV tokens the engine holds for the row (running, or cached while it waits)
+        self.running = np.zeros(n, bool)
+        self.reserved = np.zeros(n)  # running rows: KV reserved for their turn (context + the turn's tokens)
+        self.waiting_since = np.full(n, np.inf)  # rows with cached KV out of the batch: since when (eviction order)
+        self.t_admit, self.t_fin = np.full(nt, np.nan), np.full(nt, np.nan)
+        self.prompt_tokens, self.cached_tokens = np.zeros(nt), np.zeros(nt)
+        self.admitted_at, self.finished_at = np.full(n, np.nan), np.full(n, np.nan)
+        self.queue = list(range(n))  # rows ready for a turn, FIFO
+        self.head = 0
+        self.tools: list[tuple[float, int]] = []  # heap of (return time, row)
+        self.control = spec.control if spec is not None else None
+        self.drafted = self.control is not None and self.control.on
+        self.behind = 0.0  # tokens per row the drafter has not read (plain iterations' and prefills' since it ran)
+        self.log: list[Entry] = []
+        self.strategies: Counter = Counter()
+        self.sd_iters = self.sd_acc = self.tool_wait = 0.0
+        self.switch_at = None
+        self.t = 0.0
+        self.done = 0
+
+    def run(self) -> EngineRollout:
+        n = self.turns.rows
+        while self.done < n:
+            if self._admit():
+                continue
+            if not self.running.any():
+                if not self.tools:  # nothing runs, queued or waits: cannot happen while rows are not done
+                    raise AssertionError("agentic rollout stalled")
+                t_next = self.tools[0][0]
+                if t_next > self.t:
+                    self.log.append(Entry("tool_wait", self.t, t_next, 0))
+                    self.tool_wait += t_next - self.t
+                    self.t = t_next
+                self._returns()
+                continue
+            self._stretch()
+            self._end_turns()
+            self._returns()
+        turns = {"admitted_at": self.t_admit, "finished_at": self.t_fin, "prompt_tokens": self.prompt_tokens,
+                 "cached_tokens": self.cached_tokens}
+        return EngineRollout(self.t, self.admitted_at, self.finished_at, _merge(self.log), self.sd_iters, self.sd_acc,
+                             self.strategies, self.switch_at, turns=turns, tool_wait_s=self.tool_wait)
+
+    def _admit(self) -> bool:
+        """Admit FIFO while a slot and the cache allow, evicting waiting rows' cached KV (oldest first) for room;
+        prefill what the admitted rows' caches lack. Returns whether any row was admitted."""
+        held, turns = self.held, self.turns
+        chosen = np.zeros(turns.rows, bool)
+        used = float(self.reserved[self.running].sum() + held[~self.running].sum())
+        slots = self.max_running - int(self.running.sum())
+        while self.head < len(self.queue) and int(chosen.sum()) < slots:
+            r = self.queue[self.head]
+            size = self.ctx[r] + turns.gen[self.turn[r]]
+            extra = size - held[r]
+            if used + extra > self.cap:
+                victims = np.flatnonzero((held > 0) & ~self.running & ~chosen)
+                victims = victims[victims != r]
+                for v in victims[np.argsort(self.waiting_since[victims], kind="stable")]:
+                    if used + extra <= self.cap:
+                        break
+                    used -= held[v]
+                    held[v] = 0.0
+                    self.waiting_since[v] = np.inf
+                if used + extra > self.cap:
+                    if not self.running.any() and not chosen.any():
+                        raise TltsimError(f"a trajectory's turn needs {int(size)} tokens of KV, more than the engine's "
+                                          f"cache of {int(self.cap)}; raise --tp, use a GPU with more memory, or cap "
+                                          f"the trace")
+                    break
+            chosen[r] = True
+            used += extra
+            self.head += 1
+        if not chosen.any():
+            return False
+        rows = np.flatnonzero(chosen)
+        k = self.turn[rows]
+        cached, ctx = held[rows], self.ctx[rows]
+        fresh = ctx - cached  # tokens to prefill: the whole context, or what follows the cached prefix
+        self.prompt_tokens[k], self.cached_tokens[k], self.t_admit[k] = ctx, cached, self.t
+        dt = float(self.cost.prefill_time(fresh.sum(), float(np.sum(ctx ** 2 - cached ** 2))))
+        self.admitted_at[rows] = np.where(np.isnan(self.admitted_at[rows]), self.t, self.admitted_at[rows])
+        held[rows] = ctx
+        self.reserved[rows] = ctx + turns.gen[k]
+        self.waiting_since[rows] = np.inf
+        self.running[rows] = True
+        self.left[rows] = turns.gen[k]
+        b = int(self.running.sum())
+        self.log.append(Entry("prefill", self.t, self.t + dt, b))
+        self.t += dt
+        if self.drafted:  # the drafter has not read the prefilled tokens either
+            self.behind += float(fresh.sum()) / b
+        self._end_turns()  # turns of no tokens (aborted requests) end at once
+        return True
+
+    def _stretch(self) -> None:
+        """Iterations at the running batch: to the first turn's end, a tool's return, or the next decision."""
+        control, spec, cost = self.control, self.spec, self.cost
+        rows = np.flatnonzero(self.running)
+        b, c = len(rows), float(self.ctx[rows].sum())
+        room = (self.tools[0][0] if self.tools else np.inf) - self.t
+        to_end = float(self.left[rows].min())
+
+        def plain(k):
+            return cost.segment_time(b, 1, c, b, k)
+
+        s = None
+        if control is not None and not control.on:  # count plain iterations towards the switch
+            k = _fit(max(1, int(np.ceil(to_end - _EPS))), room, plain, whole=True)
+            k_plain = control.advance(b, k)
+            if k_plain or not control.on:
+                self._plain(rows, b, c, k_plain)
+                return
+        if control is not None:
+            s = control.decide(b)
+        if s is None:
+            k = max(1, int(np.ceil(to_end - _EPS)))
+            if control is not None:
+                k = max(1, int(min(k, control.plain_left(b))))
+            self._plain(rows, b, c, _fit(k, room, plain, whole=True))
+            return
+        if not self.drafted:  # the switch: the drafter's state for every running row
+            dt = float(cost.switch_time(b, c, float(np.sum(self.ctx[rows] ** 2))))
+            self.log.append(Entry("prefill", self.t, self.t + dt, b))
+            self.switch_at, self.drafted, self.behind = self.t, True, 0.0
+            self.t += dt
+            room -= dt
+        acc = float(spec.acceptance.mean(s, spec.quality))
+
+        def speculative(k):
+            return k * spec.draft_time(cost, b, s) + (1.0 + spec.lookup_fraction) * float(
+                cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, k))
+
+        catchup = spec.catchup_time(cost, b, self.behind, c)
+        k_max = min(control.trial_chunk(b) or spec.chunk_iters, spec.chunk_iters, to_end / acc)
+        k = _fit(k_max, room - catchup, speculative, whole=False)
+        dt = float(speculative(k)) + catchup
+        control.observe_spec(s, b, acc * b * k, dt, catchup, k)
+        self.behind = 0.0
+        self.log.append(Entry("spec_decode", self.t, self.t + dt, b, b * acc * k, acc, str(s), k))
+        self.strategies[str(s)] += k
+        self.sd_iters += k
+        self.sd_acc += k * acc
+        self.left[rows] -= acc * k
+        self.ctx[rows] += acc * k
+        self.t += dt
+
+    def _plain(self, rows, b: int, c: float, k: int) -> None:
+        dt = float(self.cost.segment_time(b, 1, c, b, k))
+        if self.control is not None:
+            self.control.observe_plain(b, dt / k, int(k))
+        self.log.append(Entry("decode", self.t, self.t + dt, b, float(b * k)))
+        self.left[rows] -= k
+        self.ctx[rows] += k
+        self.t += dt
+        if self.drafted:
+            self.behind += k
+
+    def _end_turns(self) -> None:
+        """Rows whose turn has ended leave the batch: to their tool call (KV cached), or done."""
+        for r in np.flatnonzero(self.running & (self.left <= _EPS)):
+            k = self.turn[r]
+            self.t_fin[k] = self.t
+            self.ctx[r] += self.left[r]  # a speculative stretch's gain may overshoot: the turn ends at its length
+            self.left[r] = 0.0
+            self.running[r] = False
+            self.reserved[r] = 0.0
+            self.held[r] = self.ctx[r]
+            lat = self.turns.tool_latency_s[k]
+            if np.isnan(lat):
+                self._finish(r)
+            else:
+                self.waiting_since[r] = self.t
+                heapq.heappush(self.tools, (self.t + float(lat), int(r)))
+
+    def _returns(self) -> None:
+        """Tools that answered by now: the answer joins the row's context and the row queues for its next turn;
+        the call after a row's last turn ends the trajectory when its answer is in."""
+        while self.tools and self.tools[0][0] <= self.t + _EPS:
+            _, r = heapq.heappop(self.tools)
+            k = self.turn[r]
+            self.ctx[r] += self.turns.tool_tokens[k]
+            if k + 1 == self.turns.first[r + 1]:
+                self._finish(r)
+                continue
+            self.turn[r] = k + 1
+            self.queue.append(r)
+
+    def _finish(self, r: int) -> None:
+        self.held[r] = 0.0
+        self.waiting_since[r] = np.inf
+        self.finished_at[r] = self.t
+        self.done += 1
+
+
+def _fit(k_max, room: float, stretch, whole: bool):
+    """Iterations of a stretch: `k_max`, or fewer where a tool returns within `room` seconds (those that reach
+    it, at least one; whole for plain decoding)."""
+    if not np.isfinite(room):
+        return k_max
+    full = float(stretch(k_max))
+    if full <= room:
+        return k_max
+    k = k_max * max(room, 0.0) / full if full > 0 else k_max
+    return max(1, int(np.ceil(k))) if whole else min(max(k, min(1.0, k_max)), k_max)
