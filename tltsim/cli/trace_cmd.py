@@ -68,6 +68,8 @@ def _stats(args) -> int:
     print(f"{args.file}: source {m.source}, model {m.model}, cap {cap}, group {m.group_size}, "
           f"{st['steps']} steps, {st['responses']} responses")
     print(_table(st))
+    if "turns" in st:
+        print(_turn_table(st))
     print("(columns: `tltsim trace stats --help`)")
     return 0
 
@@ -75,6 +77,20 @@ def _stats(args) -> int:
 def _table(st: dict) -> str:
     head = ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%", "aborted%"]
     rows = [_row(str(e["step"]), e) for e in st["per_step"]] + [_row("all", st)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows)
+
+
+def _turn_table(st: dict) -> str:
+    """A multi-turn trace's turns and tool calls, per step and overall."""
+    head = ["step", "trajectories", "turns", "tool_calls", "completion_tokens", "tool_latency_s", "tool_wait%"]
+
+    def row(label, e):
+        wait = "-" if e["tool_wait_share"] is None else f"{100 * e['tool_wait_share']:.1f}"
+        return [label, str(e["trajectories"]), str(e["turns"]), str(e["tool_calls"]), str(e["completion_tokens"]),
+                f"{e['tool_latency_s']:.1f}", wait]
+
+    rows = [row(str(e["step"]), e) for e in st["per_step"]] + [row("all", st)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows)
 
