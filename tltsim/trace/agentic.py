@@ -71,7 +71,7 @@ def sessions(rng: np.random.Generator, n: int) -> tuple[np.ndarray, list[np.ndar
         if not len(rows):
             continue
         mean, cov = length_fit(int(kk))
-        draws = np.maximum(1, np.rint(rng.multivariate_normal(mean, cov, size=len(rows)))).astype(np.int64)
+        draws = np.maximum(1, np.rint(rng.multivariate_normal(mean, cov, size=len(rows), method="cholesky"))).astype(np.int64)
         for r, x in zip(rows, draws):
             lengths[r] = x
     return k, lengths
