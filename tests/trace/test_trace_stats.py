@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from tltsim.trace import Trace, TraceMeta, stats, tail_share
-from tltsim.trace.stats import FIGURES, t90
+from tltsim.trace.stats import AGENTIC_FIGURES, FIGURES, t90
 
 
 def one_step_per_list(*steps, **extra):
@@ -72,3 +72,42 @@ def test_group_of_samples_counts_each_response():
                        "prompt_len": 1, "response_len": [2, 4, 6, 8]})
     st = stats(Trace.from_frame(df))
     assert st["responses"] == 4 and st["median"] == 5.0 and st["tail_share"] == 0.0
+
+
+def agentic_frame(**extra):
+    """Step 0: a trajectory of two turns (one tool call) and one of one turn; step 1: one of three turns (two calls)."""
+    return pd.DataFrame({"step": [0, 0, 1], "prompt_id": [0, 1, 0], "sample": [0, 0, 0], "prompt_len": [9, 9, 9],
+                         "response_len": [30, 5, 12], "turn_response_len": [[10, 20], [5], [4, 4, 4]],
+                         "tool_latency_s": [[0.5, None], [None], [1.0, 2.5, None]],
+                         "tool_tokens": [[100, 0], [0], [7, 8, 0]]}).assign(**extra)
+
+
+def test_a_multi_turn_trace_counts_turns_tool_calls_and_the_tool_wait():
+    st = stats(Trace.from_frame(agentic_frame(turn_gen_s=[[1.0, 2.0], [0.5], [1.0, 1.0, 1.0]])))
+    s0, s1 = st["per_step"]
+    assert {k: s0[k] for k in AGENTIC_FIGURES} == {"trajectories": 2, "turns": 3, "tool_calls": 1,
+                                                   "completion_tokens": 35, "tool_latency_s": 0.5,
+                                                   "tool_wait_share": 0.5 / (0.5 + 3.5)}
+    assert (s1["turns"], s1["tool_calls"], s1["tool_latency_s"], s1["tool_wait_share"]) == (3, 2, 3.5, 3.5 / 6.5)
+    assert {k: st[k] for k in AGENTIC_FIGURES} == {"trajectories": 3, "turns": 6, "tool_calls": 3,
+                                                   "completion_tokens": 47, "tool_latency_s": 4.0,
+                                                   "tool_wait_share": 4.0 / (4.0 + 6.5)}
+
+
+def test_without_generation_seconds_the_tool_wait_is_null_and_single_turn_traces_have_no_turn_figures(tmp_path, capsys):
+    from tltsim.cli import main
+    from tltsim.trace import save
+
+    t = Trace.from_frame(agentic_frame())
+    assert stats(t)["tool_wait_share"] is None and stats(t)["tool_calls"] == 3
+    plain = stats(Trace.from_frame(one_step_per_list([1, 2, 3])))
+    assert not set(AGENTIC_FIGURES) & set(plain) and not set(AGENTIC_FIGURES) & set(plain["per_step"][0])
+    f = save(t, tmp_path / "t.parquet")
+    assert main(["trace", "stats", str(f)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, x in enumerate(lines) if x.split()[:2] == ["step", "trajectories"])
+    assert lines[head].split() == ["step", "trajectories", "turns", "tool_calls", "completion_tokens",
+                                   "tool_latency_s", "tool_wait%"]
+    assert lines[head + 3].split() == ["all", "3", "6", "3", "47", "4.0", "-"]
+    assert main(["trace", "stats", str(save(Trace.from_frame(one_step_per_list([1, 2])), tmp_path / "p.parquet"))]) == 0
+    assert "trajectories" not in capsys.readouterr().out

@@ -87,7 +87,7 @@ def test_cap_piles_up_and_marks_unfinished():
 
 
 @pytest.mark.parametrize("call, text", [
-    (lambda: synth("gamma", 1, 1, 1, 10, 0), "unknown synthetic family 'gamma'; choose one of lognormal, dapo, mixture"),
+    (lambda: synth("gamma", 1, 1, 1, 10, 0), "unknown synthetic family 'gamma'; choose one of lognormal, dapo, mixture, agentic"),
     (lambda: synth("mixture", 1, 1, 1, 10, 0, sigma=1), "family 'mixture' has no parameter 'sigma'; its parameters are rho, drift, prompt_mean, prompt_sigma"),
     (lambda: synth("dapo", 1, 1, 1, 10, 0, rho=1.5), "parameter rho=1.5 is out of range; it must be >= 0 and <= 1"),
     (lambda: synth("dapo", 1, 1, 1, 10, 0, drift=-1), "parameter drift=-1 is out of range; it must be > -1"),

@@ -12,6 +12,7 @@ from tltsim.trace.synth import COMMON
 from tltsim.trace.formats import SUFFIXES, sidecar
 from tltsim.trace.schema import Trace, TraceMeta
 from tltsim.trace.tokens import token_counter
+from tltsim.trace.polytrace import is_multiturn_log
 from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
 
 
@@ -21,7 +22,8 @@ def register(subparsers) -> None:
 
     s = sub.add_parser("stats", help="per-step and overall length statistics, tail share",
                        epilog=glossary.trace_stats_epilog(), formatter_class=PreformattedHelpFormatter)
-    s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; verl-style JSONL and Vidur CSV too)")
+    s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; verl-style JSONL, Vidur CSV and PolyTrace's "
+                   "multi-turn workload log, a file or its directory, too)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_stats)
 
@@ -44,8 +46,9 @@ def register(subparsers) -> None:
     g.add_argument("-o", "--output", required=True, help=f"output file ({', '.join(SUFFIXES)})")
     g.set_defaults(func=_synth)
 
-    c = sub.add_parser("convert", help="convert between formats (and import verl / Vidur logs)")
-    c.add_argument("input", help="trace file to read, or a verl rollout dump (trainer.rollout_data_dir or one file of it)")
+    c = sub.add_parser("convert", help="convert between formats (and import verl / Vidur / PolyTrace logs)")
+    c.add_argument("input", help="trace file to read, a verl rollout dump (trainer.rollout_data_dir or one file of it), "
+                   "or PolyTrace's multi-turn workload log (its directory or one multiturn_workload_step_<step>.jsonl)")
     c.add_argument("output", help=f"file to write ({', '.join(SUFFIXES)})")
     c.add_argument("--max-len", type=int, help="declare the generation cap (e.g. for logs that do not record it)")
     c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
@@ -65,6 +68,8 @@ def _stats(args) -> int:
     print(f"{args.file}: source {m.source}, model {m.model}, cap {cap}, group {m.group_size}, "
           f"{st['steps']} steps, {st['responses']} responses")
     print(_table(st))
+    if "turns" in st:
+        print(_turn_table(st))
     print("(columns: `tltsim trace stats --help`)")
     return 0
 
@@ -72,6 +77,20 @@ def _stats(args) -> int:
 def _table(st: dict) -> str:
     head = ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%", "aborted%"]
     rows = [_row(str(e["step"]), e) for e in st["per_step"]] + [_row("all", st)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows)
+
+
+def _turn_table(st: dict) -> str:
+    """A multi-turn trace's turns and tool calls, per step and overall."""
+    head = ["step", "trajectories", "turns", "tool_calls", "completion_tokens", "tool_latency_s", "tool_wait%"]
+
+    def row(label, e):
+        wait = "-" if e["tool_wait_share"] is None else f"{100 * e['tool_wait_share']:.1f}"
+        return [label, str(e["trajectories"]), str(e["turns"]), str(e["tool_calls"]), str(e["completion_tokens"]),
+                f"{e['tool_latency_s']:.1f}", wait]
+
+    rows = [row(str(e["step"]), e) for e in st["per_step"]] + [row("all", st)]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head] + rows)
 
@@ -122,7 +141,7 @@ def _convert(args) -> int:
 
 
 def _read_input(args) -> Trace:
-    if not is_rollout_dump(args.input):
+    if is_multiturn_log(args.input) or not is_rollout_dump(args.input):
         if args.tokenizer:
             raise TltsimError(f"--tokenizer applies to verl rollout dumps (texts); {args.input} is not one: drop it")
         return load(args.input, requests_per_step=args.requests_per_step)

@@ -121,6 +121,18 @@ TRACE_STATS: dict[str, str] = {
     "tail%": "percent of the step's makespan (one slot a response, all starting together, a token a unit of time) "
              "spent after 90% of its responses finished: (max - t90) / max, t90 the ceil(0.9 n)-th shortest "
              "length; for `all`, summed over steps (--json: tail_share, a fraction).",
+    "trajectories": "multi-turn traces only, in a second table with the columns below: trajectories in the step, "
+                    "one a row of the trace (--json: trajectories).",
+    "turns": "the trajectories' model turns: each generates tokens, then calls a tool or ends the trajectory "
+             "(--json: turns).",
+    "tool_calls": "turns followed by a tool call; a turn's several calls, where a log records them, count once "
+                  "(--json: tool_calls).",
+    "completion_tokens": "tokens the model generated, all turns; the tools' answers are not counted (--json: "
+                         "completion_tokens).",
+    "tool_latency_s": "seconds the tool calls took, summed over them (--json: tool_latency_s).",
+    "tool_wait%": "percent of the trajectories' own time spent waiting for tools: tool_latency_s / (tool_latency_s "
+                  "+ the turns' generation seconds); `-` where the trace does not record generation seconds "
+                  "(turn_gen_s; a synthetic trace does not) (--json: tool_wait_share, a fraction, null there).",
 }
 
 _WIDTH = 100

@@ -6,7 +6,9 @@
     .csv      our schema, or a Vidur request trace when the header has
               arrived_at, num_prefill_tokens, num_decode_tokens and no response_len
     .jsonl    our schema (one response per line), or a verl-style length log when the
-              first record has an "output" list (one prompt per line)
+              first record has an "output" list (one prompt per line), or PolyTrace's multi-turn
+              workload log when it has "turns" and "tool_calls" lists (one trajectory per line)
+    a directory of PolyTrace's step files (multiturn_workload_step_<step>.jsonl): the whole log
 
 CSV and JSONL keep the metadata in a sidecar `<file>.meta.json` (e.g. `t.csv.meta.json`) that
 names the sha256 of the data it describes; without one the trace gets default metadata, and one
@@ -33,6 +35,7 @@ import pyarrow.parquet as pq
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import atomic_path, sha256_file, write_json
 from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
+from tltsim.trace.polytrace import is_multiturn_log, read_multiturn_log
 from tltsim.trace.schema import REQUIRED, Trace, TraceMeta
 
 SUFFIXES = (".parquet", ".csv", ".jsonl")
@@ -46,6 +49,10 @@ def load(path, requests_per_step: int | None = None) -> Trace:
     Raises TltsimError for a missing or unreadable file, an unknown suffix or bad content.
     """
     path = Path(path)
+    if is_multiturn_log(path):
+        if requests_per_step is not None:
+            raise TltsimError(f"{path}: requests_per_step applies to Vidur CSV traces only; drop it")
+        return read_multiturn_log(path)
     suffix = _suffix(path)
     if not path.is_file():
         what = "is a directory" if path.is_dir() else "does not exist"

@@ -26,16 +26,26 @@ responses at `meta.max_response_len`; it is None when neither is known.
 `aborted_fraction` is the share of rows marked `aborted` (0 without the column). Aborted requests
 produced nothing, so the length figures (mean to tail_share, truncated_fraction) are those of the
 other rows; `responses` counts every row.
+
+A multi-turn trace (`Trace.agentic`) adds AGENTIC_FIGURES to every step's entry and the overall object:
+`trajectories` (its rows), `turns`, `tool_calls` (turns followed by a tool call; a turn's several calls, where a
+log records them, count once), `completion_tokens` (the tokens the model generated, all turns),
+`tool_latency_s` (the tool calls' seconds, summed) and `tool_wait_share` = tool_latency_s / (tool_latency_s +
+the turns' generation seconds), the share of a trajectory's own time spent waiting for tools; None where the trace
+does not record the turns' generation seconds (`turn_gen_s`), or both sums are 0.
 """
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from tltsim.trace.schema import Trace
 
 # The figures of every step's entry in `per_step` and of the overall object (which adds `steps`).
 FIGURES = ["responses", "count", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction",
            "aborted_fraction"]
+# What a multi-turn trace adds to both.
+AGENTIC_FIGURES = ["trajectories", "turns", "tool_calls", "completion_tokens", "tool_latency_s", "tool_wait_share"]
 
 
 def t90(lengths) -> int:
@@ -69,8 +79,26 @@ def stats(trace: Trace) -> dict:
     overall = {"steps": len(per_step)}
     overall.update(_figures(lengths, truncated, aborted))
     overall["tail_share"] = tail_time / makespan if makespan else float("nan")
+    if trace.agentic:
+        turns = trace.turns
+        overall.update(_agentic(turns))
+        for entry, (_, part) in zip(per_step, turns.groupby("step", sort=True)):
+            entry.update(_agentic(part))
     overall["per_step"] = per_step
     return overall
+
+
+def _agentic(turns: pd.DataFrame) -> dict:
+    """AGENTIC_FIGURES of some trajectories' turns (Trace.turns rows)."""
+    called = turns["tool_latency_s"].notna()
+    tool_s = float(turns["tool_latency_s"].sum())  # NaN (no call) counts 0
+    share = None
+    if "gen_s" in turns.columns:
+        total = tool_s + float(turns["gen_s"].sum())
+        share = tool_s / total if total > 0 else None
+    return {"trajectories": int(len(turns[["step", "prompt_id", "sample"]].drop_duplicates())), "turns": int(len(turns)),
+            "tool_calls": int(called.sum()), "completion_tokens": int(turns["response_len"].sum()),
+            "tool_latency_s": tool_s, "tool_wait_share": share}
 
 
 def _figures(lengths: np.ndarray, truncated: np.ndarray | None, aborted: np.ndarray) -> dict:

@@ -20,7 +20,11 @@ differs (see FAMILIES). For each step and prompt:
 5. Prompt length: one per prompt, lognormal with mean `prompt_mean` and log-sd
    `prompt_sigma` (defaults from the Intern-S1 fit: prompt mean 141 tokens), >= 1.
 
-Common parameters (every family): rho, drift, prompt_mean, prompt_sigma. Everything is
+The family `agentic` stands apart: it draws whole multi-turn trajectories (turns, tool calls, tool
+latencies) from Intern-S1's tool-calling fits (tltsim/trace/agentic.py); its parameters are the tool
+latency's, none of the above.
+
+Common parameters (every single-turn family): rho, drift, prompt_mean, prompt_sigma. Everything is
 drawn from one numpy Generator seeded with `seed`, in a fixed order, so a (family,
 sizes, parameters, seed) tuple always gives the same trace.
 """
@@ -35,6 +39,7 @@ import pandas as pd
 from scipy.special import ndtr, ndtri
 
 from tltsim.core.errors import TltsimError
+from tltsim.trace import agentic
 from tltsim.trace.schema import Trace, TraceMeta
 
 
@@ -103,12 +108,14 @@ def _mixture(z: np.ndarray, p: dict) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Family:
-    """A named marginal length distribution Q(z) and its default parameters."""
+    """A named marginal length distribution Q(z) and its default parameters, or a family that draws whole
+    trajectories itself (`frame`)."""
 
     name: str
-    length: Callable[[np.ndarray, dict], np.ndarray]  # z ~ N(0,1) (any shape) -> lengths (float), before drift and cap
+    length: Callable[[np.ndarray, dict], np.ndarray] | None  # z ~ N(0,1) (any shape) -> lengths (float), before drift and cap
     defaults: dict  # family parameters and the common ones, with their default values
     matches: str  # what it models and the published figures it was matched to
+    frame: Callable[..., pd.DataFrame] | None = None  # (steps, prompts, group, max_len, seed, params) -> the trace's frame
 
 
 COMMON = {"rho": 0.5, "drift": 0.0, "prompt_mean": 141.0, "prompt_sigma": 0.5}
@@ -141,6 +148,16 @@ FAMILIES = {
             "(weights .36/.37/.07/.19, means 4959/9175/12720/17655, std 2192/3416/6067/5267 tokens, "
             "conditioned on length >= 1); prompt mean 141 tokens; use a cap such as 32768",
         ),
+        Family(
+            "agentic",
+            None,
+            agentic.tool_latency_defaults(),
+            "multi-turn tool-calling trajectories: call counts and per-turn input and output lengths from the "
+            "Gaussian fits to Intern-S1's production tool-calling sessions, tool latency a lognormal fitted to "
+            "PolyTrace's Search-R1 log (tltsim/trace/data/intern_s1_tool_calling.json names the sources); a "
+            "session of k calls is k turns with k - 1 tool calls between them",
+            agentic.frame,
+        ),
     ]
 }
 
@@ -154,6 +171,8 @@ _RANGES = {
     "q": (1.0, np.inf, True),
     "prompt_mean": (1.0, np.inf, True),
     "prompt_sigma": (0.0, np.inf, True),
+    "tool_latency_median": (0.0, np.inf, False),
+    "tool_latency_sigma": (0.0, np.inf, True),
 }
 
 
@@ -177,6 +196,15 @@ def synth(family: str, steps: int, prompts: int, group: int, max_len: int, seed:
         raise TltsimError(f"synth: steps x prompts x group = {steps * prompts * group:,} responses, more than the "
                           f"{MAX_RESPONSES:,} a trace may hold; make it smaller")
 
+    meta = TraceMeta(
+        source=f"synth:{family}",
+        model="synthetic",
+        max_response_len=int(max_len),
+        group_size=int(group),
+        provenance=_provenance(fam, p, params, steps, prompts, group, max_len, seed),
+    )
+    if fam.frame is not None:
+        return Trace.from_frame(fam.frame(steps, prompts, group, max_len, seed, p), meta)
     rng = np.random.default_rng(seed)
     slices = rng.permuted(np.tile(np.arange(prompts), (steps, 1)), axis=1)  # (steps, prompts)
     z_prompt = ndtri((slices + rng.random((steps, prompts))) / prompts)  # (steps, prompts)
@@ -200,13 +228,6 @@ def synth(family: str, steps: int, prompts: int, group: int, max_len: int, seed:
             "response_len": lengths.reshape(-1),
             "finished": finished.reshape(-1),
         }
-    )
-    meta = TraceMeta(
-        source=f"synth:{family}",
-        model="synthetic",
-        max_response_len=int(max_len),
-        group_size=int(group),
-        provenance=_provenance(fam, p, params, steps, prompts, group, max_len, seed),
     )
     return Trace.from_frame(df, meta)
 
