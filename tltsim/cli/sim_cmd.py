@@ -250,6 +250,9 @@ def cmd_compare(args) -> int:
     else:
         columns = COMPARE_COLUMNS
         print(f"by speedup over {rows[0]['policy']}, as the report ranks them (bounds last):")
+    if trace.agentic:  # where a multi-turn trace's rollout time goes besides generating
+        at = columns.index("idle_fraction") + 1
+        columns = columns[:at] + ["tool_wait_share", "turns_per_trajectory"] + columns[at:]
     print(format_table(columns, [[r[c] for c in columns] for r in ranked]))
     if not args.no_report:
         print(f"wrote {Path(args.out) / 'report.html'}")

@@ -56,6 +56,11 @@ COLUMNS: dict[str, str] = {
                         "instead of trained.",
     "trained_len_ratio": "mean length of the responses trained on / mean length of the trace's responses: "
                          "1 unless the policy changed the sample mix (below 1: shorter responses favoured).",
+    "turns_per_trajectory": "runs of a multi-turn trace: model turns per trajectory, on average (a trajectory "
+                            "calls a tool between two turns).",
+    "tool_wait_share": "runs of a multi-turn trace: the share of the rollout engines' time (engines x rollout_s) "
+                       "in which every trajectory an engine held waited on a tool call, so it had nothing to "
+                       "generate: idle, or training the drafter where the policy does (tlt).",
 }
 
 # Keys of a run's summary that no comparison table shows (the report's per-run tables do).

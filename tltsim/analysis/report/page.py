@@ -40,15 +40,16 @@ COMPARISON_GROUPS = [
                             "idle_fraction", "idle_gpu_seconds"]),
     ("Speculation and off-policy cost", ["sd_share", "mean_accepted", "drafter_train_gpu_seconds", "staleness_mean",
                                          "staleness_max", "resumed_fraction", "dropped_fraction", "trained_len_ratio"]),
+    ("Multi-turn trajectories", ["turns_per_trajectory", "tool_wait_share"]),
 ]
 COMPARISON_METRICS = [m for _, group in COMPARISON_GROUPS for m in group]
 # How the comparison tables write each column (one format a column, so its digits line up).
 FORMATS = {
     "speedup": "{:.2f}×", "makespan_s": "{:,.1f}", "mean_step_s": "{:.2f}", "rollout_s": "{:,.1f}",
     "tokens_per_s": "{:,.0f}", "idle_gpu_seconds": "{:,.0f}", "drafter_train_gpu_seconds": "{:,.0f}",
-    "mean_accepted": "{:.2f}", "staleness_mean": "{:.2f}", "staleness_max": "{:.0f}",
+    "mean_accepted": "{:.2f}", "staleness_mean": "{:.2f}", "staleness_max": "{:.0f}", "turns_per_trajectory": "{:.2f}",
     **{k: "{:.3f}" for k in ("rollout_share", "tail_share", "idle_fraction", "sd_share", "resumed_fraction",
-                             "dropped_fraction", "trained_len_ratio")},
+                             "dropped_fraction", "trained_len_ratio", "tool_wait_share")},
 }
 
 CSS = """

@@ -42,6 +42,7 @@ from tltsim.config import ClusterConfig, RLConfig, SimConfig
 from tltsim.cost.profiled import Profiled
 from tltsim.cost.scaled import StepScaled
 from tltsim.core.errors import TltsimError
+from tltsim.core.records import IDLE_STATES
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import DEFAULT_STRATEGY, Strategy
@@ -68,7 +69,7 @@ def step_metrics(result: Result) -> pd.DataFrame:
     out = pd.DataFrame(index=steps.index)
     out["rollout_s"] = steps["rollout_s"]
     out["total_s"] = steps["total_s"]
-    out["idle_fraction"] = by_state.get("idle", 0.0) / (workers * steps["total_s"])
+    out["idle_fraction"] = sum(by_state.get(s, 0.0) for s in IDLE_STATES) / (workers * steps["total_s"])
     out["sd_share"] = steps["sd_share"] if "sd_share" in steps else 0.0
     out["drafter_train_s"] = by_state.get("drafter_train", 0.0)
     out["mean_accepted"] = steps["mean_accepted"] if "mean_accepted" in steps else np.nan

@@ -11,6 +11,7 @@ from matplotlib.ticker import FuncFormatter
 from tltsim.analysis.report.plots.style import (PAGE_WIDTH_IN, PHASES, gpus_per_worker, labelled, legend_right, new_figure, note,
                                          run_colors, run_style, step_axis, styled)
 from tltsim.core.summary import OVERLAPS, rollout_overlap
+from tltsim.core.records import IDLE_STATES
 
 
 NO_IDLE = 0.001  # idle_fraction at or below which a run never idled: the idle chart leaves it out (findings' too)
@@ -96,7 +97,7 @@ def speedup(results):
 def idle_by_step(result) -> pd.Series:
     """Idle GPU-seconds of each step (indexed by step; 0 where no worker idled)."""
     tl = result.timeline
-    idle = tl[tl["state"] == "idle"]
+    idle = tl[tl["state"].isin(IDLE_STATES)]
     secs = (idle["t_end"] - idle["t_start"]).groupby(idle["step"]).sum() * gpus_per_worker(result)
     return secs.reindex(result.steps["step"], fill_value=0.0)
 

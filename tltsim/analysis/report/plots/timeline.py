@@ -10,7 +10,7 @@ from matplotlib.ticker import FuncFormatter
 
 from tltsim.core.errors import TltsimError
 from tltsim.analysis.report.plots.style import STATE_COLORS, gpus_per_worker, labelled, legend_right, new_figure, styled
-from tltsim.core.records import STATES
+from tltsim.core.records import IDLE_STATES, STATES
 
 
 def slowest_step(result) -> int:
@@ -178,7 +178,7 @@ def utilisation(result, steps=None, bins: int = 800, max_steps: int = 10):
         bottom = bottom + gpus
     total = per * (int(r.timeline["worker"].max()) + 1)
     dur = tl["t_end"] - tl["t_start"]
-    idle = float(dur[tl["state"] == "idle"].sum() / dur.sum())
+    idle = float(dur[tl["state"].isin(IDLE_STATES)].sum() / dur.sum())
     which = "" if len(shown) == len(all_steps) else f", steps {shown[0]}-{shown[-1]} of {len(all_steps)}"
     ax.set_xlim(edges[0], edges[-1])
     ax.set_ylim(0, total)
