@@ -123,3 +123,22 @@ def test_policies_of_single_responses_refuse_a_multi_turn_trace(policy):
 def test_exact_refuses_a_multi_turn_trace():
     with pytest.raises(TltsimError, match="drop --exact"):
         Simulator(trajectories(TWO), cfg(exact=True), cost=ConstantCost())
+
+
+def test_a_trajectory_aware_queue_serves_a_returning_long_trajectory_before_fresh_short_ones():
+    # one slot; A (2 + 3 tokens, a 1 s tool call) is predicted longest, C next, B shortest. FIFO: A, B, then C (in
+    # line since 0 s) before A's second turn (back at 3.5 s); by priority: A, C, then A again, then B
+    t = Turns.of([10, 10, 10], [[2, 3], [4], [4]], [[1.0, None], [None], [None]], [[5, 0], [0], [0]])
+    fifo = agentic_rollout(t, ConstantCost(), max_running=1)
+    assert fifo.finished_at.tolist() == [15.0, 7.0, 11.5]
+    ranked = agentic_rollout(t, ConstantCost(), max_running=1, priority=np.array([10.0, 1.0, 5.0]))
+    assert ranked.finished_at.tolist() == [10.5, 15.0, 7.0]
+
+
+def test_longest_first_ranks_trajectories_in_the_queue_by_their_predicted_length():
+    rows = [(10, [2, 3], [1.0, None], [5, 0]), (10, [4], [None], [0]), (10, [4], [None], [0])]
+    c = SimConfig(cluster=ClusterConfig(gpus=1, tp=1, max_running=1), rl=RLConfig(reward_s=0.5))
+    res = Simulator(trajectories(rows), c, policy=make_policy("longest-first", {"predictor": "oracle"}),
+                    cost=ConstantCost()).run()
+    # oracle lengths 5, 4, 4: the five-token trajectory first, then the two others in order, its second turn between
+    assert res.requests.sort_values("prompt_id")["finished_at"].tolist() == [10.5, 7.0, 15.0]

@@ -68,6 +68,9 @@ class Composite(Policy):
     def rollout(self, step, df, shares, run):
         return self._rollout_owner.rollout(step, df, shares, run)
 
+    def priority(self, df: dict, rows):
+        return next((q for q in (p.priority(df, rows) for p in self.parts) if q is not None), None)
+
     def speculation(self, engine: int, rows=None):
         return next((s for s in (p.speculation(engine, rows) for p in self.parts) if s is not None), None)
 

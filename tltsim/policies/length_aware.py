@@ -7,6 +7,11 @@ first and are spread over the engines instead of landing together in one
 engine's contiguous chunk, so the slowest engine finishes sooner. Nothing is
 stopped or carried: it is on-policy.
 
+On multi-turn trajectories it is trajectory-aware ordering (as Heddle schedules an agent's rollout): a
+trajectory's predicted length (its tokens over all its turns) places it, and ranks it in its engine's queue
+for every turn, so a long trajectory coming back from a tool goes before fresh and shorter ones rather than
+behind them.
+
 Predictors:
     history  the mean length of the same prompt (prompt_id) in earlier steps (RhymeRL reuses the
              previous epoch's lengths of a prompt; Seer predicts from the lengths of a prompt's group);
@@ -53,7 +58,7 @@ class LongestFirst(KnobbedPolicy):
         return np.array([self.sums[p] / self.counts[p] if p in self.counts else default for p in df["prompt_id"].tolist()])
 
     def split(self, df: dict, engines: int) -> list[np.ndarray]:
-        pred = self.predict(df)
+        pred = self._pred = self.predict(df)
         order = np.argsort(-pred, kind="stable")
         load = [(0.0, 0, e) for e in range(engines)]  # heap of (predicted tokens, requests, engine)
         shares: list[list[int]] = [[] for _ in range(engines)]
@@ -62,6 +67,10 @@ class LongestFirst(KnobbedPolicy):
             shares[e].append(i)
             heapq.heappush(load, (w + float(pred[i]), k + 1, e))
         return [np.array(s, dtype=np.int64) for s in shares]
+
+    def priority(self, df: dict, rows: np.ndarray) -> np.ndarray:
+        """The rows' predicted lengths, as `split` placed them (the same draws: computed once per step)."""
+        return self._pred[np.asarray(rows)]
 
     def end_rollout(self, step: int, t: float, df: dict, sr) -> StepOutcome:
         done = sr.finished

@@ -10,7 +10,9 @@ prefills its whole context again when it comes back.
 
 Admission is FIFO over the queue of trajectories ready for a turn (first turns in the share's order, then each as
 its tool answers), as a server takes an agent loop's requests: a slot free (running < max_running) and the cache
-able to hold the turn's context and the tokens it will generate. An engine whose trajectories all wait on tools
+able to hold the turn's context and the tokens it will generate. A trajectory-aware scheduler gives each
+trajectory a `priority` instead: the queue serves the highest first (first turns and returning ones alike), FIFO
+among equals. An engine whose trajectories all wait on tools
 has nothing to run: that time is `tool_wait` (GPU idle; a policy may train the drafter in it).
 
 Events at batch changes, as the fast path's: between a turn's end, a tool's return and an admission, the running
@@ -58,18 +60,19 @@ class Turns:
         return len(self.prompt_len)
 
 
-def agentic_rollout(turns: Turns, cost, max_running: int, spec: Speculation | None = None) -> EngineRollout:
+def agentic_rollout(turns: Turns, cost, max_running: int, spec: Speculation | None = None,
+                    priority: np.ndarray | None = None) -> EngineRollout:
     """Generate one engine's trajectories (in admission order) to their ends; see the module docstring.
 
     The EngineRollout's `turns` holds, per turn (flat, as `turns`'s arrays), admitted_at, finished_at,
     prompt_tokens and cached_tokens; `tool_wait_s` the seconds the engine had only trajectories waiting on tools."""
-    return _Run(turns, cost, max_running, spec).run()
+    return _Run(turns, cost, max_running, spec, priority).run()
 
 
 class _Run:
     """The state of one agentic rollout (see the module docstring); `run` plays it to the end."""
 
-    def __init__(self, turns: Turns, cost, max_running: int, spec: Speculation | None):
+    def __init__(self, turns: Turns, cost, max_running: int, spec: Speculation | None, priority=None):
         n, nt = turns.rows, len(turns.gen)
         self.turns, self.cost, self.max_running, self.spec = turns, cost, max_running, spec
         self.cap = float(cost.kv_capacity_tokens)
@@ -83,8 +86,10 @@ class _Run:
         self.t_admit, self.t_fin = np.full(nt, np.nan), np.full(nt, np.nan)
         self.prompt_tokens, self.cached_tokens = np.zeros(nt), np.zeros(nt)
         self.admitted_at, self.finished_at = np.full(n, np.nan), np.full(n, np.nan)
-        self.queue = list(range(n))  # rows ready for a turn, FIFO
-        self.head = 0
+        self.key = np.zeros(n) if priority is None else -np.asarray(priority, float)
+        self.queue = [(float(self.key[r]), r, r) for r in range(n)]  # heap of (key, arrival, row): rows ready for a
+        heapq.heapify(self.queue)  # turn, the highest priority first, then in arrival order
+        self.arrivals = n
         self.tools: list[tuple[float, int]] = []  # heap of (return time, row)
         self.control = spec.control if spec is not None else None
         self.drafted = self.control is not None and self.control.on
@@ -126,8 +131,8 @@ class _Run:
         chosen = np.zeros(turns.rows, bool)
         used = float(self.reserved[self.running].sum() + held[~self.running].sum())
         slots = self.max_running - int(self.running.sum())
-        while self.head < len(self.queue) and int(chosen.sum()) < slots:
-            r = self.queue[self.head]
+        while self.queue and int(chosen.sum()) < slots:
+            r = self.queue[0][2]
             size = self.ctx[r] + turns.gen[self.turn[r]]
             extra = size - held[r]
             if used + extra > self.cap:
@@ -147,7 +152,7 @@ class _Run:
                     break
             chosen[r] = True
             used += extra
-            self.head += 1
+            heapq.heappop(self.queue)
         if not chosen.any():
             return False
         rows = np.flatnonzero(chosen)
@@ -261,7 +266,8 @@ class _Run:
                 self._finish(r)
                 continue
             self.turn[r] = k + 1
-            self.queue.append(r)
+            heapq.heappush(self.queue, (float(self.key[r]), self.arrivals, int(r)))
+            self.arrivals += 1
 
     def _finish(self, r: int) -> None:
         self.held[r] = 0.0

@@ -88,6 +88,11 @@ class Policy:
         step's rows; None: not known), or None for plain decoding."""
         return None
 
+    def priority(self, df: dict, rows: np.ndarray) -> np.ndarray | None:
+        """Multi-turn traces: each of the step's `rows`' priority in its engine's queue (highest served first, a
+        trajectory keeping it for every turn), or None for FIFO (tltsim.sim.agentic)."""
+        return None
+
     def worker_done(self, engine: int, t: float) -> None:
         """The engine finished its share of the step at time t."""
 

@@ -155,7 +155,7 @@ class Simulator:
         if self.agentic:
             df = self._step_rows
             turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")))
-            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec)
+            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows))
         if not self.cfg.exact:
             return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
         env, out = simpy.Environment(), {}  # engines do not interact within a rollout: each runs in its own clock
