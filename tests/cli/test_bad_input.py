@@ -94,6 +94,10 @@ def _files(root: Path, trace: Path) -> None:
     (root / "latin.jsonl").write_bytes(b'{"step": 0, "text": "caf\xe9"}\n')
     write("array.jsonl", "[1]\n")
     write("notes.md", "# not a trace\n")
+    write("notes.txt", "a user's notes\n")
+    write("mine.csv.meta.json", '{"mine": 1}\n')  # a user's file, named as a CSV trace's sidecar
+    (root / "figs").mkdir()
+    (root / "figs" / "lengths.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's figure\n")  # named as a report's
     write("t.parquet.txt", "")
     (root / "fake.parquet").write_bytes(b"PAR1 not really\n")
     csv = root / "pair.csv"
@@ -471,6 +475,23 @@ CASES["simulate -o the directory of its config"] = (lambda s, t: [*_sim(t), "--c
 for _name in RESULT_FILES:  # a flipped bit in any file of a result is found, and named
     CASES[f"report: a flipped bit in {_name}"] = ((lambda n: lambda s, t: [
         "report", s / "results" / f"flipped_{n.replace('.', '_')}", "-o", s / "r.html"])(_name), f"{_name} is damaged")
+_NOT_OURS = "exists and is not a file tltsim wrote; it is left as is: pass --force to replace it, or choose another path"
+for _name, (_argv, _file) in {  # a single file in the way that tltsim did not write: left as is, the command stops
+        "report -o a user's file": (lambda s, t: ["report", s / "res", "-o", s / "notes.txt"], "notes.txt"),
+        "report --figures over a user's PNG": (lambda s, t: ["report", s / "res", "-o", s / "r.html", "--figures",
+                                                             s / "figs"], "lengths.png"),
+        "trace synth -o a user's file": (lambda s, t: _synth(s / "fake.parquet"), "fake.parquet"),
+        "trace synth -o a CSV without its sidecar": (lambda s, t: _synth(s / "rows.csv"), "rows.csv"),
+        "trace synth -o a CSV beside a user's sidecar": (lambda s, t: _synth(s / "mine.csv"), "mine.csv.meta.json"),
+        "trace convert to a user's file": (lambda s, t: ["trace", "convert", t, s / "rows.csv"], "rows.csv"),
+        "trace convert to a CSV another sidecar describes": (lambda s, t: ["trace", "convert", t, s / "pair.csv"],
+                                                             "pair.csv"),
+        "calibrate --save-calibration a user's file": (lambda s, t: [
+            "calibrate", *_verl(s, t, "m_zero.jsonl")[1:], "--save-calibration", s / "notes.txt"], "notes.txt"),
+        "validate --save-calibration a user's file": (lambda s, t: [
+            *_verl(s, t, "m_zero.jsonl"), "--save-calibration", s / "notes.txt"], "notes.txt"),
+}.items():
+    CASES[_name] = (_argv, f"{_file}: {_NOT_OURS}")
 CASES["compare -o a result of simulate"] = (lambda s, t: [*_cmp(t), "-o", s / "res"],
                                             "res: exists and is not a tltsim result")
 for _dir in ("userdir", "ud_config", "res_plus", "ud_csv"):
@@ -505,6 +526,10 @@ REAL_PATHS = {
     "real pretrain -o a file": (["pretrain", "-o", "file.txt"], "is a file, not a directory"),
     "real pretrain -o under a file": (["pretrain", "-o", "file.txt/x"], "so nothing can be written under it"),
     "real profile -o a directory": (["profile", "-o", "userdir"], "userdir: is a directory; name a file"),
+    "real profile -o a user's file": (["profile", "-o", "notes.txt"], "notes.txt: exists and is not a file tltsim wrote"),
+    "real drafter -o a user's file": (["drafter", "-o", "notes.txt"], "notes.txt: exists and is not a file tltsim wrote"),
+    "real drafter --data a user's file": (["drafter", "-o", "d.pt", "--data", "notes.txt"],
+                                          "notes.txt: exists and is not a file tltsim wrote"),
     "real profile -o under a file": (["profile", "-o", "file.txt/p.csv"], "so nothing can be written under it"),
     "real profile -o its --drafter": (["profile", "--drafter", "file.txt", "-o", "file.txt"], "is also --drafter"),
     "real profile --drafter not a checkpoint": (["profile", "--drafter", "file.txt", "-o", "p.csv"],
