@@ -67,6 +67,11 @@ def _files(root: Path, trace: Path) -> None:
     for name, factor in {"cal_inf": float("inf"), "cal_nan": float("nan"), "cal_neg": -1, "cal_zero": 0, "cal_str": "2",
                          "cal_bool": True}.items():
         write(f"{name}.json", calibration(phases={**phases, "rollout": factor}))
+    write("cal_huge.json", calibration(phases={**phases, "rollout": 1e308}))  # every time would overflow
+    write("cal_tiny.json", calibration(phases={**phases, "train": 1e-300}))
+    write("cal_fixed.json", calibration(phases={**phases, "other_s": 1e308}))
+    write("cal_misspelt.json", calibration(speed_factr=1.3))
+    write("cal_phase.json", calibration(phases={**{k: v for k, v in phases.items() if k != "rollout"}, "rollot": 1.2}))
     write("cal_noformat.json", json.dumps({"phases": phases, "reward_s": 1.0}))
     write("cal_cluster.json", calibration(cluster=5))
     write("cal_deep.json", "[" * 100_000 + "]" * 100_000)
@@ -428,6 +433,11 @@ for _knob in KNOBS:
 for _name, _says in {"cal_inf": "reward_s are not all numbers", "cal_nan": "reward_s are not all numbers",
                      "cal_neg": "calibration.rollout = -1 must be > 0", "cal_zero": "calibration.rollout = 0 must be > 0",
                      "cal_str": "reward_s are not all numbers", "cal_bool": "reward_s are not all numbers",
+                     "cal_huge": "calibration.rollout = 1e+308 is outside [0.001, 1000]",
+                     "cal_tiny": "calibration.train = 1e-300 is outside [0.001, 1000]",
+                     "cal_fixed": "calibration.other_s = 1e+308 s is more than 86400 s a step",
+                     "cal_misspelt": "unknown key 'speed_factr'; a calibration's keys are format, phases",
+                     "cal_phase": "unknown phase 'rollot'; did you mean 'rollout'? a calibration's phases are rollout",
                      "cal_noformat": "not a tltsim calibration", "cal_cluster": "its cluster and sources are not tables", "cal_deep": "not a readable calibration file",
                      "cal_text": "not a readable calibration file", "nope": "not a readable calibration file"}.items():
     for _cmd in ("simulate", "compare"):

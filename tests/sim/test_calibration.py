@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tltsim.analysis.calibration import calibrate
+from tltsim.analysis.calibration import KEYS, calibrate
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.core.errors import TltsimError
@@ -166,6 +166,7 @@ def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, 
     assert len((tmp_path / "val" / "per_step.csv").read_text().splitlines()) == 1 + 8
     assert abs(out["phases"]["rollout"] / 1.4 - 1) < 0.05 and out["error_after"] < out["error_before"]
     assert len(out["per_step"]) == 8 and json.loads(cal.read_text())["phases"] == out["phases"]
+    assert sorted(json.loads(cal.read_text())) == sorted(KEYS)  # what a calibration file may hold: what it is written with
     for name, extra in (("plain", []), ("cal", ["--calibration", str(cal)])):
         assert main(["compare", "--trace", str(tpath), *cluster, "--policies", "verl,tlt", "-o", str(tmp_path / name),
                      "--no-progress", "--no-report", *extra]) == 0

@@ -47,6 +47,8 @@ from tltsim.trace import Trace
 
 LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 tokens + 5%
 FORMAT = "tltsim.analysis.calibration/2"
+KEYS = ("format", "phases", "reward_s", "rollout_fit", "fitted_steps", "error_before", "error_after",  # to_json's
+        "step_error_before", "step_error_after", "cluster", "sources", "timed", "notes", "per_step")
 MIN_FIXED_STEPS = 6  # fitted steps a rollout fixed cost needs beside the factor
 FACTOR_SPREAD = 0.2  # ... and the widest 95% confidence interval of the factor, as a share of it
 REWARD_IN_LOOP = 0.01  # timing_s/reward below this share of timing_s/gen (medians): scored in the agent loop or
@@ -256,8 +258,11 @@ def load_calibration(path) -> dict:
     if d["format"] != FORMAT:
         raise TltsimError(f"{path}: a calibration of another tltsim ({d['format']}, this one reads {FORMAT}); "
                           f"{again.replace('make one', 'make it again')}")
+    _known(path, d, KEYS, "key", again)
     phases, reward = d.get("phases"), d.get("reward_s")
     names = [f.name for f in PhaseCalibration.__dataclass_fields__.values() if f.name != "source"]
+    if isinstance(phases, dict):
+        _known(path, phases, names, "phase", again)
     if (not isinstance(phases, dict) or sorted(phases) != sorted(names) or not all(_number(v) for v in phases.values())
             or not _number(reward)):
         raise TltsimError(f"{path}: its phases ({', '.join(names)}) and reward_s are not all numbers; {again}")
@@ -265,6 +270,19 @@ def load_calibration(path) -> dict:
         raise TltsimError(f"{path}: its cluster and sources are not tables; {again}")
     PhaseCalibration(**phases).checked()
     return d
+
+
+def _known(path, d: dict, known, what: str, again: str) -> None:
+    """TltsimError for the first key of `d` not among `known` (a misspelt key would be silently ignored), naming
+    it, the close match if there is one, and the known keys."""
+    import difflib
+
+    for key in d:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TltsimError(f"{path}: unknown {what} {key!r}; {hint}a calibration's {what}s are "
+                              f"{', '.join(known)}; {again}")
 
 
 def apply(saved: dict, cfg: SimConfig, path=None) -> SimConfig:
