@@ -100,6 +100,8 @@ def _files(root: Path, trace: Path) -> None:
     write("array.jsonl", "[1]\n")
     write("notes.md", "# not a trace\n")
     write("notes.txt", "a user's notes\n")
+    write("p2.csv", "kind,batch,context,tokens,sq_tokens,depth,topk,verify,seconds\n"
+                    "decode,1,32,1,0,0,0,0,0.01\nprefill,1,32,32,1024,0,0,0,0.02\n")  # no fit in two rows
     write("mine.csv.meta.json", '{"mine": 1}\n')  # a user's file, named as a CSV trace's sidecar
     (root / "figs").mkdir()
     (root / "figs" / "lengths.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's figure\n")  # named as a report's
@@ -340,6 +342,10 @@ CASES = {
                                        "userdir: is a directory; give the CSV file"),
     "validate --profile missing": (lambda s, t: ["validate", s / "res", "--profile", s / "nope.csv"],
                                    "nope.csv: not found; give the CSV file"),
+    "validate --profile of two rows": (lambda s, t: [
+        "validate", ROOT / "traces/runs/real_verl_smollm2_longtail", "--profile", s / "p2.csv"],
+        "p2.csv: its 1 decode row(s) cannot separate the 3 unknowns of a decode's time (a fixed cost, a cost a row, "
+        "a cost a context token): that needs at least 3 rows over 2 or more batch sizes and 2 or more contexts"),
     "validate -o its run": (lambda s, t: ["validate", s / "res", "-o", s / "res"],
                             "res: exists and is not a validation tltsim wrote"),
     "validate -o inside its run": (lambda s, t: ["validate", s / "res", "-o", s / "res" / "v"], "lies inside RUN_DIR 1"),
