@@ -25,7 +25,8 @@ sync). `error_before` / `error_after` are the median absolute relative error of 
 as modelled and calibrated, `step_error_before` / `step_error_after` the same of the whole step.
 
 Metrics that do not belong to the trace are reported, not fitted: steps the trace lacks (or that lack
-metrics), and steps whose `response_length/mean` or `/max` differ from the trace's by more than
+metrics), steps whose every request aborted (tltsim.verl_metrics leaves them out: nothing was generated), and
+steps whose `response_length/mean` or `/max` differ from the trace's by more than
 LENGTH_TOLERANCE (the dump's counts leave out the EOS token verl counts: a token or so).
 """
 from __future__ import annotations
@@ -111,12 +112,17 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
     metrics_len_max; fitted (bool); reason (why a step is not fitted, or "")."""
     cfg = replace(cfg, policy="verl", calibration=PhaseCalibration())
     trace_steps, metric_steps = set(trace.steps), {int(s) for s in metrics.index}
+    aborted = set(metrics.attrs.get("all_aborted", ()))  # read_metrics left them out
     common = sorted(trace_steps & metric_steps)
     notes = []
+    if aborted:
+        notes.append(f"steps {_ranges(aborted)}: every request aborted (the metrics' response_length/mean 0): no "
+                     f"response to time, left out")
     if metric_steps - trace_steps:
         notes.append(f"metrics steps {_ranges(metric_steps - trace_steps)} are not in the trace: not fitted")
-    if trace_steps - metric_steps:
-        notes.append(f"trace steps {_ranges(trace_steps - metric_steps)} have no metrics (timing_s/gen): not fitted")
+    if trace_steps - metric_steps - aborted:
+        notes.append(f"trace steps {_ranges(trace_steps - metric_steps - aborted)} have no metrics (timing_s/gen): "
+                     f"not fitted")
     if metrics[["len_mean", "len_max"]].isna().all().all():
         notes.append("the metrics have no response_length/mean or /max: whether they belong to the trace is not checked")
     if not common:
@@ -128,7 +134,7 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
     timed = {phase: bool(metrics[[f"{t}_s" for t in timers]].notna().any().any()) for phase, timers in PHASES.items()}
     lengths = trace.df.groupby("step")["response_len"].agg(["mean", "max"])
     rows = []
-    for s in sorted(trace_steps | metric_steps):
+    for s in sorted(trace_steps | metric_steps | aborted):
         m = metrics.loc[s] if s in metric_steps else None
         row = {"step": s, "trace_len_mean": _at(lengths, s, "mean"), "metrics_len_mean": _get(m, "len_mean"),
                "trace_len_max": _at(lengths, s, "max"), "metrics_len_max": _get(m, "len_max")}
@@ -138,7 +144,7 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
             if phase != "rollout":
                 row[f"measured_{phase}_s"] = _timed(m, timers)
                 row[f"predicted_{phase}_s"] = _at(pred, s, f"{phase}_s")
-        row["reason"] = _reason(row, s in trace_steps, m is not None)
+        row["reason"] = "every request aborted" if s in aborted else _reason(row, s in trace_steps, m is not None)
         row["fitted"] = not row["reason"]
         rows.append(row)
     df = pd.DataFrame(rows)
