@@ -342,9 +342,10 @@ def _speed(args) -> int:
     factories = {name: (lambda name=name: drafters.load(name, target, args.model)) for name in names}
     prompts = speed.heldout_prompts(load_task(args.model, args.task), -(-max(batches) // args.group))
     _check_memory(target, max(batches), max(map(len, prompts)) + args.max_new_tokens, args.device)
-    rows = speed.measure(target, factories, prompts, settings,
-                         log=lambda row: print(f"measured: {json.dumps(row)}", file=sys.stderr, flush=True))
-    print(json.dumps(rows) if args.json else speed.table(rows))  # the rows once, on stdout; progress on stderr
+    progress = (lambda row: print(f"timed batch {row['batch']}, {row['drafter'] or 'plain'}", file=sys.stderr,
+                                  flush=True)) if sys.stderr.isatty() else None  # where it is read as it goes
+    rows = speed.measure(target, factories, prompts, settings, log=progress)
+    print(json.dumps(rows) if args.json else speed.table(rows))  # the rows once, on stdout
     return 0
 
 
