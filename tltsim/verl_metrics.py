@@ -11,7 +11,9 @@ a training step and is skipped. `timing_s/step` is the step without validation: 
 `timing_s/testing` is logged beside it and is not part of it (docs/verl.md). A step whose every request
 aborted (verl logs `response_length/mean` 0.0, or `response/aborted_ratio` 1.0, and null for the means it
 cannot take) generated no response to time: it is left out, named in one `tltsim: warning:` line, and its steps
-are the frame's `attrs["all_aborted"]` (the calibration notes them). A wandb CSV has one row per
+are the frame's `attrs["all_aborted"]` (the calibration notes them). A last line cut short (a trainer killed
+while writing it: no newline, not JSON) is left out with a warning. Training steps never go back within one
+run: a step below an earlier one means two runs in one file, refused naming both lines. A wandb CSV has one row per
 step: a step column (`step`, `_step` or `Step`) and the same keys as columns, or `<run> - <key>` columns as
 a panel's export names them.
 """
@@ -84,11 +86,18 @@ def _all_aborted(data: dict) -> bool:
 
 def _read_jsonl(path: Path, aborted: dict) -> dict[int, dict]:
     rows: dict[int, dict] = {}
-    for n, rec in read_objects(path, "verl's file-logger metrics"):
+    last = None  # (step, line) of the last training line: steps never go back within one run
+    for n, rec in read_objects(path, "verl's file-logger metrics", cut_last=True):
         if "step" not in rec or not isinstance(rec.get("data"), dict):
             raise TltsimError(f"{path}, line {n}: expected {{\"step\": k, \"data\": {{...}}}} as verl's file logger "
                               f"writes it; is this VERL_FILE_LOGGER_PATH's file?")
         step = _step(rec["step"], f"{path}, line {n}, key 'step'")
+        if GEN in rec["data"] and last is not None and step < last[0]:
+            raise TltsimError(f"{path}, line {n}: step {step} after step {last[0]} (line {last[1]}): the steps start "
+                              f"again, so the file holds two runs; keep one run's lines (from the last start) and "
+                              f"give that file")
+        if GEN in rec["data"]:
+            last = (step, n)
         if GEN in rec["data"] and _all_aborted(rec["data"]):
             aborted[step] = f"line {n}"
             rows.pop(step, None)  # a step logged twice: the later line wins
