@@ -85,6 +85,7 @@ def _files(root: Path, trace: Path) -> None:
     write("m_lens.jsonl", "".join(f'{{"step": {s}, "data": {{"timing_s/gen": 5.0, "response_length/mean": 99999}}}}\n'
                                   for s in range(3)))  # of another run: no step is fitted
     write("m_nodata.jsonl", '{"step": 0}\n')
+    write("m_tworuns.jsonl", "".join(step.format(s, 5.0) for s in (1, 2, 3, 1, 2)))  # two runs' files joined
     write("m_step.jsonl", '{"step": -4, "data": {"timing_s/gen": 3.0}}\n')
     write("m_none.jsonl", '{"step": 0, "data": {"timing_s/step": 3.0}}\n')
     write("deep_array.jsonl", "[" * 100_000 + "]" * 100_000 + "\n")
@@ -367,6 +368,8 @@ CASES = {
     "metrics: a list per line": (lambda s, t: _verl(s, t, "m_list.jsonl"), "a JSON list, not an object"),
     "metrics: no data": (lambda s, t: _verl(s, t, "m_nodata.jsonl"), "expected {\"step\": k, \"data\": {...}}"),
     "metrics: negative step": (lambda s, t: _verl(s, t, "m_step.jsonl"), "-4 is not a step number"),
+    "metrics: two runs in one file": (lambda s, t: _verl(s, t, "m_tworuns.jsonl"),
+                                      "line 4: step 1 after step 3 (line 3): the steps start again"),
     "metrics: no rollout time": (lambda s, t: _verl(s, t, "m_none.jsonl"), "no line has 'timing_s/gen'"),
     "fit-drafter: one run as both sides": (lambda s, t: ["fit-drafter", "--adaptive", s / "res", "--static", s / "res"],
                                          "--adaptive and --static both name"),
