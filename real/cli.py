@@ -15,7 +15,7 @@ from dataclasses import fields
 
 from real.models import hub
 from real.settings import PRESETS, TASKS, PretrainConfig, SpeedSettings, WarmupSettings
-from tltsim.core.argparser import Parser, add_fields, number, parse, show_progress, whole
+from tltsim.core.argparser import Parser, add_fields, add_force, number, parse, show_progress, whole
 from tltsim.core.errors import TltsimError
 
 
@@ -53,6 +53,7 @@ def add_profile(sub) -> None:
                        description="Writes a CSV that the simulator's `profiled` cost model is fitted from "
                                    "(tltsim validate --profile). Run it on a quiet machine.")
     p.add_argument("-o", "--out", required=True, help="profile CSV to write")
+    add_force(p, "the profile CSV")
     p.add_argument("--model", default="tiny-llama", help="a save_pretrained directory, a known model (e.g. "
                    "smollm2-135m) or a preset")
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
@@ -87,10 +88,11 @@ def _profile(args) -> int:
     from real.models.targets import load_target, load_task
     from real.tools.profile import profile_processes
     from real.settings import ProfileSettings, SamplingParams
-    from tltsim.core.io import atomic_path, check_apart, check_output
+    from real.tools.profile import COLUMNS
+    from tltsim.core.io import atomic_path, check_apart, check_file
 
-    check_output(args.out)
     check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
+    check_file(args.out, args.force, ours=lambda p: _csv_header(p) == COLUMNS)
 
     def ints(text, flag):
         try:
@@ -118,6 +120,16 @@ def _profile(args) -> int:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")
     return 0
+
+
+def _csv_header(path) -> list[str] | None:
+    """The column names on a CSV file's first line (a profile's mark: tltsim writes no other CSV of its
+    columns), or None where it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline(4096).rstrip("\r\n").split(",")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def add_run(sub) -> None:
@@ -228,6 +240,7 @@ def add_drafter(sub) -> None:
                                    "(the most frequent tokens), fits an EAGLE drafter, measures tokens per target call on "
                                    "held-out problems; writes it in bf16.")
     p.add_argument("-o", "--out", required=True, help="drafter checkpoint to write")
+    add_force(p, "the drafter checkpoint and the --data file")
     p.add_argument("--model", default="smollm2-135m", help="known model or save_pretrained directory")
     d = {f.name: f.default for f in fields(WarmupSettings)}
     p.add_argument("--problems", type=whole(1), default=d["problems"], help="training problems answered")
@@ -254,7 +267,7 @@ def add_drafter(sub) -> None:
 
 def _drafter(args) -> int:
     from real.drafters.warmup import make_drafter
-    from tltsim.core.io import check_apart, check_output
+    from tltsim.core.io import check_apart, check_file, check_output
 
     check_output(args.out)
     if args.data:
@@ -262,6 +275,9 @@ def _drafter(args) -> int:
     check_apart({"-o": args.out, "--data": args.data}, {"--model": args.model, "--init": args.init})
     if args.out == args.data:
         raise TltsimError(f"-o and --data name one file, {args.out}; the answers and the drafter need a file each")
+    check_file(args.out, args.force)
+    if args.data:  # collected answers tltsim wrote are read again where their settings match, else replaced
+        check_file(args.data, args.force)
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
         ("model", args.model), ("task", args.task), ("problems", args.problems), ("temperature", args.temperature),
@@ -326,9 +342,10 @@ def _speed(args) -> int:
     factories = {name: (lambda name=name: drafters.load(name, target, args.model)) for name in names}
     prompts = speed.heldout_prompts(load_task(args.model, args.task), -(-max(batches) // args.group))
     _check_memory(target, max(batches), max(map(len, prompts)) + args.max_new_tokens, args.device)
-    rows = speed.measure(target, factories, prompts, settings,
-                         log=lambda row: print(f"measured: {json.dumps(row)}", file=sys.stderr, flush=True))
-    print(json.dumps(rows) if args.json else speed.table(rows))  # the rows once, on stdout; progress on stderr
+    progress = (lambda row: print(f"timed batch {row['batch']}, {row['drafter'] or 'plain'}", file=sys.stderr,
+                                  flush=True)) if sys.stderr.isatty() else None  # where it is read as it goes
+    rows = speed.measure(target, factories, prompts, settings, log=progress)
+    print(json.dumps(rows) if args.json else speed.table(rows))  # the rows once, on stdout
     return 0
 
 

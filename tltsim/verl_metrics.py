@@ -8,19 +8,25 @@ VERL_FILE_LOGGER_PATH when the trainer starts and writes one line per `Tracking.
 (verl 0.9.1; later versions may add elapsed_seconds, which is ignored; which keys appear varies with version
 and config). A line without `timing_s/gen` (the validation before training, a validation-only line) is not
 a training step and is skipped. `timing_s/step` is the step without validation: on a step that validates,
-`timing_s/testing` is logged beside it and is not part of it (docs/verl.md). A wandb CSV has one row per
+`timing_s/testing` is logged beside it and is not part of it (docs/verl.md). A step whose every request
+aborted (verl logs `response_length/mean` 0.0, or `response/aborted_ratio` 1.0, and null for the means it
+cannot take) generated no response to time: it is left out, named in one `tltsim: warning:` line, and its steps
+are the frame's `attrs["all_aborted"]` (the calibration notes them). A last line cut short (a trainer killed
+while writing it: no newline, not JSON) is left out with a warning. Training steps never go back within one
+run: a step below an earlier one means two runs in one file, refused naming both lines. A wandb CSV has one row per
 step: a step column (`step`, `_step` or `Step`) and the same keys as columns, or `<run> - <key>` columns as
 a panel's export names them.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.core.jsonl import read_objects
 
 # verl's step timers (verl/trainer/ppo/ray_trainer.py: marked_timer(name), logged as timing_s/<name> by
@@ -38,6 +44,7 @@ GEN = "timing_s/gen"
 LEN_MEAN, LEN_MAX = "response_length/mean", "response_length/max"  # tokens, EOS counted
 KEYS = {**{f"timing_s/{t}": f"{t}_s" for t in TIMERS}, LEN_MEAN: "len_mean", LEN_MAX: "len_max"}
 STEP_COLUMNS = ("step", "_step", "Step")
+ABORTED_RATIO = "response/aborted_ratio"  # the share of a step's requests that aborted (verl logs it beside the lengths)
 
 
 def read_metrics(path) -> pd.DataFrame:
@@ -49,22 +56,52 @@ def read_metrics(path) -> pd.DataFrame:
     if not path.is_file():
         raise TltsimError(f"{path} does not exist; give the file verl's file logger wrote (VERL_FILE_LOGGER_PATH) "
                           f"or a wandb CSV export")
-    rows = _read_csv(path) if path.suffix.lower() == ".csv" else _read_jsonl(path)
+    aborted: dict[int, str] = {}  # step -> where it is (line or row): steps whose every request aborted
+    rows = _read_csv(path, aborted) if path.suffix.lower() == ".csv" else _read_jsonl(path, aborted)
+    if not rows and aborted:
+        raise TltsimError(f"{path}: every step's requests aborted (response_length/mean 0.0): no step generated a "
+                          f"response to time; give the metrics of a run that generated")
     if not rows:
         raise TltsimError(f"{path}: no line has {GEN!r}; these are not the metrics of a verl training run "
                           f"(log with trainer.logger=[console,file])")
+    left_out = sorted(set(aborted) - set(rows))  # a step logged again after an aborted line: the later one counts
+    if left_out:
+        warnings.warn(TltsimWarning(
+            f"{path}: step(s) {', '.join(f'{s} ({aborted[s]})' for s in left_out)}: every request aborted "
+            f"(response_length/mean 0.0): left out, as no response was generated to time"))
     frame = pd.DataFrame.from_dict(rows, orient="index").sort_index()
     frame.index.name = "step"
-    return frame.reindex(columns=list(KEYS.values()))
+    frame = frame.reindex(columns=list(KEYS.values()))
+    frame.attrs["all_aborted"] = left_out
+    return frame
 
 
-def _read_jsonl(path: Path) -> dict[int, dict]:
+def _all_aborted(data: dict) -> bool:
+    """Whether a step's metrics say every request aborted: no response token (verl's mean counts the EOS token,
+    so a generated response has one), or an aborted share of 1."""
+    mean, ratio = data.get(LEN_MEAN), data.get(ABORTED_RATIO)
+    number = lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)  # noqa: E731
+    return (number(mean) and mean == 0) or (number(ratio) and ratio == 1)
+
+
+def _read_jsonl(path: Path, aborted: dict) -> dict[int, dict]:
     rows: dict[int, dict] = {}
-    for n, rec in read_objects(path, "verl's file-logger metrics"):
+    last = None  # (step, line) of the last training line: steps never go back within one run
+    for n, rec in read_objects(path, "verl's file-logger metrics", cut_last=True):
         if "step" not in rec or not isinstance(rec.get("data"), dict):
             raise TltsimError(f"{path}, line {n}: expected {{\"step\": k, \"data\": {{...}}}} as verl's file logger "
                               f"writes it; is this VERL_FILE_LOGGER_PATH's file?")
         step = _step(rec["step"], f"{path}, line {n}, key 'step'")
+        if GEN in rec["data"] and last is not None and step < last[0]:
+            raise TltsimError(f"{path}, line {n}: step {step} after step {last[0]} (line {last[1]}): the steps start "
+                              f"again, so the file holds two runs; keep one run's lines (from the last start) and "
+                              f"give that file")
+        if GEN in rec["data"]:
+            last = (step, n)
+        if GEN in rec["data"] and _all_aborted(rec["data"]):
+            aborted[step] = f"line {n}"
+            rows.pop(step, None)  # a step logged twice: the later line wins
+            continue
         row = {KEYS[k]: _number(rec["data"][k], f"{path}, line {n}, key {k!r}", KEYS[k]) for k in KEYS
                if k in rec["data"]}
         if "gen_s" in row and not math.isnan(row["gen_s"]):
@@ -72,7 +109,7 @@ def _read_jsonl(path: Path) -> dict[int, dict]:
     return rows
 
 
-def _read_csv(path: Path) -> dict[int, dict]:
+def _read_csv(path: Path, aborted: dict) -> dict[int, dict]:
     try:
         df = pd.read_csv(path)
     except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
@@ -88,7 +125,13 @@ def _read_csv(path: Path) -> dict[int, dict]:
         if found:
             cols[name] = found[0]
     rows: dict[int, dict] = {}
+    ratio = next((c for c in df.columns if c == ABORTED_RATIO or c.endswith(f" - {ABORTED_RATIO}")), None)
     for i, rec in enumerate(df.to_dict("records"), start=2):  # line 1 is the header
+        data = {key: rec[cols[name]] for key, name in KEYS.items() if name in cols}
+        data.update({ABORTED_RATIO: rec[ratio]} if ratio else {})
+        if "gen_s" in cols and not pd.isna(rec[cols["gen_s"]]) and _all_aborted(data):
+            aborted[_step(rec[step_col], f"{path}, line {i}, column {step_col!r}")] = f"line {i}"
+            continue
         row = {name: _number(rec[c], f"{path}, line {i}, column {c!r}", name) for name, c in cols.items()}
         if "gen_s" in row and not math.isnan(row["gen_s"]):
             rows[_step(rec[step_col], f"{path}, line {i}, column {step_col!r}")] = row

@@ -60,9 +60,12 @@ def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_to
     return pairs
 
 
+DATA_FORMAT = "tltsim-drafter-data-1"  # the `format` of collected answers (`tltsim real drafter --data`)
+
+
 def save_pairs(pairs, path: str | Path, meta: dict) -> None:
     with atomic_path(path) as tmp:
-        torch.save({"meta": meta, "pairs": pairs}, tmp)
+        torch.save({"format": DATA_FORMAT, "meta": meta, "pairs": pairs}, tmp)
 
 
 def load_pairs(path: str | Path, meta: dict):

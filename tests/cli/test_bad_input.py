@@ -67,6 +67,11 @@ def _files(root: Path, trace: Path) -> None:
     for name, factor in {"cal_inf": float("inf"), "cal_nan": float("nan"), "cal_neg": -1, "cal_zero": 0, "cal_str": "2",
                          "cal_bool": True}.items():
         write(f"{name}.json", calibration(phases={**phases, "rollout": factor}))
+    write("cal_huge.json", calibration(phases={**phases, "rollout": 1e308}))  # every time would overflow
+    write("cal_tiny.json", calibration(phases={**phases, "train": 1e-300}))
+    write("cal_fixed.json", calibration(phases={**phases, "other_s": 1e308}))
+    write("cal_misspelt.json", calibration(speed_factr=1.3))
+    write("cal_phase.json", calibration(phases={**{k: v for k, v in phases.items() if k != "rollout"}, "rollot": 1.2}))
     write("cal_noformat.json", json.dumps({"phases": phases, "reward_s": 1.0}))
     write("cal_cluster.json", calibration(cluster=5))
     write("cal_deep.json", "[" * 100_000 + "]" * 100_000)
@@ -80,6 +85,7 @@ def _files(root: Path, trace: Path) -> None:
     write("m_lens.jsonl", "".join(f'{{"step": {s}, "data": {{"timing_s/gen": 5.0, "response_length/mean": 99999}}}}\n'
                                   for s in range(3)))  # of another run: no step is fitted
     write("m_nodata.jsonl", '{"step": 0}\n')
+    write("m_tworuns.jsonl", "".join(step.format(s, 5.0) for s in (1, 2, 3, 1, 2)))  # two runs' files joined
     write("m_step.jsonl", '{"step": -4, "data": {"timing_s/gen": 3.0}}\n')
     write("m_none.jsonl", '{"step": 0, "data": {"timing_s/step": 3.0}}\n')
     write("deep_array.jsonl", "[" * 100_000 + "]" * 100_000 + "\n")
@@ -94,6 +100,12 @@ def _files(root: Path, trace: Path) -> None:
     (root / "latin.jsonl").write_bytes(b'{"step": 0, "text": "caf\xe9"}\n')
     write("array.jsonl", "[1]\n")
     write("notes.md", "# not a trace\n")
+    write("notes.txt", "a user's notes\n")
+    write("p2.csv", "kind,batch,context,tokens,sq_tokens,depth,topk,verify,seconds\n"
+                    "decode,1,32,1,0,0,0,0,0.01\nprefill,1,32,32,1024,0,0,0,0.02\n")  # no fit in two rows
+    write("mine.csv.meta.json", '{"mine": 1}\n')  # a user's file, named as a CSV trace's sidecar
+    (root / "figs").mkdir()
+    (root / "figs" / "lengths.png").write_bytes(b"\x89PNG\r\n\x1a\n a user's figure\n")  # named as a report's
     write("t.parquet.txt", "")
     (root / "fake.parquet").write_bytes(b"PAR1 not really\n")
     csv = root / "pair.csv"
@@ -331,6 +343,10 @@ CASES = {
                                        "userdir: is a directory; give the CSV file"),
     "validate --profile missing": (lambda s, t: ["validate", s / "res", "--profile", s / "nope.csv"],
                                    "nope.csv: not found; give the CSV file"),
+    "validate --profile of two rows": (lambda s, t: [
+        "validate", ROOT / "traces/runs/real_verl_smollm2_longtail", "--profile", s / "p2.csv"],
+        "p2.csv: its 1 decode row(s) cannot separate the 3 unknowns of a decode's time (a fixed cost, a cost a row, "
+        "a cost a context token): that needs at least 3 rows over 2 or more batch sizes and 2 or more contexts"),
     "validate -o its run": (lambda s, t: ["validate", s / "res", "-o", s / "res"],
                             "res: exists and is not a validation tltsim wrote"),
     "validate -o inside its run": (lambda s, t: ["validate", s / "res", "-o", s / "res" / "v"], "lies inside RUN_DIR 1"),
@@ -352,6 +368,8 @@ CASES = {
     "metrics: a list per line": (lambda s, t: _verl(s, t, "m_list.jsonl"), "a JSON list, not an object"),
     "metrics: no data": (lambda s, t: _verl(s, t, "m_nodata.jsonl"), "expected {\"step\": k, \"data\": {...}}"),
     "metrics: negative step": (lambda s, t: _verl(s, t, "m_step.jsonl"), "-4 is not a step number"),
+    "metrics: two runs in one file": (lambda s, t: _verl(s, t, "m_tworuns.jsonl"),
+                                      "line 4: step 1 after step 3 (line 3): the steps start again"),
     "metrics: no rollout time": (lambda s, t: _verl(s, t, "m_none.jsonl"), "no line has 'timing_s/gen'"),
     "fit-drafter: one run as both sides": (lambda s, t: ["fit-drafter", "--adaptive", s / "res", "--static", s / "res"],
                                          "--adaptive and --static both name"),
@@ -424,6 +442,11 @@ for _knob in KNOBS:
 for _name, _says in {"cal_inf": "reward_s are not all numbers", "cal_nan": "reward_s are not all numbers",
                      "cal_neg": "calibration.rollout = -1 must be > 0", "cal_zero": "calibration.rollout = 0 must be > 0",
                      "cal_str": "reward_s are not all numbers", "cal_bool": "reward_s are not all numbers",
+                     "cal_huge": "calibration.rollout = 1e+308 is outside [0.001, 1000]",
+                     "cal_tiny": "calibration.train = 1e-300 is outside [0.001, 1000]",
+                     "cal_fixed": "calibration.other_s = 1e+308 s is more than 86400 s a step",
+                     "cal_misspelt": "unknown key 'speed_factr'; a calibration's keys are format, phases",
+                     "cal_phase": "unknown phase 'rollot'; did you mean 'rollout'? a calibration's phases are rollout",
                      "cal_noformat": "not a tltsim calibration", "cal_cluster": "its cluster and sources are not tables", "cal_deep": "not a readable calibration file",
                      "cal_text": "not a readable calibration file", "nope": "not a readable calibration file"}.items():
     for _cmd in ("simulate", "compare"):
@@ -471,6 +494,23 @@ CASES["simulate -o the directory of its config"] = (lambda s, t: [*_sim(t), "--c
 for _name in RESULT_FILES:  # a flipped bit in any file of a result is found, and named
     CASES[f"report: a flipped bit in {_name}"] = ((lambda n: lambda s, t: [
         "report", s / "results" / f"flipped_{n.replace('.', '_')}", "-o", s / "r.html"])(_name), f"{_name} is damaged")
+_NOT_OURS = "exists and is not a file tltsim wrote; it is left as is: pass --force to replace it, or choose another path"
+for _name, (_argv, _file) in {  # a single file in the way that tltsim did not write: left as is, the command stops
+        "report -o a user's file": (lambda s, t: ["report", s / "res", "-o", s / "notes.txt"], "notes.txt"),
+        "report --figures over a user's PNG": (lambda s, t: ["report", s / "res", "-o", s / "r.html", "--figures",
+                                                             s / "figs"], "lengths.png"),
+        "trace synth -o a user's file": (lambda s, t: _synth(s / "fake.parquet"), "fake.parquet"),
+        "trace synth -o a CSV without its sidecar": (lambda s, t: _synth(s / "rows.csv"), "rows.csv"),
+        "trace synth -o a CSV beside a user's sidecar": (lambda s, t: _synth(s / "mine.csv"), "mine.csv.meta.json"),
+        "trace convert to a user's file": (lambda s, t: ["trace", "convert", t, s / "rows.csv"], "rows.csv"),
+        "trace convert to a CSV another sidecar describes": (lambda s, t: ["trace", "convert", t, s / "pair.csv"],
+                                                             "pair.csv"),
+        "calibrate --save-calibration a user's file": (lambda s, t: [
+            "calibrate", *_verl(s, t, "m_zero.jsonl")[1:], "--save-calibration", s / "notes.txt"], "notes.txt"),
+        "validate --save-calibration a user's file": (lambda s, t: [
+            *_verl(s, t, "m_zero.jsonl"), "--save-calibration", s / "notes.txt"], "notes.txt"),
+}.items():
+    CASES[_name] = (_argv, f"{_file}: {_NOT_OURS}")
 CASES["compare -o a result of simulate"] = (lambda s, t: [*_cmp(t), "-o", s / "res"],
                                             "res: exists and is not a tltsim result")
 for _dir in ("userdir", "ud_config", "res_plus", "ud_csv"):
@@ -505,6 +545,10 @@ REAL_PATHS = {
     "real pretrain -o a file": (["pretrain", "-o", "file.txt"], "is a file, not a directory"),
     "real pretrain -o under a file": (["pretrain", "-o", "file.txt/x"], "so nothing can be written under it"),
     "real profile -o a directory": (["profile", "-o", "userdir"], "userdir: is a directory; name a file"),
+    "real profile -o a user's file": (["profile", "-o", "notes.txt"], "notes.txt: exists and is not a file tltsim wrote"),
+    "real drafter -o a user's file": (["drafter", "-o", "notes.txt"], "notes.txt: exists and is not a file tltsim wrote"),
+    "real drafter --data a user's file": (["drafter", "-o", "d.pt", "--data", "notes.txt"],
+                                          "notes.txt: exists and is not a file tltsim wrote"),
     "real profile -o under a file": (["profile", "-o", "file.txt/p.csv"], "so nothing can be written under it"),
     "real profile -o its --drafter": (["profile", "--drafter", "file.txt", "-o", "file.txt"], "is also --drafter"),
     "real profile --drafter not a checkpoint": (["profile", "--drafter", "file.txt", "-o", "p.csv"],

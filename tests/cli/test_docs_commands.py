@@ -98,3 +98,7 @@ def test_the_pages_hold_commands():
     assert "make test" in readme and any(c.startswith("tltsim real run") for c in readme)
     assert any(c.startswith("tltsim calibrate") for c in cli) and any(c.startswith("tltsim validate") for c in cli)
     assert not [c for c in readme + cli if "..." in c], "a command with a literal '...' cannot run as written"
+    astray = [(c, o) for c in readme + cli if c.startswith("tltsim ") for o in outputs(shlex.split(c)[1:])
+              if not o.startswith("out/")]
+    assert not astray, f"a command that writes outside out/ (which .gitignore keeps out of the repository): {astray}"
+    assert "out/" in (ROOT / ".gitignore").read_text().split()

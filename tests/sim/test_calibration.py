@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tltsim.analysis.calibration import calibrate
+from tltsim.analysis.calibration import KEYS, calibrate
 from tltsim.cli import main
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.core.errors import TltsimError
@@ -166,6 +166,7 @@ def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, 
     assert len((tmp_path / "val" / "per_step.csv").read_text().splitlines()) == 1 + 8
     assert abs(out["phases"]["rollout"] / 1.4 - 1) < 0.05 and out["error_after"] < out["error_before"]
     assert len(out["per_step"]) == 8 and json.loads(cal.read_text())["phases"] == out["phases"]
+    assert sorted(json.loads(cal.read_text())) == sorted(KEYS)  # what a calibration file may hold: what it is written with
     for name, extra in (("plain", []), ("cal", ["--calibration", str(cal)])):
         assert main(["compare", "--trace", str(tpath), *cluster, "--policies", "verl,tlt", "-o", str(tmp_path / name),
                      "--no-progress", "--no-report", *extra]) == 0
@@ -177,6 +178,28 @@ def test_validate_cli_json_save_and_compare_with_the_calibration(run, tmp_path, 
     assert main(["simulate", "--trace", str(tpath), *cluster, "--gpu", "a100", "--calibration", str(cal),
                  "--policy", "verl", "-o", str(tmp_path / "a100"), "--no-progress"]) == 0
     assert "fitted on gpu h100 (now a100)" in capsys.readouterr().err
+
+
+def test_a_step_whose_every_request_aborted_is_left_out_with_a_warning(run, tmp_path, capsys):
+    trace, steps = run
+    mpath = _metrics(tmp_path / "m.jsonl", trace, steps, 1.4, 0.0)
+    lines = mpath.read_text().splitlines()
+    step5 = json.loads(lines[5])  # verl's metrics of a step with no response: lengths 0, the undefined means null
+    step5["data"].update({"response_length/mean": 0.0, "response_length/max": 0, "response/aborted_ratio": 1.0,
+                          "response_length_non_aborted/mean": None})
+    lines[5] = json.dumps(step5)
+    mpath.write_text("\n".join(lines) + "\n")
+    cluster = ["--gpus", "16", "--tp", "4", "--gpu", "h100", "--model", "qwen2.5-7b", "--max-num-seqs", "64"]
+    assert main(["calibrate", "--verl-metrics", str(mpath), "--trace", str(save(trace, tmp_path / "t.parquet")),
+                 *cluster, "--json"]) == 0
+    out, err = capsys.readouterr()
+    warned = [w for w in err.splitlines() if w.startswith("tltsim: warning:")]
+    assert len(warned) == 1 and "step(s) 5 (line 6): every request aborted" in warned[0], err
+    cal = json.loads(out)
+    assert any(n.startswith("steps 5: every request aborted") for n in cal["notes"])
+    reasons = {r["step"]: r["reason"] for r in cal["per_step"]}
+    assert reasons[5] == "every request aborted" and all(reasons[s] == "" for s in reasons if s != 5)
+    assert cal["fitted_steps"] == 7 and cal["phases"]["rollout"] == pytest.approx(1.4, rel=1e-6)
 
 
 def test_unrelated_metrics_cannot_be_saved(run, tmp_path, capsys):

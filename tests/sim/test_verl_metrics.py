@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.verl_metrics import read_metrics
 
 
@@ -51,4 +52,47 @@ def test_a_phase_that_took_no_time_is_zero_but_a_rollout_of_none_is_refused(tmp_
     assert read_metrics(path).old_log_prob_s.tolist() == [0.0]
     _file_logger(path, [_train(1, 0.0, 20.0)])
     with pytest.raises(TltsimError, match=r"'timing_s/gen': 0.0 is not a time or length \(a finite number > 0\)"):
+        read_metrics(path)
+
+
+def test_a_last_line_cut_short_is_left_out_with_a_warning(tmp_path):
+    """A trainer killed while the file logger wrote a line leaves it without its end (and its newline)."""
+    path = tmp_path / "metrics.jsonl"
+    _file_logger(path, [_train(1, 10.0, 20.0), _train(2, 11.0, 21.0)])
+    path.write_text(path.read_text() + '{"step": 3, "data": {"timing_s/gen": 1')
+    with pytest.warns(TltsimWarning, match=r"metrics\.jsonl, line 3: cut short"):
+        m = read_metrics(path)
+    assert m.index.tolist() == [1, 2]
+    path.write_text(path.read_text() + "\n")  # with its newline it was written whole: a bad line, refused
+    with pytest.raises(TltsimError, match=r"line 3: not valid JSON"):
+        read_metrics(path)
+
+
+def test_two_runs_in_one_file_are_refused_naming_where_the_steps_start_again(tmp_path):
+    """Two runs' files joined (cat a.jsonl b.jsonl), or a logger that appended: the steps start again."""
+    path = tmp_path / "metrics.jsonl"
+    _file_logger(path, [_train(1, 10.0, 20.0), _train(2, 11.0, 21.0), (0, {"val-core/acc/mean@1": 0.2}),
+                        _train(1, 12.0, 22.0)])
+    with pytest.raises(TltsimError, match=r"line 4: step 1 after step 2 \(line 2\): the steps start again"):
+        read_metrics(path)
+
+
+def test_a_resumed_run_continues_from_the_checkpoints_step(tmp_path):
+    """A run resumed from the step-4 checkpoint: its file starts at the validation line of step 4, then step 5."""
+    path = tmp_path / "metrics.jsonl"
+    _file_logger(path, [(4, {"val-core/acc/mean@1": 0.3}), _train(5, 10.0, 20.0), _train(6, 11.0, 21.0)])
+    assert read_metrics(path).index.tolist() == [5, 6]
+
+
+def test_a_step_whose_every_request_aborted_is_left_out_and_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    aborted = {"response_length/mean": 0.0, "response_length/max": 0, "response/aborted_ratio": 1.0,
+               "response_length_non_aborted/mean": None}
+    _file_logger(path, [_train(1, 10.0, 20.0), (2, {"timing_s/gen": 3.0, "timing_s/step": 9.0, **aborted}),
+                        _train(3, 12.0, 22.0)])
+    with pytest.warns(TltsimWarning, match=r"step\(s\) 2 \(line 2\): every request aborted"):
+        m = read_metrics(path)
+    assert m.index.tolist() == [1, 3] and m.attrs["all_aborted"] == [2]
+    _file_logger(path, [(1, {"timing_s/gen": 3.0, **aborted})])
+    with pytest.raises(TltsimError, match="every step's requests aborted"):
         read_metrics(path)

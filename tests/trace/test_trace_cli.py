@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from tltsim.cli import main
+from tltsim.core import glossary
 from tltsim.trace import load, stats, synth
 
 
@@ -55,6 +56,8 @@ def test_stats_table_has_a_row_per_step_and_overall(dapo, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{dapo}: source synth:dapo, model synthetic, cap 8192, group 4, 3 steps, 144 responses"
     assert lines[1].split() == ["step", "responses", "mean", "median", "p90", "p99", "max", "max/med", "trunc%", "tail%", "aborted%"]
+    # each column printed is explained in --help, in this order (a multi-turn trace's second table: the rest)
+    assert lines[1].split() == list(glossary.TRACE_STATS)[:len(lines[1].split())]
     assert [line.split()[0] for line in lines[2:-1]] == ["0", "1", "2", "all"]
     assert lines[-1] == "(columns: `tltsim trace stats --help`)"  # where each column is defined
     st = stats(load(dapo))

@@ -227,6 +227,24 @@ def test_a_dump_whose_steps_differ_in_aborted_rows_converts(tmp_path, aborted_st
     assert load(tmp_path / "t.parquet").df["aborted"].sum() == len(aborted_steps)
 
 
+def test_a_dump_step_whose_every_request_aborted_converts_with_no_lengths(tmp_path):
+    """verl dumps every request of such a step with an empty output: its rows stay, all aborted, and the step's
+    length figures are empty rather than zeros."""
+    rng, dump = np.random.default_rng(7), tmp_path / "dump"
+    dump.mkdir()
+    for step in (1, 2, 3):
+        lines = _lines(step, 2, 4, rng)
+        if step == 2:
+            for line in lines:
+                line["output"] = ""
+        _write(dump / f"{step}.jsonl", lines)
+    trace = read_rollout_dump(dump, token_counter(str(TOKENIZER)))
+    by_step = trace.df.groupby("step")["aborted"].mean().to_dict()
+    assert by_step == {1: 0.0, 2: 1.0, 3: 0.0}
+    st = {e["step"]: e for e in stats(trace)["per_step"]}
+    assert st[2]["aborted_fraction"] == 1.0 and st[2]["max"] == 0 and np.isnan(st[2]["mean"])
+
+
 def test_a_nan_score_is_refused_naming_its_line(tmp_path):
     """verl writes a reward function's NaN as `NaN`; a trace's reward is a number, so the line is named."""
     lines = _lines(1, 2, 4, np.random.default_rng(6), shuffle=False)

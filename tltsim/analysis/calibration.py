@@ -25,7 +25,8 @@ sync). `error_before` / `error_after` are the median absolute relative error of 
 as modelled and calibrated, `step_error_before` / `step_error_after` the same of the whole step.
 
 Metrics that do not belong to the trace are reported, not fitted: steps the trace lacks (or that lack
-metrics), and steps whose `response_length/mean` or `/max` differ from the trace's by more than
+metrics), steps whose every request aborted (tltsim.verl_metrics leaves them out: nothing was generated), and
+steps whose `response_length/mean` or `/max` differ from the trace's by more than
 LENGTH_TOLERANCE (the dump's counts leave out the EOS token verl counts: a token or so).
 """
 from __future__ import annotations
@@ -47,6 +48,8 @@ from tltsim.trace import Trace
 
 LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 tokens + 5%
 FORMAT = "tltsim.analysis.calibration/2"
+KEYS = ("format", "phases", "reward_s", "rollout_fit", "fitted_steps", "error_before", "error_after",  # to_json's
+        "step_error_before", "step_error_after", "cluster", "sources", "timed", "notes", "per_step")
 MIN_FIXED_STEPS = 6  # fitted steps a rollout fixed cost needs beside the factor
 FACTOR_SPREAD = 0.2  # ... and the widest 95% confidence interval of the factor, as a share of it
 REWARD_IN_LOOP = 0.01  # timing_s/reward below this share of timing_s/gen (medians): scored in the agent loop or
@@ -109,12 +112,17 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
     metrics_len_max; fitted (bool); reason (why a step is not fitted, or "")."""
     cfg = replace(cfg, policy="verl", calibration=PhaseCalibration())
     trace_steps, metric_steps = set(trace.steps), {int(s) for s in metrics.index}
+    aborted = set(metrics.attrs.get("all_aborted", ()))  # read_metrics left them out
     common = sorted(trace_steps & metric_steps)
     notes = []
+    if aborted:
+        notes.append(f"steps {_ranges(aborted)}: every request aborted (the metrics' response_length/mean 0): no "
+                     f"response to time, left out")
     if metric_steps - trace_steps:
         notes.append(f"metrics steps {_ranges(metric_steps - trace_steps)} are not in the trace: not fitted")
-    if trace_steps - metric_steps:
-        notes.append(f"trace steps {_ranges(trace_steps - metric_steps)} have no metrics (timing_s/gen): not fitted")
+    if trace_steps - metric_steps - aborted:
+        notes.append(f"trace steps {_ranges(trace_steps - metric_steps - aborted)} have no metrics (timing_s/gen): "
+                     f"not fitted")
     if metrics[["len_mean", "len_max"]].isna().all().all():
         notes.append("the metrics have no response_length/mean or /max: whether they belong to the trace is not checked")
     if not common:
@@ -126,7 +134,7 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
     timed = {phase: bool(metrics[[f"{t}_s" for t in timers]].notna().any().any()) for phase, timers in PHASES.items()}
     lengths = trace.df.groupby("step")["response_len"].agg(["mean", "max"])
     rows = []
-    for s in sorted(trace_steps | metric_steps):
+    for s in sorted(trace_steps | metric_steps | aborted):
         m = metrics.loc[s] if s in metric_steps else None
         row = {"step": s, "trace_len_mean": _at(lengths, s, "mean"), "metrics_len_mean": _get(m, "len_mean"),
                "trace_len_max": _at(lengths, s, "max"), "metrics_len_max": _get(m, "len_max")}
@@ -136,7 +144,7 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
             if phase != "rollout":
                 row[f"measured_{phase}_s"] = _timed(m, timers)
                 row[f"predicted_{phase}_s"] = _at(pred, s, f"{phase}_s")
-        row["reason"] = _reason(row, s in trace_steps, m is not None)
+        row["reason"] = "every request aborted" if s in aborted else _reason(row, s in trace_steps, m is not None)
         row["fitted"] = not row["reason"]
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -256,8 +264,11 @@ def load_calibration(path) -> dict:
     if d["format"] != FORMAT:
         raise TltsimError(f"{path}: a calibration of another tltsim ({d['format']}, this one reads {FORMAT}); "
                           f"{again.replace('make one', 'make it again')}")
+    _known(path, d, KEYS, "key", again)
     phases, reward = d.get("phases"), d.get("reward_s")
     names = [f.name for f in PhaseCalibration.__dataclass_fields__.values() if f.name != "source"]
+    if isinstance(phases, dict):
+        _known(path, phases, names, "phase", again)
     if (not isinstance(phases, dict) or sorted(phases) != sorted(names) or not all(_number(v) for v in phases.values())
             or not _number(reward)):
         raise TltsimError(f"{path}: its phases ({', '.join(names)}) and reward_s are not all numbers; {again}")
@@ -265,6 +276,19 @@ def load_calibration(path) -> dict:
         raise TltsimError(f"{path}: its cluster and sources are not tables; {again}")
     PhaseCalibration(**phases).checked()
     return d
+
+
+def _known(path, d: dict, known, what: str, again: str) -> None:
+    """TltsimError for the first key of `d` not among `known` (a misspelt key would be silently ignored), naming
+    it, the close match if there is one, and the known keys."""
+    import difflib
+
+    for key in d:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise TltsimError(f"{path}: unknown {what} {key!r}; {hint}a calibration's {what}s are "
+                              f"{', '.join(known)}; {again}")
 
 
 def apply(saved: dict, cfg: SimConfig, path=None) -> SimConfig:

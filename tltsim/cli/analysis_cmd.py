@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tltsim.core.argparser import show_progress
+from tltsim.core.argparser import add_force, show_progress
 from tltsim.core.errors import TltsimError
-from tltsim.core.io import check_apart, check_output
+from tltsim.core.io import check_apart, check_file, check_output
 from tltsim.analysis.sweep import METRICS
 from tltsim.analysis.report.table import format_table
 
@@ -20,6 +20,7 @@ def register(sub) -> None:
     p.add_argument("-o", "--out", required=True, help="HTML file to write")
     p.add_argument("--title", help="page title (default: the run names)")
     p.add_argument("--figures", metavar="DIR", help="also write each figure as a PNG into DIR")
+    add_force(p, "the HTML file (and --figures' PNGs)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="run a grid or list of configs in parallel, cached; one results table")
@@ -42,7 +43,8 @@ def cmd_report(args) -> int:
         check_output(Path(args.figures) / "figure.png")
     check_apart({"-o": args.out, "--figures": args.figures},
                 {f"RESULT_DIR {i + 1}": r for i, r in enumerate(args.results)})
-    path = write_report(load_results(args.results), args.out, args.title, args.figures)
+    check_file(args.out, args.force)
+    path = write_report(load_results(args.results), args.out, args.title, args.figures, force=args.force)
     print(f"wrote {path}" + (f" and its figures in {args.figures}/" if args.figures else ""))
     return 0
 

@@ -6,7 +6,8 @@ import sys
 
 from tltsim.cli.sim_cmd import cluster_flags, cluster_inputs, sim_config, sim_trace
 from tltsim.core.errors import TltsimError
-from tltsim.core.io import check_apart, check_output, sealed
+from tltsim.core.argparser import add_force
+from tltsim.core.io import check_apart, check_file, check_output, sealed
 from tltsim.analysis.report.table import format_table
 
 
@@ -27,6 +28,7 @@ def calibration_flags(p, moved: bool = False) -> None:
                    "(with the cluster flags or --verl-config)")
     p.add_argument("--save-calibration", metavar="CAL.json", help=f"{where}save the calibration (per-phase factors, "
                    "fixed costs, reward time) for `tltsim simulate|compare --calibration CAL.json`")
+    add_force(p, "the --save-calibration file")
     cluster_flags(p)
 
 
@@ -46,6 +48,8 @@ def check_outputs(args, kind: str, inputs: dict) -> None:
     if args.save_calibration:
         check_output(args.save_calibration)
     check_apart({"-o": args.out, "--save-calibration": args.save_calibration}, inputs)
+    if args.save_calibration:
+        check_file(args.save_calibration, args.force)
 
 
 def cmd_calibrate(args) -> int:

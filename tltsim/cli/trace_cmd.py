@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 from tltsim.core import glossary
-from tltsim.core.argparser import PreformattedHelpFormatter
+from tltsim.core.argparser import PreformattedHelpFormatter, add_force
 from tltsim.core.errors import TltsimError
-from tltsim.core.io import check_apart, check_output
+from tltsim.core.io import check_apart, check_file
 from tltsim.trace import FAMILIES, load, save, stats, synth
 from tltsim.trace.synth import COMMON
 from tltsim.trace.formats import SUFFIXES, sidecar
@@ -44,12 +44,14 @@ def register(subparsers) -> None:
     g.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="override a family parameter (repeatable), e.g. --param rho=0.3")
     g.add_argument("-o", "--output", required=True, help=f"output file ({', '.join(SUFFIXES)})")
+    add_force(g, "the output file (and a CSV or JSONL trace's sidecar NAME.meta.json)")
     g.set_defaults(func=_synth)
 
     c = sub.add_parser("convert", help="convert between formats (and import verl / Vidur / PolyTrace logs)")
     c.add_argument("input", help="trace file to read, a verl rollout dump (trainer.rollout_data_dir or one file of it), "
                    "or PolyTrace's multi-turn workload log (its directory or one multiturn_workload_step_<step>.jsonl)")
     c.add_argument("output", help=f"file to write ({', '.join(SUFFIXES)})")
+    add_force(c, "OUTPUT (and a CSV or JSONL trace's sidecar OUTPUT.meta.json)")
     c.add_argument("--max-len", type=int, help="declare the generation cap (e.g. for logs that do not record it)")
     c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
     c.add_argument("--tokenizer", metavar="TOK", help="verl rollout dumps only: the run's tokenizer (a local model or "
@@ -103,7 +105,7 @@ def _row(label: str, e: dict) -> list[str]:
 
 
 def _synth(args) -> int:
-    check_output(args.output)
+    _check_trace_output(args.output, args.force)
     params = _params(args.param)
     if args.drift is not None:
         params["drift"] = args.drift
@@ -112,6 +114,13 @@ def _synth(args) -> int:
     print(f"wrote {args.output}: {args.steps} steps x {args.prompts} prompts x {args.group} samples "
           f"({len(trace.df)} responses), family {args.family}")
     return 0
+
+
+def _check_trace_output(path, force: bool) -> None:
+    """The trace file to write, and the sidecar a CSV or JSONL one gets (tltsim.core.io.check_file, each)."""
+    check_file(path, force)
+    if str(path).lower().endswith((".csv", ".jsonl")):
+        check_file(sidecar(path), force)
 
 
 def _params(items: list[str]) -> dict:
@@ -128,9 +137,9 @@ def _params(items: list[str]) -> dict:
 
 
 def _convert(args) -> int:
-    check_output(args.output)
     check_apart({"OUTPUT": args.output, "OUTPUT's sidecar": sidecar(args.output)},
                 {"INPUT": args.input, "INPUT's sidecar": sidecar(args.input), "--tokenizer": args.tokenizer})
+    _check_trace_output(args.output, args.force)
     trace = _read_input(args)
     if args.max_len is not None:
         meta = TraceMeta.from_dict({**trace.meta.to_dict(), "max_response_len": args.max_len}, path="--max-len")

@@ -71,6 +71,12 @@ def show_progress(args) -> bool:
     return not args.no_progress and sys.stderr.isatty()
 
 
+def add_force(parser: argparse.ArgumentParser, what: str) -> None:
+    """--force: replace `what` (a file) even where it exists and tltsim did not write it (tltsim.core.io.check_file)."""
+    parser.add_argument("--force", action="store_true", help=f"replace {what} even if it exists and is not a file "
+                        f"tltsim wrote (without it such a file is left as is and the command stops)")
+
+
 def whole(minimum: int, maximum: int | None = None):
     """An argparse type: a whole number in [minimum, maximum]; anything else is the flag's one-line error."""
     def parse(text: str) -> int:

@@ -104,16 +104,20 @@ BOUNDS: dict[str, str] = {
              "(its prefill, then a token an iteration) or, if longer, its tokens decoded at the cluster's best "
              "throughput (full batches spread evenly over the engines): a lower bound on every step's rollout_s "
              "under plain synchronous decoding of this trace on this cluster (no speculation, every response "
-             "of the step decoded in it; computed on the responses a step finished, it bounds partial rollout "
-             "and tail batching too). It does not bound a policy that speculates, nor async RL (rollout beside "
-             "training), and its makespan does not bound a run that starts the reward stage before the "
+             "of the step decoded whole in it). A policy that carries responses across steps (partial rollout, "
+             "tail batching) can beat it in a step, as a resumed response decodes only its remaining tokens "
+             "there; the same two times computed on the work the step did (the requests frame's rows it "
+             "finished: response_len the tokens decoded in the step, prompt_len the prompt with the tokens "
+             "carried in) bound its steps. It does not bound a policy that speculates, nor async RL (rollout "
+             "beside training), and its makespan does not bound a run that starts the reward stage before the "
              "rollout ends (migrate's release = next-stage).",
 }
 
 # Columns of `tltsim trace stats`'s table, as it heads them, with the --json key each comes from.
 TRACE_STATS: dict[str, str] = {
     "step": "the RL step; `all` pools every response of the trace.",
-    "responses": "responses generated in the step (--json: responses).",
+    "responses": "requests of the step, aborted ones included (--json: responses). The length figures (mean to "
+                 "tail%, and trunc%) are those of the responses not aborted: an aborted request produced nothing.",
     "mean": "mean response length in tokens (--json: mean).",
     "median": "median response length in tokens, linearly interpolated (--json: median).",
     "p90": "90th percentile of response length, linearly interpolated (--json: p90).",
@@ -126,6 +130,9 @@ TRACE_STATS: dict[str, str] = {
     "tail%": "percent of the step's makespan (one slot a response, all starting together, a token a unit of time) "
              "spent after 90% of its responses finished: (max - t90) / max, t90 the ceil(0.9 n)-th shortest "
              "length; for `all`, summed over steps (--json: tail_share, a fraction).",
+    "aborted%": "percent of the step's requests aborted (verl's rollout dump writes them as an empty output; the "
+                "trace marks them `aborted`), 0 where the trace has no such column (--json: aborted_fraction, a "
+                "fraction).",
     "trajectories": "multi-turn traces only, in a second table with the columns below: trajectories in the step, "
                     "one a row of the trace (--json: trajectories).",
     "turns": "the trajectories' model turns: each generates tokens, then calls a tool or ends the trajectory "
@@ -161,7 +168,8 @@ def _entries(defs: dict[str, str]) -> list[str]:
     pad = max(map(len, defs)) + 4
     lines = []
     for name, text in defs.items():
-        lines += textwrap.wrap(text, _WIDTH, initial_indent=f"  {name:<{pad - 2}}", subsequent_indent=" " * pad)
+        lines += textwrap.wrap(text, _WIDTH, initial_indent=f"  {name:<{pad - 2}}", subsequent_indent=" " * pad,
+                               break_on_hyphens=False)  # next-stage stays one word
     return lines
 
 

@@ -6,13 +6,17 @@
     write_manifest(dir, kind="result")               # seal it: every file's size and sha256, written last
     read_manifest(dir)                               # ... checked on read (a flipped bit is an error naming the file)
     check_output(path) / check_apart(outputs, inputs)  # before any work: the target can be written, and is no input
+    check_file(path, force)                          # ... a single file: one in the way is replaced only if tltsim
+                                                     #     wrote it (`written_by_tltsim`) or `force`
 
 A directory is replaced only when `replaceable` says so; `sealed(kinds)` says it for a directory tltsim sealed
 (its top-level manifest, of one of those kinds) that holds nothing its manifest does not list: what a user put
 there is never replaced. One writer at a time per target: a second one is refused while the first holds the
 lock file `.NAME.lock` beside it (fcntl.flock, released when the writer exits, killed or not), or waits for it
 (`exclusive(path, wait=True)`). Temporaries are named `.NAME.PID[-X].tmp` beside their target; one whose process
-is gone (killed) is removed by the next write to the same target. Every problem with a target a user named (a
+is gone (killed) is removed by the next write to the same target. A single-file output is held to the same rule
+as a directory: an existing file is replaced only when its content carries tltsim's mark (`written_by_tltsim`),
+or the user said `--force`. Every problem with a target a user named (a
 file in the way, a directory where a file is wanted, no permission) is a TltsimError naming the path.
 """
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import re
 import secrets
 import shutil
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -112,6 +117,77 @@ def check_output(path: str | os.PathLike, replaceable: Callable[[Path], bool] | 
                 raise TltsimError(f"{path}: cannot write in {up} (no permission); choose another path")
             break
     return path
+
+
+def check_file(path: str | os.PathLike, force: bool = False,
+               ours: Callable[[Path], bool] | None = None) -> Path:
+    """`check_output` for a single file a command writes whole (with `atomic_path`), before any work: an existing
+    file is replaced only if `force`, or if its content shows tltsim wrote it (`ours`, by default
+    `written_by_tltsim`); else a TltsimError naming it, saying to pass --force or choose another path."""
+    path = check_output(path)
+    if not force and (path.exists() or path.is_symlink()) and not (ours or written_by_tltsim)(path):
+        raise TltsimError(f"{path}: exists and is not a file tltsim wrote; it is left as is: pass --force to replace "
+                          f"it, or choose another path")
+    return path
+
+
+MARK_BYTES = 1 << 16  # how much of a file's head holds its mark (HTML, PNG)
+
+
+def written_by_tltsim(path: str | os.PathLike) -> bool:
+    """Whether file `path`'s content carries the mark tltsim writes in each of its single-file formats:
+
+        Parquet      a schema metadata key starting `tltsim` (a trace's `tltsim.meta`)
+        JSON         a top-level "format" starting `tltsim` (a calibration, a manifest), or Perfetto's
+                     `otherData` one (a timeline export); a trace's sidecar NAME.meta.json: its `data_sha256`
+        CSV, JSONL   a sidecar NAME.meta.json naming the file's sha256 (a trace tltsim saved)
+        HTML         <meta name="generator" content="tltsim"> (a report)
+        PNG          a tEXt chunk Software = tltsim (a report's figures)
+        torch (zip)  a pickle naming a `tltsim-` format (a drafter checkpoint, a drafter's collected answers)
+
+    Reading it never fails: a file that cannot be read, or reads as none of these, is not tltsim's."""
+    path = Path(path)
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as f:
+            head = f.read(MARK_BYTES)
+        if head.startswith(b"PAR1"):
+            import pyarrow.parquet as pq
+
+            return any(k.startswith(b"tltsim") for k in (pq.read_schema(path).metadata or {}))
+        if head.startswith(b"\x89PNG"):
+            return b"tEXtSoftware\x00tltsim" in head
+        if head.startswith(b"PK"):
+            with zipfile.ZipFile(path) as z:
+                return any(n.endswith("/data.pkl") and b"tltsim-" in z.read(n) for n in z.namelist())
+        if path.suffix.lower() in (".html", ".htm"):
+            return b'<meta name="generator" content="tltsim' in head
+        if path.suffix.lower() == ".json":
+            return _json_mark(path, head)
+        side = path.with_name(path.name + ".meta.json")
+        if side.is_file():
+            d = json.loads(side.read_text(encoding="utf-8"))
+            previous = d.get("previous") if isinstance(d.get("previous"), dict) else {}
+            return sha256_file(path) in (d.get("data_sha256"), previous.get("data_sha256"))
+    except (OSError, ValueError, KeyError, AttributeError, TypeError, RecursionError, EOFError, NotImplementedError,
+            zipfile.BadZipFile):  # damaged or unreadable (pyarrow's errors are ValueErrors and OSErrors)
+        return False
+    return False
+
+
+def _json_mark(path: Path, head: bytes) -> bool:
+    """The JSON marks of `written_by_tltsim`; a file over MAX_CONFIG_BYTES by its head (the Perfetto export
+    writes its `otherData` first)."""
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        return re.search(rb'^\{"otherData": \{"format": "tltsim', head) is not None
+    d = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(d, dict):
+        return False
+    other = d.get("otherData") if isinstance(d.get("otherData"), dict) else {}
+    if any(isinstance(f, str) and f.startswith("tltsim") for f in (d.get("format"), other.get("format"))):
+        return True
+    return path.name.endswith(".meta.json") and isinstance(d.get("data_sha256"), str)
 
 
 def check_apart(outputs: dict, inputs: dict) -> None:

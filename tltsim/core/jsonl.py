@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimWarning
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def read_objects(path, what: str) -> list[tuple[int, dict]]:
+def read_objects(path, what: str, cut_last: bool = False) -> list[tuple[int, dict]]:
     """(line number, object) of every non-blank line of `path`, a file of `what` (e.g. "a verl rollout dump").
 
     Raises TltsimError naming the file and line for a missing file, a byte that is not UTF-8, a line that is
-    not JSON, or JSON that is not an object."""
+    not JSON, or JSON that is not an object. With `cut_last`, a last line that has no newline and is not JSON
+    (its writer stopped in the middle of it) is left out with a TltsimWarning naming it."""
     path = Path(path)
     try:
         raw_lines = path.read_bytes().split(b"\n")
@@ -32,6 +34,10 @@ def read_objects(path, what: str) -> list[tuple[int, dict]]:
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
+            if cut_last and n == len(raw_lines) and not isinstance(e, RecursionError):  # no newline after it
+                warnings.warn(TltsimWarning(f"{path}, line {n}: cut short (no newline, not JSON: its writer stopped "
+                                            f"while writing it); left out"))
+                continue
             raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line of {what} is one JSON object") from None
         if not isinstance(obj, dict):
             raise TltsimError(f"{path}, line {n}: a JSON {type(obj).__name__}, not an object; each line of {what} "

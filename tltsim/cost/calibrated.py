@@ -24,6 +24,12 @@ from tltsim.core.errors import TltsimError
 
 FACTORS = ("rollout", "logprob", "train", "sync")
 FIXED = ("rollout_fixed_s", "other_s")
+# A factor is measured / modelled time on one cluster. The cost model divides each phase's work by the GPU's peak
+# bandwidth or FLOPs times an efficiency below 1, so no real cluster runs a phase 1000x faster than modelled (it
+# would beat the hardware's peak), and one 1000x slower is not the cluster the model describes (another GPU or
+# model, or a damaged file). Outside this range every time overflows or vanishes, so it is refused, not applied.
+FACTOR_RANGE = (1e-3, 1e3)
+MAX_FIXED_S = 86_400.0  # a fixed cost over a day a step is not one of a training step (a damaged file)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,17 @@ class PhaseCalibration:
         for name in FACTORS[1:] + FIXED:
             if not getattr(self, name) >= 0:
                 raise TltsimError(f"calibration.{name} = {getattr(self, name)} must be >= 0")
+        low, high = FACTOR_RANGE
+        for name in FACTORS:  # 0: a phase the metrics did not time (it is inside another phase's timer)
+            v = getattr(self, name)
+            if not (low <= v <= high or (v == 0 and name != "rollout")):
+                raise TltsimError(f"calibration.{name} = {v:g} is outside [{low:g}, {high:g}]: a factor that far from 1 "
+                                  f"is not a measured cluster's (another GPU or model, or a damaged file); "
+                                  f"calibrate again on the run's cluster")
+        for name in FIXED:
+            if getattr(self, name) > MAX_FIXED_S:
+                raise TltsimError(f"calibration.{name} = {getattr(self, name):g} s is more than {MAX_FIXED_S:g} s a "
+                                  f"step (a day): not a step's fixed cost; calibrate again")
         return self
 
 

@@ -50,6 +50,7 @@ class Profiled:
         missing = [k for k in ("decode", "prefill") if not (df["kind"] == k).any()]
         if missing:
             raise TltsimError(f"profile has no {', '.join(missing)} rows; rerun `tltsim real profile`")
+        _check_separable(df, "profile" if isinstance(profile, pd.DataFrame) else str(profile))
         c = {}
         # decode + spec jointly: unknowns c0, c_q, c_kv, c_att, d0, d_q
         dec, spec = df[df.kind == "decode"], df[df.kind == "spec"]
@@ -183,6 +184,35 @@ def read_profile(path: str | Path) -> pd.DataFrame:
         raise TltsimError(f"{path}, row {i + 1}, column 'batch': {df['batch'].iloc[i]} for a {df['kind'].iloc[i]} "
                           "row; an engine iteration has at least one row in its batch")
     return pd.concat([df[["kind"]], num], axis=1)
+
+
+# kind -> the columns its time is linear in (the fit's unknowns, one each) and what they stand for. Decode alone
+# separates three (c_kv and c_att multiply the same context for one token a row; speculative rows part them).
+SEPARATE = {
+    "decode": (lambda d: [np.ones(len(d)), d.batch, d.context], "a fixed cost, a cost a row, a cost a context token",
+               "2 or more batch sizes and 2 or more contexts"),
+    "prefill": (lambda d: [np.ones(len(d)), d.tokens, d.sq_tokens], "a fixed cost, a cost a token, a cost a squared "
+                "prompt length", "3 or more prompt shapes (tokens and squared lengths not in proportion)"),
+    "train": (lambda d: [np.ones(len(d)), d.tokens, d.sq_tokens], "a fixed cost, a cost a token, a cost a squared "
+              "sequence length", "3 or more batch shapes"),
+}
+SEPARATE["logprob"] = SEPARATE["train"]
+
+
+def _check_separable(df: pd.DataFrame, where: str) -> None:
+    """That each kind of SEPARATE the profile holds has rows enough, and different enough, to fit its unknowns
+    (a design matrix of full column rank); TltsimError naming the kind and what it needs."""
+    for kind, (columns, unknowns, needs) in SEPARATE.items():
+        part = df[df.kind == kind]
+        if not len(part) and kind in ("train", "logprob"):
+            continue
+        x = np.column_stack(columns(part)).astype(float)
+        scale = np.abs(x).max(axis=0)
+        k = x.shape[1]
+        if len(part) < k or np.linalg.matrix_rank(x / np.where(scale > 0, scale, 1.0)) < k:
+            raise TltsimError(f"{where}: its {len(part)} {kind} row(s) cannot separate the {k} unknowns of a {kind}'s "
+                              f"time ({unknowns}): that needs at least {k} rows over {needs}; rerun `tltsim real "
+                              f"profile` with its default --batches and --contexts")
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -9,6 +9,8 @@ import numpy as np
 from tltsim.core.io import write_text
 from tltsim.core.records import Result
 
+FORMAT = "tltsim.timeline/1"
+
 
 def chrome_trace(result: Result) -> dict:
     """One complete ("X") event per timeline interval; one thread per worker, times in microseconds."""
@@ -39,7 +41,8 @@ def chrome_trace(result: Result) -> dict:
                 "args": args,
             }
         )
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"policy": result.name}}
+    # otherData first: its format is the mark tltsim.core.io.written_by_tltsim reads in the file's head
+    return {"otherData": {"format": FORMAT, "policy": result.name}, "traceEvents": events, "displayTimeUnit": "ms"}
 
 
 def write_chrome_trace(result: Result, path: str | Path) -> Path:

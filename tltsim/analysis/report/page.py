@@ -27,7 +27,7 @@ import pandas as pd
 from tltsim.analysis.report import findings, plots
 from tltsim.analysis.report.tuning import tune
 from tltsim.core.glossary import BOUNDS, COLUMNS, DEFINITIONS, RANKING
-from tltsim.core.io import atomic_path, write_text
+from tltsim.core.io import atomic_path, check_file, write_text
 from tltsim.analysis.report.plots.style import labelled, run_colors
 from tltsim.cost import PhaseCalibration
 from tltsim.core.records import Result
@@ -90,15 +90,20 @@ def load_results(dirs) -> list[Result]:
 
 
 def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None,
-                 tunings: list | None = None) -> Path:
+                 tunings: list | None = None, force: bool = False) -> Path:
     """Render the report of `results` (the first is the baseline) and write it to `path` atomically.
 
     With `figures_dir`, every figure of the page is also written there as a PNG (atomically each). `tunings`:
     each result's tltsim.analysis.report.tuning.tune answer where the caller has it (else the report runs the search).
+    A file in the way (the page or a figure) that tltsim did not write is refused, before anything is written,
+    unless `force` (tltsim.core.io.check_file).
     """
     path = Path(path)
     pngs: dict[str, bytes] = {}
-    write_text(path, build_report(results, title, pngs, tunings))
+    page = build_report(results, title, pngs, tunings)
+    for p in [path, *(Path(figures_dir) / name for name in pngs if figures_dir is not None)]:
+        check_file(p, force)
+    write_text(path, page)
     if figures_dir is not None:
         for name, data in pngs.items():
             with atomic_path(Path(figures_dir) / name) as tmp:
@@ -140,7 +145,7 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
     for anchor, heading, body in sections:
         parts += [f'<h2 id="{anchor}">{_e(heading)}</h2>', *body]
     body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="tltsim"><title>{_e(title)}</title>'
             f"<style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
 
 

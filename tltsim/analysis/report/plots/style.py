@@ -20,6 +20,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 
 from tltsim.core.io import atomic_path
 from tltsim.policies import policy_names
@@ -175,7 +176,9 @@ def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
     out = Image.frombytes("P", image.size, nearest[index.ravel()].tobytes())
     out.putpalette(palette.astype(np.uint8).ravel().tolist())
     data = io.BytesIO()
-    out.save(data, format="PNG", optimize=True)
+    info = PngInfo()
+    info.add_text("Software", "tltsim")  # the mark that lets tltsim replace it (tltsim.core.io.written_by_tltsim)
+    out.save(data, format="PNG", optimize=True, pnginfo=info)
     return data.getvalue()
 
 
