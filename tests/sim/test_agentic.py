@@ -114,7 +114,26 @@ def test_speculation_shortens_generation_not_tool_waits():
     assert waited(tlt) == waited(plain)
 
 
-@pytest.mark.parametrize("policy", ["partial", "async", "migrate", "tail-batching", "ideal"])
+def test_partial_rollout_carries_a_trajectory_on_from_its_tool_call():
+    # one engine; partial launches two groups a step and stops when one has finished. Step 0 runs A (2 tokens, a
+    # 4 s tool call answering 100 tokens, then 3 tokens) beside B (4 tokens): B ends at 4.5 s and the step stops
+    # with A waiting on its tool. A goes on in step 1 from its second turn: its context (10 + 2 + 100) prefilled anew
+    def step_rows(step, rows):
+        return [{"step": step, "prompt_id": i, "sample": 0, "prompt_len": p, "response_len": sum(g),
+                 "turn_response_len": g, "tool_latency_s": lat, "tool_tokens": tok} for i, (p, g, lat, tok) in
+                enumerate(rows)]
+    df = pd.DataFrame(step_rows(0, [TWO[0]]) + step_rows(1, [TWO[1]]) + step_rows(2, [(10, [5], [None], [0])]))
+    trace = Trace.from_frame(df, TraceMeta(source="test"))
+    res = Simulator(trace, cfg(gpus=1, steps="0:2"), policy=make_policy("partial"), cost=ConstantCost()).run()
+    turns = res.turns
+    first = turns[turns["step"] == 0]
+    assert first[["turn", "response_len", "finished_at"]].values.tolist() == [[0, 2, 2.5], [0, 4, 4.5]]
+    assert res.steps["rollout_s"].iloc[0] == 4.5 and res.steps["resumed"].iloc[1] == 1
+    again = turns[(turns["step"] == 1) & (turns["response_len"] == 3)]
+    assert again[["prompt_tokens", "cached_tokens"]].values.tolist() == [[112, 0]]
+
+
+@pytest.mark.parametrize("policy", ["async", "migrate", "tail-batching", "ideal"])
 def test_policies_of_single_responses_refuse_a_multi_turn_trace(policy):
     with pytest.raises(TltsimError, match="does not run multi-turn trajectories"):
         Simulator(trajectories(TWO), cfg(), policy=make_policy(policy), cost=ConstantCost())

@@ -9,7 +9,8 @@ there, keeping the tokens generated so far (`unfinished = "resume"`, APRIL's
 recycling), or thrown away (`"drop"`).
 
 A resumed response is re-prefilled (its prompt and its tokens so far) when it is
-admitted again, because the weights changed. Its earliest tokens come from the
+admitted again, because the weights changed. A multi-turn trajectory goes on from the turn it was in
+(tltsim.sim.agentic.rest_of_trajectories): the tool answers it had called for join its context. Its earliest tokens come from the
 policy version of the step that started it: that is its staleness when it is
 trained (steps columns `staleness_mean`, `staleness_max`).
 
@@ -31,6 +32,7 @@ from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
 from tltsim.control.knobs import knob
 from tltsim.policies.knobs import KnobbedPolicy
+from tltsim.sim.agentic import rest_of_trajectories
 from tltsim.sim.prompts import PromptStream
 
 
@@ -42,7 +44,6 @@ class PartialKnobs:
 
 class PartialRollout(KnobbedPolicy):
     name = "partial"
-    multi_turn = False  # stops a rollout on the single-turn token clock
     Knobs = PartialKnobs
 
     def bind(self, sim) -> None:
@@ -74,6 +75,12 @@ class PartialRollout(KnobbedPolicy):
             carry["prompt_len"] = carry["prompt_len"] + g
             carry["response_len"] = carry["response_len"] - g
             carry["carried"] = carry["carried"] + g
+            if "turn_response_len" in df:  # trajectories go on from the turn they were in; tool answers join the prompt
+                rest = rest_of_trajectories(df, left, sr.turn_records)
+                done = rest.pop("tool_done")
+                carry.update(rest)
+                carry["prompt_len"] = carry["prompt_len"] + done
+                carry["tool_total"] = carry["tool_total"] - done
             self.carry = carry
         else:
             dropped = int(np.sum(left & (sr.generated > 0)))  # nothing is ever carried in this mode

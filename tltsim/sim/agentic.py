@@ -100,6 +100,11 @@ class _Run:
         self.switch_at = None
         self.t = 0.0
         self.done = 0
+        # the token clock (tltsim.sim.engine.EngineRollout): every running row gains the same tokens per iteration,
+        # so a turn admitted at tau_a has min(tau(t) - tau_a, its tokens) at t (tltsim.sim.rollout.tokens_at)
+        self.tau = 0.0
+        self.clock = [(0.0, 0.0)]
+        self.tau_a = np.full(nt, np.nan)
 
     def run(self) -> EngineRollout:
         n = self.turns.rows
@@ -114,15 +119,19 @@ class _Run:
                     self.log.append(Entry("tool_wait", self.t, t_next, 0))
                     self.tool_wait += t_next - self.t
                     self.t = t_next
+                    self.clock.append((self.t, self.tau))
                 self._returns()
                 continue
             self._stretch()
             self._end_turns()
             self._returns()
         turns = {"admitted_at": self.t_admit, "finished_at": self.t_fin, "prompt_tokens": self.prompt_tokens,
-                 "cached_tokens": self.cached_tokens}
+                 "cached_tokens": self.cached_tokens, "tau_a": self.tau_a, "first": self.turns.first,
+                 "gen": self.turns.gen}
+        clock_t, clock_tau = np.array(self.clock).T
         return EngineRollout(self.t, self.admitted_at, self.finished_at, _merge(self.log), self.sd_iters, self.sd_acc,
-                             self.strategies, self.switch_at, turns=turns, tool_wait_s=self.tool_wait)
+                             self.strategies, self.switch_at, clock_t=clock_t, clock_tau=clock_tau, turns=turns,
+                             tool_wait_s=self.tool_wait)
 
     def _admit(self) -> bool:
         """Admit FIFO while a slot and the cache allow, evicting waiting rows' cached KV (oldest first) for room;
@@ -159,7 +168,7 @@ class _Run:
         k = self.turn[rows]
         cached, ctx = held[rows], self.ctx[rows]
         fresh = ctx - cached  # tokens to prefill: the whole context, or what follows the cached prefix
-        self.prompt_tokens[k], self.cached_tokens[k], self.t_admit[k] = ctx, cached, self.t
+        self.prompt_tokens[k], self.cached_tokens[k], self.t_admit[k], self.tau_a[k] = ctx, cached, self.t, self.tau
         dt = float(self.cost.prefill_time(fresh.sum(), float(np.sum(ctx ** 2 - cached ** 2))))
         self.admitted_at[rows] = np.where(np.isnan(self.admitted_at[rows]), self.t, self.admitted_at[rows])
         held[rows] = ctx
@@ -170,6 +179,7 @@ class _Run:
         b = int(self.running.sum())
         self.log.append(Entry("prefill", self.t, self.t + dt, b))
         self.t += dt
+        self.clock.append((self.t, self.tau))
         if self.drafted:  # the drafter has not read the prefilled tokens either
             self.behind += float(fresh.sum()) / b
         self._end_turns()  # turns of no tokens (aborted requests) end at once
@@ -206,6 +216,7 @@ class _Run:
             self.log.append(Entry("prefill", self.t, self.t + dt, b))
             self.switch_at, self.drafted, self.behind = self.t, True, 0.0
             self.t += dt
+            self.clock.append((self.t, self.tau))
             room -= dt
         acc = float(spec.acceptance.mean(s, spec.quality))
 
@@ -226,6 +237,8 @@ class _Run:
         self.left[rows] -= acc * k
         self.ctx[rows] += acc * k
         self.t += dt
+        self.tau += acc * k
+        self.clock.append((self.t, self.tau))
 
     def _plain(self, rows, b: int, c: float, k: int) -> None:
         dt = float(self.cost.segment_time(b, 1, c, b, k))
@@ -235,6 +248,8 @@ class _Run:
         self.left[rows] -= k
         self.ctx[rows] += k
         self.t += dt
+        self.tau += k
+        self.clock.append((self.t, self.tau))
         if self.drafted:
             self.behind += k
 
@@ -286,3 +301,31 @@ def _fit(k_max, room: float, stretch, whole: bool):
         return k_max
     k = k_max * max(room, 0.0) / full if full > 0 else k_max
     return max(1, int(np.ceil(k))) if whole else min(max(k, min(1.0, k_max)), k_max)
+
+
+def rest_of_trajectories(df: dict, mask: np.ndarray, turn_records: list) -> dict:
+    """What is left of the trajectories `mask` picks among a step's rows (`df`, its turn list columns) when their
+    rollout stopped (a StepRollout's `turn_records`, cut): per row the turn lists from the turn it was in (less the
+    tokens it generated of it), and `tool_done`, the tokens of the tool answers it had called for by then (an answer
+    in flight is kept: tools do not depend on the policy's weights). A trajectory whose turns were all generated
+    is left one turn of no tokens."""
+    got = {}  # row -> per-turn tokens at the stop
+    for rows, rec, _ in turn_records:
+        per_turn = rec.get("got", rec["gen"]).astype(np.int64)
+        for i, r in enumerate(rows):
+            got[int(r)] = per_turn[rec["first"][i]:rec["first"][i + 1]]
+    out = {c: [] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")}
+    done = []
+    for r in np.flatnonzero(mask):
+        gen, lat, tok = (list(df[c][r]) for c in ("turn_response_len", "tool_latency_s", "tool_tokens"))
+        g = got.get(int(r), np.zeros(len(gen), np.int64))
+        j = int(np.sum(np.cumprod(g >= np.asarray(gen))))  # turns generated whole, from the first
+        if j == len(gen):
+            rest = ([0], [None], [0])
+        else:
+            rest = ([gen[j] - int(g[j])] + gen[j + 1:], lat[j:], tok[j:])
+        for c, v in zip(out, rest):
+            out[c].append(v)
+        done.append(int(sum(tok[:j])))
+    as_column = lambda lists: np.array(lists + [None], dtype=object)[:-1]  # noqa: E731 (an object array of lists)
+    return {**{c: as_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64)}

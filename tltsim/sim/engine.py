@@ -124,7 +124,9 @@ class EngineRollout:
     clock_tau: np.ndarray | None = None
     tau_a: np.ndarray | None = None
     # multi-turn trajectories (tltsim.sim.agentic): per turn, flat in the rows' order, admitted_at, finished_at,
-    # prompt_tokens and cached_tokens; and the seconds the engine had only trajectories waiting on tools
+    # prompt_tokens, cached_tokens, tau_a (the token clock at its admission) and gen (its tokens); first (per row:
+    # its first turn's index, and the number of turns at the end); and the seconds the engine had only
+    # trajectories waiting on tools
     turns: dict | None = None
     tool_wait_s: float = 0.0
 

@@ -16,8 +16,11 @@ class PromptStream:
     """The trace's prompt groups (rows of one step and prompt_id) in trace order, served k at a time."""
 
     def __init__(self, trace_df):
-        columns = ["prompt_id", "sample", "prompt_len", "response_len"] + [c for c in ("engine", "aborted") if c in trace_df]
+        columns = ["prompt_id", "sample", "prompt_len", "response_len"] + [
+            c for c in ("engine", "aborted", "turn_response_len", "tool_latency_s", "tool_tokens") if c in trace_df]
         self.cols = {c: trace_df[c].to_numpy() for c in columns}
+        if "tool_tokens" in trace_df:  # a multi-turn trace: the tools' tokens each sequence holds
+            self.cols["tool_total"] = np.fromiter((sum(t) for t in trace_df["tool_tokens"]), np.int64, len(trace_df))
         key = trace_df["step"].to_numpy() * (int(trace_df["prompt_id"].max()) + 1) + trace_df["prompt_id"].to_numpy()
         self.starts = np.flatnonzero(np.concatenate([[True], np.diff(key) != 0]))
         self.ends = np.append(self.starts[1:], len(key))

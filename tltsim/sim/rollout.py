@@ -19,8 +19,22 @@ from tltsim.sim.engine import EngineRollout
 _EPS = 1e-9
 
 
+def turn_tokens_at(ro: EngineRollout, t: float) -> np.ndarray:
+    """Multi-turn rollouts: tokens each turn of `ro` (flat, as ro.turns) had generated at time t."""
+    turns = ro.turns
+    tau = float(np.interp(t, ro.clock_t, ro.clock_tau))
+    got = np.clip(np.floor(tau - np.nan_to_num(turns["tau_a"]) + _EPS), 0, turns["gen"])
+    got[~(turns["admitted_at"] <= t + _EPS)] = 0
+    ended = turns["finished_at"] <= t + _EPS
+    got[ended] = turns["gen"][ended]
+    return got.astype(np.int64)
+
+
 def tokens_at(ro: EngineRollout, t: float, response_len: np.ndarray) -> np.ndarray:
     """Tokens each request of `ro` had generated at time t (relative to the rollout's start)."""
+    if ro.turns is not None:
+        per_turn = turn_tokens_at(ro, t)
+        return np.add.reduceat(per_turn, ro.turns["first"][:-1]) if len(per_turn) else np.zeros(0, np.int64)
     tau = float(np.interp(t, ro.clock_t, ro.clock_tau))
     got = np.clip(np.floor(tau - ro.tau_a + _EPS), 0, response_len)
     got[~(ro.admitted_at <= t + _EPS)] = 0
@@ -43,6 +57,12 @@ def truncate(ro: EngineRollout, t: float, response_len: np.ndarray) -> tuple[Eng
         share = (t - iv.t_start) / (iv.t_end - iv.t_start) if iv.t_end > t else 1.0
         intervals.append(replace(iv, t_end=min(iv.t_end, t), tokens=iv.tokens * share))
     keep = ro.clock_t <= t
+    turns = ro.turns
+    if turns is not None:  # each turn's tokens at the cut, and its times where they fall before it
+        turns = {**turns, "got": turn_tokens_at(ro, t),
+                 "admitted_at": np.where(turns["admitted_at"] <= t + _EPS, turns["admitted_at"], np.nan),
+                 "finished_at": np.where(turns["finished_at"] <= t + _EPS, turns["finished_at"], np.nan)}
+    waited = sum(iv.t_end - iv.t_start for iv in intervals if iv.state == "tool_wait")
     cut = replace(
         ro,
         duration=float(t),
@@ -52,6 +72,8 @@ def truncate(ro: EngineRollout, t: float, response_len: np.ndarray) -> tuple[Eng
         iterations=None if ro.iterations is None else [r for r in ro.iterations if r["t_end"] <= t + _EPS],
         clock_t=np.append(ro.clock_t[keep], t),
         clock_tau=np.append(ro.clock_tau[keep], np.interp(t, ro.clock_t, ro.clock_tau)),
+        turns=turns,
+        tool_wait_s=waited if turns is not None else ro.tool_wait_s,
     )
     return cut, got
 

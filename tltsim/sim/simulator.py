@@ -258,21 +258,23 @@ class Simulator:
         })
 
     def _record_turns(self, step: int, t0: float, df: dict, sr) -> None:
-        """The step's turns (TURN_RECORD_COLUMNS), from each engine's rollout of its rows."""
+        """The step's turns (TURN_RECORD_COLUMNS) that began generating, from each engine's rollout of its rows:
+        their tokens generated this step (all of a turn's, unless a policy stopped the rollout in it)."""
         for rows, rec, offset in sr.turn_records:
-            counts = np.fromiter((len(t) for t in df["turn_response_len"][rows]), np.int64, len(rows))
+            counts = np.diff(rec["first"])
             each = np.repeat(rows, counts)
             flat = lambda c, dtype: np.concatenate([np.asarray(  # noqa: E731
                 [np.nan if v is None else v for v in cell], dtype) for cell in df[c][rows]])
-            self.recorder.turns.append(pd.DataFrame({
+            frame = pd.DataFrame({
                 "step": step, "prompt_id": df["prompt_id"][each], "sample": df["sample"][each],
-                "engine": sr.engine[each], "turn": np.arange(len(each)) - np.repeat(np.cumsum(counts) - counts, counts),
+                "engine": sr.engine[each], "turn": np.arange(len(each)) - np.repeat(rec["first"][:-1], counts),
                 "prompt_tokens": rec["prompt_tokens"].astype(np.int64),
                 "cached_tokens": rec["cached_tokens"].astype(np.int64),
-                "response_len": flat("turn_response_len", np.int64),
+                "response_len": rec.get("got", rec["gen"]).astype(np.int64),
                 "admitted_at": t0 + offset + rec["admitted_at"], "finished_at": t0 + offset + rec["finished_at"],
                 "tool_latency_s": flat("tool_latency_s", float), "tool_tokens": flat("tool_tokens", np.int64),
-            })[TURN_RECORD_COLUMNS])
+            })[TURN_RECORD_COLUMNS]
+            self.recorder.turns.append(frame[frame["admitted_at"].notna()])
 
     def _turn_columns(self, df: dict, sr, rollout_s: float) -> dict:
         """A multi-turn step's trajectories, turns, tool calls and the share of the engines' rollout time in which
