@@ -49,10 +49,14 @@ SHIPPED_TARGET = ASSETS / "gcd-tiny-llama"
 
 
 # the tasks a target can run on by name (`--task`; none given: its own, real.models.targets.load_task)
-TASKS = ("gcd", "wordproblems", "longtail")
+TASKS = ("gcd", "wordproblems", "longtail", "agentic")
 # a task's GRPO defaults where they differ from GRPOConfig's (real/tasks/longtail.py says why these)
 TASK_GRPO = {"longtail": {"lora_rank": 16, "skip_zero_advantage": True, "micro_batch_tokens": 2048,
-                          "gradient_checkpointing": True}}
+                          "gradient_checkpointing": True},
+             "agentic": {"lora_rank": 16, "skip_zero_advantage": True}}  # real/tasks/agentic.py: short, small runs
+# a task's prompts per step where it is not 8 (agentic: each prompt carries its few-shot turns, and a step on 2
+# CPU cores stays short)
+TASK_PROMPTS = {"agentic": 4}
 # a task's sampling temperature where it is not 1 (at 1 SmolLM2-135M's long worked answers turn to noise)
 TASK_TEMPERATURE = {"longtail": 0.7}
 

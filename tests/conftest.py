@@ -21,6 +21,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # set by xdist before this file is im
     os.environ["OMP_WAIT_POLICY"] = "passive"
 
 SMOLLM2 = ("tests/real/test_real_model.py", "tests/real/test_speed.py", "tests/real/test_hub.py",
+           "tests/real/test_run_agentic.py",
            "tests/notebooks/test_notebooks.py::test_notebook_runs_top_to_bottom[06_real_model]")
 
 

@@ -6,11 +6,16 @@ simulator drives with modelled times). After the iteration it is told what happe
 iteration's seconds, or a speculative one's tokens gained (accepted length, bonus token included,
 summed over rows), seconds, and the share of them the drafter spent building or catching up its
 state (`Iteration.catchup_s`), which the control keeps out of the tuner's reward.
+
+An engine with tools (real.engine.generate, tool calls): before each iteration the rows whose tools have answered
+are resumed (a "prefill" call: the answers' tokens onto their kept KV); when every row left is waiting on a tool,
+the loop waits for the first answer, a "tool_wait" call (the timeline's state for an engine whose rows all wait on
+tools). A paused row holds its place: at most `max_running` rows run or wait at once.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from real.engine.generate import Engine
 from tltsim.control.control import EngineControl
@@ -20,7 +25,7 @@ from tltsim.control.control import EngineControl
 class EngineCall:
     """One engine call (an admission's prefill or a decode iteration), on the run's clock."""
 
-    mode: str  # "prefill", "decode" or "spec_decode" (timeline state names)
+    mode: str  # "prefill", "decode", "spec_decode" or "tool_wait" (timeline state names)
     strategy: str  # depth_topk_verify for spec_decode, "" otherwise
     batch_size: int  # rows processed
     accepted: float  # mean accepted length per row (drafts accepted + 1 bonus) for spec_decode; NaN otherwise
@@ -39,6 +44,8 @@ class Rollout:
     calls: list[EngineCall]
     admitted_at: dict[int, float]  # request id -> run clock at the end of its prefill
     finished_at: dict[int, float]  # request id -> run clock at the end of the call that finished it
+    iteration_end: list[float] = field(default_factory=list)  # per engine Iteration (by index), the run clock at the
+    # end of its call: when a turn (real.engine.generate.Turn) began and ended
 
 
 def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineControl | None = None, *,
@@ -58,17 +65,33 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
     out = Rollout([], [], {}, {})
     ids, calls = out.ids, out.calls
     t_prev = clock() if start is None else start
-    while len(ids) < len(prompts) or engine.running:
-        room = cap - engine.running
+    while len(ids) < len(prompts) or engine.running or engine.paused:
+        room = cap - engine.running - engine.paused
         if room > 0 and len(ids) < len(prompts):
             batch = prompts[len(ids): len(ids) + room]
             ids += engine.add(batch, None if answers is None else answers[len(ids): len(ids) + room])
             it = engine.iterations[-1]
             t_prev = _log(calls, EngineCall("prefill", "", it.batch_size, math.nan, it.tokens, it.wall_s, t_prev,
                                             clock()))
+            out.iteration_end.append(t_prev)
             out.admitted_at.update((i, t_prev) for i in ids[-len(batch):])
             if poll:
                 poll()
+        if engine.paused:
+            if not engine.running:
+                waited = engine.paused
+                t_wait = clock()
+                engine.wait_tools()
+                t_prev = _log(calls, EngineCall("tool_wait", "", waited, math.nan, 0, clock() - t_wait, t_prev, clock()))
+            it = engine.resume()
+            if it is not None:
+                t_prev = _log(calls, EngineCall("prefill", "", it.batch_size, math.nan, it.tokens, it.wall_s, t_prev,
+                                                clock()))
+                out.iteration_end.append(t_prev)
+                if poll:
+                    poll()
+        if not engine.running:
+            continue
         b = engine.running
         strategy = control.decide(b) if control is not None else None
         it = engine.step("spec_decode" if strategy is not None else "decode", strategy)
@@ -82,6 +105,7 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
                 control.observe_plain(b, it.wall_s)
             call = EngineCall("decode", "", b, math.nan, it.tokens, it.wall_s, t_prev, clock())
         t_prev = _log(calls, call)
+        out.iteration_end.append(t_prev)
         out.finished_at.update((i, t_prev) for i in engine.finished if i not in out.finished_at)
         if poll:
             poll()

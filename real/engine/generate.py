@@ -21,10 +21,24 @@ response to the same prompt). The target still runs every forward, the drafter s
 still draws its own tokens (so an iteration costs what it costs in a run of its own), but the token that
 follows each position is then the recorded one (real.engine.sampling, `verify_chosen`): drafts are accepted where
 they equal it, and the row emits the recorded answer to its end. An engine replays every row or none.
+
+Tool calls (`tools=`, a task's real.engine.tools.ToolUse): a row whose tokens of its current turn end with a complete
+tool call pauses there (tokens a speculative iteration emitted after the call are dropped, as after an
+end-of-sequence token). It leaves the running batch with its KV (its rows of the cache, cut to its committed
+tokens) while the call runs on the engine's sandbox, concurrently with the other rows' decoding; `resume()` puts
+every row whose answer is ready back into the batch: the answer's tokens are appended to the row and one prefill
+onto its kept KV feeds exactly as many tokens as the answer has (the row's pending token and the answer but its
+last token, which becomes the pending one), and the row decodes its next turn. `wait_tools()` blocks until a
+paused row's answer is ready (for an engine whose running rows all wait on tools). A row calls at most
+`max_tool_calls` tools; `max_new_tokens` caps the tokens the model generates, not the tools' answers. Each row
+keeps its turns (`Turn`: context, prefill, tokens generated, the tool call after it) in `Finished.turns`, and
+`Finished.tokens` holds the tools' answers between the turns' tokens. Verification is unchanged, so speculation
+stays lossless across turns (greedy: the tokens of plain decoding with the same answers appended).
 """
 from __future__ import annotations
 
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -36,6 +50,7 @@ from real.engine.sampling import next_tokens, verify_chosen, verify_greedy_chain
 from real.drafters import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.engine.spec import DraftTree, draftable
+from real.engine.tools import Sandbox, ToolResult, ToolUse
 from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 
@@ -61,13 +76,51 @@ class Iteration:
 
 
 @dataclass
+class Turn:
+    """One turn of a row: from its admission or a tool's answer to its end or its next tool call."""
+
+    context: int  # tokens of the row's context when the turn began (prompt, earlier turns, tools' answers)
+    prefilled: int  # of them, tokens the prefill that began the turn fed (the rest but the pending last one were
+    # in the row's KV already: context - prefilled - 1 cached tokens)
+    start_iteration: int  # index of that prefill's Iteration
+    generated: int = 0  # tokens the model generated in the turn
+    end_iteration: int = -1  # index of the Iteration that emitted its last token
+    tool: ToolResult | None = None  # the tool call that ended the turn (its code, answer and latency), if any
+    tool_tokens: int = 0  # tokens the tool's answer appended
+
+    @property
+    def cached(self) -> int:
+        return self.context - self.prefilled - 1
+
+
+@dataclass
 class Finished:
     """A row that left the batch."""
 
     request_id: int
     prompt: list[int]
-    tokens: list[int]  # generated ids, up to and including EOS
+    tokens: list[int]  # generated ids, up to and including EOS (with tools: the tools' answers between the turns)
     features: torch.Tensor | None = None  # [len(prompt + tokens) - 1, H] target features, if collected
+    turns: list[Turn] = field(default_factory=list)  # the row's turns, in order
+
+    def generated_mask(self) -> list[bool]:
+        """Per token of `tokens`: whether the model generated it (False: a tool's answer)."""
+        out = []
+        for turn in self.turns:
+            out += [True] * turn.generated + [False] * turn.tool_tokens
+        return out[: len(self.tokens)] if self.turns else [True] * len(self.tokens)
+
+
+@dataclass
+class _Paused:
+    """A row waiting on its tool call, out of the running batch, with its KV."""
+
+    prompt: list[int]
+    tokens: list[int]
+    turns: list[Turn]
+    limit: int  # the row ends when it holds this many tokens
+    cache: RaggedCache  # its rows of the engine's cache, cut to its committed tokens
+    future: Future  # the call's ToolResult
 
 
 @dataclass
@@ -97,9 +150,12 @@ class Engine:
     """A running batch over a transformers causal LM (Llama, Qwen2, ...). See the module docstring."""
 
     def __init__(self, target, drafter: Drafting | None = None, *, sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 256,
-                 eos_token_id: int | list[int] | None = None, seed: int = 0, collect_features: bool = False):
+                 eos_token_id: int | list[int] | None = None, seed: int = 0, collect_features: bool = False,
+                 tools: ToolUse | None = None, sandbox: Sandbox | None = None, max_tool_calls: int = 4):
         if max_new_tokens < 1:
             raise TltsimError(f"max_new_tokens={max_new_tokens}: must be >= 1")
+        if max_tool_calls < 0:
+            raise TltsimError(f"max_tool_calls={max_tool_calls}: must be >= 0")
         config = target.config
         if "sliding_attention" in (getattr(config, "layer_types", None) or []):
             raise TltsimError("target uses sliding-window attention, which this engine does not mask; "
@@ -124,6 +180,12 @@ class Engine:
         self.prompts: list[list[int]] = []
         self.tokens: list[list[int]] = []  # committed tokens (prompt + generated) of each running row
         self.answers: list[list[int]] | None = None  # each running row's recorded answer, when the engine replays
+        self.turns: list[list[Turn]] = []  # each running row's turns so far (the last one in progress)
+        self.limits: list[int] = []  # a running row ends when it holds this many tokens (max_new_tokens generated)
+        self.tools = tools
+        self.sandbox = sandbox if sandbox is not None or tools is None else Sandbox()
+        self.max_tool_calls = max_tool_calls
+        self._paused: dict[int, _Paused] = {}  # request id -> a row waiting on its tool, in the order they paused
         self.finished: dict[int, Finished] = {}
         self.iterations: list[Iteration] = []
         self._draft: DraftSession | None = None if drafter is None else drafter.session()
@@ -133,6 +195,11 @@ class Engine:
     @property
     def running(self) -> int:
         return len(self.ids)
+
+    @property
+    def paused(self) -> int:
+        """Rows waiting on a tool call (out of the running batch)."""
+        return len(self._paused)
 
     def set_drafter(self, drafter: Drafting) -> None:
         """Use `drafter` from the next speculative iteration on (a new session, caught up on every running row)."""
@@ -152,6 +219,8 @@ class Engine:
                 raise TltsimError(f"prompt {i}: must be a non-empty list of token ids in [0, {self.vocab})")
         if (answers is not None) != (self.answers is not None) and (self.ids or self.finished):
             raise TltsimError("add: an engine replays recorded answers for every row or for none")
+        if answers is not None and self.tools is not None:
+            raise TltsimError("add: an engine with tools does not replay recorded answers (its tools answer anew)")
         if answers is not None:
             if len(answers) != len(prompts):
                 raise TltsimError(f"add: {len(answers)} answers for {len(prompts)} prompts; give one per prompt")
@@ -163,18 +232,7 @@ class Engine:
             self.answers = (self.answers or []) + [list(map(int, a)) for a in answers]
         start = time.perf_counter()
         new = self._new_cache(len(prompts))
-        width = max(len(p) for p in prompts) - 1  # the last prompt token stays pending
-        if width > 0:
-            counts = torch.tensor([len(p) - 1 for p in prompts], device=self.device)
-            x = torch.zeros(len(prompts), width, dtype=torch.long, device=self.device)
-            for b, p in enumerate(prompts):
-                x[b, : len(p) - 1] = torch.as_tensor(p[:-1], device=self.device)
-            valid = torch.arange(width, device=self.device)[None, :] < counts[:, None]
-            causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
-            visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)[None]
-            positions = torch.arange(width, device=self.device)[None].expand(len(prompts), width)
-            hidden = self._forward(new, x, positions, visible)
-            new.commit(positions, counts, hidden)
+        self._prefill(new, [p[:-1] for p in prompts])  # the last prompt token stays pending
         self.cache.extend(new)
         if self._draft is not None:
             self._draft.add([list(map(int, p)) for p in prompts])
@@ -183,8 +241,64 @@ class Engine:
         self.ids += ids
         self.prompts += [list(map(int, p)) for p in prompts]
         self.tokens += [list(map(int, p)) for p in prompts]
+        self.turns += [[Turn(len(p), len(p) - 1, len(self.iterations))] for p in prompts]
+        self.limits += [len(p) + self.max_new_tokens for p in prompts]
         self._record("prefill", "", len(prompts), 0, [0] * len(prompts), sum(len(p) - 1 for p in prompts), start, False)
         return ids
+
+    def _prefill(self, cache: RaggedCache, feeds: list[list[int]]) -> None:
+        """Feed each row of `cache` (nothing pending) its tokens `feeds[b]` after its committed ones, in one forward,
+        and commit them."""
+        width = max(len(f) for f in feeds)
+        if width == 0:
+            return
+        counts = torch.tensor([len(f) for f in feeds], device=self.device)
+        x = torch.zeros(len(feeds), width, dtype=torch.long, device=self.device)
+        for b, f in enumerate(feeds):
+            x[b, : len(f)] = torch.as_tensor(f, device=self.device)
+        valid = torch.arange(width, device=self.device)[None, :] < counts[:, None]
+        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
+        visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)[None]
+        slots = torch.arange(width, device=self.device)[None].expand(len(feeds), width)
+        hidden = self._forward(cache, x, cache.lens[:, None] + slots, visible)
+        cache.commit(slots, counts, hidden)
+
+    def wait_tools(self) -> None:
+        """Block until some paused row's tool call has answered (at once when one has, or none is paused)."""
+        if self._paused:
+            wait([p.future for p in self._paused.values()], return_when=FIRST_COMPLETED)
+
+    @torch.no_grad()
+    def resume(self) -> Iteration | None:
+        """Put back into the batch every paused row whose tool has answered (see the module docstring), after the
+        running rows, in the order they paused; returns the prefill's Iteration, or None when no answer was ready."""
+        ready = [i for i, p in self._paused.items() if p.future.done()]
+        if not ready:
+            return None
+        start = time.perf_counter()
+        rows = [self._paused.pop(i) for i in ready]
+        resumed, feeds = self._new_cache(0), []
+        for p in rows:
+            result = p.future.result()
+            answer = [int(t) for t in self.tools.answer_ids(result.output)]
+            if not all(0 <= t < self.vocab for t in answer):
+                raise TltsimError(f"tool answer {result.output!r}: token ids outside [0, {self.vocab})")
+            p.turns[-1].tool, p.turns[-1].tool_tokens = result, len(answer)
+            feeds.append([p.tokens[-1]] + answer[:-1] if answer else [])
+            p.tokens += answer
+            p.limit += len(answer)
+            p.turns.append(Turn(len(p.tokens), len(feeds[-1]), len(self.iterations)))
+            resumed.extend(p.cache)
+        self._prefill(resumed, feeds)
+        self.cache.extend(resumed)
+        if self._draft is not None:  # a new session row: it catches up on the whole row at the next spec iteration
+            self._draft.add([p.prompt for p in rows])
+        self.ids += ready
+        self.prompts += [p.prompt for p in rows]
+        self.tokens += [p.tokens for p in rows]
+        self.turns += [p.turns for p in rows]
+        self.limits += [p.limit for p in rows]
+        return self._record("prefill", "", len(rows), 0, [0] * len(rows), sum(map(len, feeds)), start, False)
 
     @torch.no_grad()
     def step(self, mode: str = "decode", strategy: str | Strategy | None = None) -> Iteration:
@@ -241,41 +355,73 @@ class Engine:
         return time.perf_counter()
 
     def _append(self, tree_tokens, path, accepted, nxt) -> int:
-        """Commit each row's accepted drafts and next token, finish rows, shrink the batch; returns tokens emitted."""
+        """Commit each row's accepted drafts and next token, finish rows, pause rows at a tool call, shrink the
+        batch; returns tokens emitted."""
         drafts = tree_tokens.gather(1, path.clamp(min=0)).tolist()
-        keep, done_rows, emitted = [], [], 0
+        keep, done_rows, calls, emitted = [], [], {}, 0
+        tools, index = self.tools, len(self.iterations)
         for b, (n_acc, last) in enumerate(zip(accepted.tolist(), nxt.tolist())):
-            tokens = self.tokens[b]
+            tokens, limit = self.tokens[b], self.limits[b]
             done = False
+            call = None
+            turn = self.turns[b][-1]
+            may_call = tools is not None and len(self.turns[b]) <= self.max_tool_calls
             for tok in drafts[b][1 : n_acc + 1] + [last]:
                 tokens.append(tok)
                 emitted += 1
-                if tok in self.eos or len(tokens) - len(self.prompts[b]) >= self.max_new_tokens:
+                if tok in self.eos or len(tokens) >= limit:
                     done = True
                     break
+                if may_call and (call := tools.call(tokens[turn.context:])) is not None:
+                    break
+            if done or call is not None:
+                turn.generated, turn.end_iteration = len(tokens) - turn.context, index
             if done:
                 self._finish(b)
                 done_rows.append(tokens)
+            elif call is not None:
+                calls[b] = call
             else:
                 keep.append(b)
-        if len(keep) < self.running:
-            rows = torch.tensor(keep, dtype=torch.long, device=self.device)
-            self.cache.select(rows)
-            if self._draft is not None:
-                self._draft.select(keep, done_rows)
-            self.ids = [self.ids[b] for b in keep]
-            self.prompts = [self.prompts[b] for b in keep]
-            if self.answers is not None:
-                self.answers = [self.answers[b] for b in keep]
-            self.tokens = [self.tokens[b] for b in keep]
+        if calls:
+            self._pause(calls, keep, done_rows)
+        elif len(keep) < self.running:
+            self._select(keep, done_rows)
         return emitted
+
+    def _pause(self, calls: dict[int, str], keep: list[int], done_rows: list[list[int]]) -> None:
+        """Take the rows `calls` names out of the batch with their KV (cut to their committed tokens, all but the
+        pending last one), start their tool calls, and keep the rows `keep`."""
+        rows = sorted(calls)
+        for b in rows:
+            cache = self.cache.take(torch.tensor([b], dtype=torch.long, device=self.device))
+            cache.cut(torch.tensor([len(self.tokens[b]) - 1], device=self.device))
+            self._paused[self.ids[b]] = _Paused(self.prompts[b], self.tokens[b], self.turns[b], self.limits[b], cache,
+                                                self.sandbox.submit(calls[b]))
+        staying = sorted(keep + rows)
+        if len(staying) < self.running:  # rows that finished leave first: the session closes them (their `done`)
+            self._select(staying, done_rows)
+        self._select([staying.index(b) for b in keep], [])  # paused rows leave unclosed: they come back
+
+    def _select(self, keep: list[int], done_rows: list[list[int]]) -> None:
+        rows = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.cache.select(rows)
+        if self._draft is not None:
+            self._draft.select(keep, done_rows)
+        self.ids = [self.ids[b] for b in keep]
+        self.prompts = [self.prompts[b] for b in keep]
+        if self.answers is not None:
+            self.answers = [self.answers[b] for b in keep]
+        self.tokens = [self.tokens[b] for b in keep]
+        self.turns = [self.turns[b] for b in keep]
+        self.limits = [self.limits[b] for b in keep]
 
     def _finish(self, b: int) -> None:
         prompt, tokens = self.prompts[b], self.tokens[b]
         features = None
         if self.collect_features:
             features = self.cache.features[b, : len(tokens) - 1].detach().clone()
-        self.finished[self.ids[b]] = Finished(self.ids[b], prompt, tokens[len(prompt):], features)
+        self.finished[self.ids[b]] = Finished(self.ids[b], prompt, tokens[len(prompt):], features, self.turns[b])
 
     def _forward(self, cache: RaggedCache, tokens, positions, visible) -> torch.Tensor:
         """Target forward of tokens [B, T] at positions [B, T] over `cache`; returns features [B, T, H]."""
@@ -298,19 +444,27 @@ class Engine:
 
 
 def generate(target, prompts: list[list[int]], drafter: Drafting | None = None,
-             settings: GenerateSettings = GenerateSettings()) -> Generation:
+             settings: GenerateSettings = GenerateSettings(), tools: ToolUse | None = None,
+             sandbox: Sandbox | None = None) -> Generation:
     """Generate for every prompt (token-id lists) until EOS or `settings.max_new_tokens`.
 
     With a drafter, every iteration speculates with `settings.strategy` (default DEFAULT_STRATEGY, a chain of 4); without, it
     decodes plainly. Either way the output has the target's distribution (greedy: the same tokens).
-    `settings.eos_token_id` defaults to `default_eos(target)`.
+    `settings.eos_token_id` defaults to `default_eos(target)`. `tools`: rows pause at tool calls and resume with
+    their answers (see the module docstring), run on `sandbox` (default: a new one).
     """
     engine = Engine(target, drafter, sampling=settings.sampling, max_new_tokens=settings.max_new_tokens,
-                    eos_token_id=settings.eos_token_id, seed=settings.seed, collect_features=settings.collect_features)
+                    eos_token_id=settings.eos_token_id, seed=settings.seed, collect_features=settings.collect_features,
+                    tools=tools, sandbox=sandbox)
     ids = engine.add(prompts)
     mode = "decode" if drafter is None else "spec_decode"
-    while engine.running:
-        engine.step(mode, settings.strategy)
+    while engine.running or engine.paused:
+        if engine.paused:
+            if not engine.running:
+                engine.wait_tools()
+            engine.resume()
+        if engine.running:
+            engine.step(mode, settings.strategy)
     finished = [engine.finished[i] for i in ids]
     return Generation([f.tokens for f in finished], engine.iterations, finished)
 

@@ -122,6 +122,26 @@ class RaggedCache:
             self._features = self._features[rows]
         self.rollback()
 
+    def take(self, rows: torch.Tensor) -> "RaggedCache":
+        """A new cache holding copies of `rows` (long [B']) of this one, in this order; nothing may be pending."""
+        assert self.pending == 0
+        out = RaggedCache.__new__(RaggedCache)
+        lens = self.lens[rows]
+        width = int(lens.max()) if len(lens) else 0
+        out._set_storage(self.kv[:, :, rows, :, :width])  # advanced indexing: a copy
+        out._features = None if self._features is None else self._features[rows, :width]
+        out.cache = Cache(layers=[_SlotLayer(out, i) for i in range(self.kv.shape[0])])
+        out.dtype = self.dtype
+        out._set_lens(lens)
+        out.rollback()
+        return out
+
+    def cut(self, lens: torch.Tensor) -> None:
+        """Keep only the first lens[b] (<= the row's) committed slots of each row; nothing may be pending."""
+        assert self.pending == 0 and bool((lens <= self.lens).all())
+        self._set_lens(lens.to(self.lens))
+        self.rollback()
+
     def extend(self, other: "RaggedCache") -> None:
         """Append the rows of `other` after this cache's rows; nothing may be pending in either."""
         assert self.pending == 0 and other.pending == 0

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from real.models.hub import KNOWN, resolve_model
+from real.tasks.agentic import AgenticTask
 from real.tasks.longtail import LongTailTask
 from real.settings import PRESETS, TASKS
 from real.tasks.gcd import TASK_FILE, GcdTask, Tokenizer
@@ -107,7 +108,8 @@ def load_task(path_or_name: str | Path, task: str | None = None) -> GcdTask | Wo
             raise TltsimError(f"--task {task!r}: use one of {', '.join(TASKS)}")
         if task == "gcd":
             return GcdTask.load(path) if (path / TASK_FILE).is_file() else GcdTask()
-        return (LongTailTask if task == "longtail" else WordProblemTask)(load_tokenizer(path_or_name))
+        chat = {"longtail": LongTailTask, "agentic": AgenticTask}.get(task, WordProblemTask)
+        return chat(load_tokenizer(path_or_name))
     if not (path / "config.json").is_file():
         return GcdTask()
     has_tokenizer = (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()

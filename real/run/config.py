@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from real.settings import SHIPPED_TARGET, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
+from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
@@ -38,13 +38,14 @@ class RunConfig:
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
     # smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word problems), or a preset
     # (random weights) (default: the shipped real/assets/gcd-tiny-llama)
-    task: str | None = None  # the task: gcd, wordproblems or longtail (the long-tail workload, real/tasks/longtail.py)
+    task: str | None = None  # the task: gcd, wordproblems, longtail (the long-tail workload, real/tasks/longtail.py)
+    # or agentic (arithmetic through a calculator tool the model calls, real/tasks/agentic.py)
     # (default: the model's own: gcd for a `tltsim real pretrain` directory, wordproblems for a chat model)
     drafter: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained part; das
     # has none) (default: the one shipped for a known --model, else warm one up on the target's own answers)
     device: str = "cpu"  # torch device of every worker: cpu or cuda (rank r uses cuda:r mod the device count)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
-    prompts: int = 8  # prompts per step
+    prompts: int | None = None  # prompts per step (default: the task's: 4 for agentic, else 8)
     group: int = 4  # samples per prompt (the GRPO group)
     seed: int = 0  # seeds the prompts, sampling, tuners, drafter init and batches
     greedy: bool = False  # argmax decoding, every sample of a group then the same (default: sample at
@@ -82,6 +83,8 @@ class RunConfig:
             raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
         if self.grpo is None:
             return replace(self, grpo=task_grpo(self.task)).checked()
+        if self.prompts is None:
+            return replace(self, prompts=TASK_PROMPTS.get(self.task or "", 8)).checked()
         if self.temperature is None:
             return replace(self, temperature=TASK_TEMPERATURE.get(self.task or "", 1.0)).checked()
         if self.max_new_tokens is None:
@@ -109,6 +112,9 @@ class RunConfig:
         if self.drafter is not None:
             self._check_drafter(knobs)
         if self.answers is not None:
+            if self.task == "agentic":
+                raise TltsimError("--answers: an agentic run's tools answer anew, so it replays no recorded answers; "
+                                  "drop --answers")
             self._check_answers()
         if self.probe_static and not (knobs and knobs.spot):
             raise TltsimError(f"--probe-static: policy {self.policy!r} trains no drafter, so there is no starting "

@@ -146,10 +146,12 @@ class GRPO:
             out[mb, : logp.shape[1]] = logp.cpu()
         return out
 
-    def update(self, prompts, responses, advantages, old, ref) -> dict:
+    def update(self, prompts, responses, advantages, old, ref, generated: list[list[bool]] | None = None) -> dict:
         """`mini_batches` AdamW steps on this worker's responses, gradients summed over workers.
 
-        Every worker calls this with its own share (possibly empty) the same number of times.
+        Every worker calls this with its own share (possibly empty) the same number of times. `generated` (per
+        response, per token: whether the model generated it; a multi-turn response holds tools' answers too): the
+        loss covers the generated tokens only (default: every token).
         Returns {"loss": global mean token loss of the last mini-batch, "clip_frac": share of clipped tokens}.
         """
         cfg = self.config
@@ -163,13 +165,18 @@ class GRPO:
             for rows in chunks:
                 self.optimizer.zero_grad(set_to_none=False)
                 local = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, clipped tokens
-                total = _all_reduce(torch.tensor([float(sum(len(responses[i]) for i in rows))], dtype=torch.float64,
-                                                 device=device))[0]
+                counted = [sum(generated[i]) if generated is not None else len(responses[i]) for i in rows]
+                total = _all_reduce(torch.tensor([float(sum(counted))], dtype=torch.float64, device=device))[0]
                 sel = [i for i in rows.tolist() if i in trained]
                 lengths = [len(prompts[i]) + len(responses[i]) for i in sel]
                 for part in micro_batches(lengths, cfg.micro_batch_tokens) if sel else []:
                     mb = [sel[j] for j in part]
                     logp, mask = response_logprobs(self.model, [prompts[i] for i in mb], [responses[i] for i in mb])
+                    if generated is not None:  # a tool's answer is read, not generated: no loss on it
+                        own = torch.zeros_like(mask)
+                        for k, i in enumerate(mb):
+                            own[k, : len(generated[i])] = torch.as_tensor(generated[i], dtype=torch.bool)
+                        mask = mask & own
                     width = logp.shape[1]
                     o = old[mb, :width].to(logp.device)
                     r = ref[mb, :width].to(logp.device) if ref is not None else None

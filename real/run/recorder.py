@@ -12,6 +12,12 @@ workers past a barrier) to the end of the last worker's weight sync; each worker
 that span (a worker done early with its sync waits `idle` until the step's end). Bookkeeping
 between steps (these records, the checkpoint, the drafter probe) belongs to no step, so the
 makespan is the sum of the step times and busy + idle = workers x makespan, as in the simulator.
+
+A run whose task calls a tool (real/tasks/agentic.py) records its trajectories' turns: the trace's turn list columns
+(turn_response_len, tool_latency_s, tool_tokens, turn_gen_s; response_len counts the tokens the model generated,
+the tools' answers are the rest of answers.parquet's tokens), the Result's turns frame (TURN_RECORD_COLUMNS), the
+steps columns turns, trajectories and tool_wait_share (of the engines' rollout seconds, the share they spent with
+every row waiting on a tool: the timeline's tool_wait rows).
 """
 from __future__ import annotations
 
@@ -25,7 +31,8 @@ import pandas as pd
 
 from real.engine.adaptive import EngineCall
 from real.run.config import ANSWERS_FILE  # step, prompt_id, sample, tokens (the response's token ids)
-from tltsim.core.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result, TimelineRow, merge_states
+from tltsim.core.records import (REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, TURN_RECORD_COLUMNS, Result,
+                                  TimelineRow, merge_states)
 from tltsim.core.io import atomic_path
 from tltsim.core.summary import summarize
 from tltsim.trace import Trace, TraceMeta, save as save_trace
@@ -50,7 +57,8 @@ class WorkerStep:
     calls: list[EngineCall]  # engine calls of its rollout, in order
     phases: list[tuple[str, float, float]]  # (state, t_start, t_end) after its rollout: idle, drafter_train, reward, ...
     responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at,
-    # tokens (the response's token ids)
+    # tokens (the response's token ids); with a tool, turns (per turn the turns frame's columns but step, prompt_id,
+    # sample and engine)
     done_at: float  # run clock when its share was generated
     drafter_batches: int = 0  # spot-training batches it ran this step
     extra: dict = field(default_factory=dict)  # per-worker counts summed into the step row (a hybrid's history_rows,
@@ -62,6 +70,16 @@ def intervals(step: int, worker: int, calls: list[EngineCall]) -> list[TimelineR
     iterations (tltsim.core.records.merge_states: consecutive calls in one state make one row)."""
     return merge_states([TimelineRow(step, worker, c.mode, c.t_start, c.t_end, c.batch_size, float(c.tokens), c.accepted,
                                      c.strategy) for c in calls], [int(c.mode == "spec_decode") for c in calls])
+
+
+def turn_lists(turns: list[dict] | None) -> dict:
+    """A trajectory's turns (WorkerStep.responses' `turns`) as the trace's turn list columns (none for None)."""
+    if turns is None:
+        return {}
+    return {"turn_response_len": [t["response_len"] for t in turns],
+            "tool_latency_s": [None if math.isnan(t["tool_latency_s"]) else t["tool_latency_s"] for t in turns],
+            "tool_tokens": [t["tool_tokens"] for t in turns],
+            "turn_gen_s": [t["finished_at"] - t["admitted_at"] for t in turns]}
 
 
 class Recorder:
@@ -76,6 +94,7 @@ class Recorder:
         self.iterations: list[dict] = []
         self.trace: list[dict] = []
         self.answers: list[dict] = []
+        self.turns: list[dict] = []
         self.extra_summary: dict = {}
 
     @classmethod
@@ -94,6 +113,7 @@ class Recorder:
         if (Path(out) / ANSWERS_FILE).is_file():  # absent from a run recorded before runs kept their answers
             rec.answers = [{**a, "tokens": list(a["tokens"])}
                            for a in keep(pd.read_parquet(Path(out) / ANSWERS_FILE)).to_dict("records")]
+        rec.turns = keep(old.turns).to_dict("records") if old.turns is not None else []
         rec.extra_summary = {k: old.summary[k] for k in ("drafter_warmup_s",) if k in old.summary}
         return rec
 
@@ -118,13 +138,17 @@ class Recorder:
             self.timeline += rows
             self.iterations += [{"step": step, "worker": r.worker, "batch_size": c.batch_size, "mode": c.mode,
                                  "strategy": c.strategy, "accepted": c.accepted, "wall_s": c.wall_s, "t_end": c.t_end,
-                                 "tokens": c.tokens, "reprefill": c.reprefill} for c in r.calls if c.mode != "prefill"]
+                                 "tokens": c.tokens, "reprefill": c.reprefill} for c in r.calls
+                                if c.mode not in ("prefill", "tool_wait")]
             for resp in r.responses:
                 self.requests.append({"step": step, "engine": r.worker, **{k: resp[k] for k in REQUEST_COLUMNS
                                                                            if k in resp}, "finished": resp["finished"]})
                 self.trace.append({"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
                                    "prompt_len": resp["prompt_len"], "response_len": resp["response_len"],
-                                   "reward": resp["reward"], "finished": resp["finished"], "engine": r.worker})
+                                   "reward": resp["reward"], "finished": resp["finished"], "engine": r.worker,
+                                   **turn_lists(resp.get("turns"))})
+                self.turns += [{"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
+                                "engine": r.worker, **turn} for turn in resp.get("turns", [])]
                 self.answers.append({"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
                                      "tokens": list(resp["tokens"])})
         responses = [resp for r in reports for resp in r.responses]
@@ -150,6 +174,10 @@ class Recorder:
             **{k: sum(r.extra.get(k, 0) for r in reports) for k in sorted({k for r in reports for k in r.extra})},
             **columns,
         }
+        if any("turns" in resp for resp in responses):
+            row.update(turns=sum(len(resp["turns"]) for resp in responses), trajectories=len(responses),
+                       tool_wait_share=sum(c.t_end - c.t_start for c in calls if c.mode == "tool_wait") / engine_s
+                       if engine_s else 0.0)
         self.steps.append(row)
         return row
 
@@ -167,7 +195,8 @@ class Recorder:
             summary["history_share"] = float(steps["history_rows"].sum() / drafted)
         requests = pd.DataFrame(self.requests, columns=REQUEST_COLUMNS + ["finished"])
         iterations = pd.DataFrame(self.iterations, columns=ITERATION_COLUMNS)
-        return Result(timeline, steps, requests, summary, self.config, iterations)
+        turns = pd.DataFrame(self.turns, columns=TURN_RECORD_COLUMNS) if self.turns else None
+        return Result(timeline, steps, requests, summary, self.config, iterations, turns)
 
     def save(self, out: str | Path) -> Result:
         """Write trace.parquet and answers.parquet, then the Result (summary.json last); each file atomically."""

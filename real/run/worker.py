@@ -16,7 +16,8 @@ from real.run import checkpoint
 from real import drafters
 from real.engine.adaptive import rollout
 from real.tasks.evaluate import accepted_tokens
-from real.engine.generate import Engine, generate
+from real.engine.generate import Engine, Finished, generate
+from real.engine.tools import Sandbox
 from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.drafters.hybrid import HybridDrafter
 from real.models.targets import load_target
@@ -53,6 +54,15 @@ def recorded_prompts(run: str | Path, task, answers) -> list[list[int]]:
     return [task.prompt_ids(problems[int(a)][int(p)]) for a, p in zip(answers["step"], answers["prompt_id"])]
 
 
+def turn_records(finished: Finished, iteration_end: list[float]) -> list[dict]:
+    """A finished row's turns as the turns frame's columns (tltsim.core.records.TURN_RECORD_COLUMNS, but the step's,
+    the prompt's and the engine's), on the run clock (`iteration_end`: real.engine.adaptive.Rollout's)."""
+    return [{"turn": k, "prompt_tokens": t.context, "cached_tokens": t.cached, "response_len": t.generated,
+             "admitted_at": iteration_end[t.start_iteration], "finished_at": iteration_end[t.end_iteration],
+             "tool_latency_s": t.tool.latency_s if t.tool is not None else float("nan"), "tool_tokens": t.tool_tokens}
+            for k, t in enumerate(finished.turns)]
+
+
 class Worker:
     """One rank's state across the run (model, drafter, policy objects) and its step loop."""
 
@@ -64,6 +74,8 @@ class Worker:
         self.knobs = config.tlt_knobs()
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None
         self.task = config.make_task()  # --task, else gcd for a pretrained-here target, word problems for a chat model
+        self.tools = getattr(self.task, "tools", None)  # a task whose model calls a tool (real/tasks/agentic.py)
+        self.sandbox = Sandbox() if self.tools is not None else None  # where this worker's tool calls run
         self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
         reference = self._load(config.model) if config.grpo.kl > 0 else None
         self.grpo = GRPO(self.target, config.grpo, reference, seed=config.seed)
@@ -143,6 +155,8 @@ class Worker:
         finally:
             if self.progress:
                 self.progress.close()
+            if self.sandbox is not None:
+                self.sandbox.close()
 
     def _build_drafter(self) -> None:
         """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; history, real.drafters.suffix's
@@ -228,7 +242,8 @@ class Worker:
         rows = [(pid, j) for pid in mine for j in range(cfg.group)]
         prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
         engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
-                        seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains)
+                        seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains, tools=self.tools,
+                        sandbox=self.sandbox, max_tool_calls=getattr(self.task, "max_tool_calls", 0))
         drafted = self._drafted_rows()
         if self.control is not None:
             self.control.begin_rollout()  # the step's owner begins the rollout, as the simulator's policy does
@@ -249,7 +264,8 @@ class Worker:
         adv = group_advantages(np.reshape(rewards, (len(mine), cfg.group))).ravel() if rows else np.zeros(0)
         old, ref = self.grpo.old_logprobs(prompts, responses, adv)
         phases.append(("reward", t, t := self.clock()))
-        stats = self.grpo.update(prompts, responses, adv, old, ref)
+        stats = self.grpo.update(prompts, responses, adv, old, ref,
+                                 [f.generated_mask() for f in finished] if self.tools is not None else None)
         for drafter in (self.drafter, self.static_drafter):
             if drafter is not None:
                 drafter.target_updated()  # e.g. a reduced head copies rows of the lm_head the update just moved
@@ -262,9 +278,10 @@ class Worker:
         phases.append(("weight_sync", t, self.clock()))
 
         report = WorkerStep(self.rank, ro.calls, phases, [
-            {"prompt_id": pid, "sample": j, "prompt_len": len(f.prompt), "response_len": len(f.tokens),
+            {"prompt_id": pid, "sample": j, "prompt_len": len(f.prompt), "response_len": sum(f.generated_mask()),
              "reward": r, "finished": bool(f.tokens[-1] in engine.eos), "admitted_at": ro.admitted_at[i],
-             "finished_at": ro.finished_at[i], "tokens": f.tokens}
+             "finished_at": ro.finished_at[i], "tokens": f.tokens,
+             **({"turns": turn_records(f, ro.iteration_end)} if self.tools is not None else {})}
             for (pid, j), f, r, i in zip(rows, finished, rewards, ro.ids)], done, batches,
             dict(zip(("history_rows", "trained_rows"), np.subtract(self._drafted_rows(), drafted).tolist()))
             if drafted else {})

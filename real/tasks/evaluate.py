@@ -84,7 +84,8 @@ def accepted_tokens(target, drafter, task, problems: list, strategy: str = DEFAU
     step = batch or max(len(problems), 1)
     for start in range(0, len(problems), step):
         gen = generate(target, [task.prompt_ids(p) for p in problems[start: start + step]], drafter,
-                       GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens or task.max_response_tokens))
+                       GenerateSettings(strategy=strategy, max_new_tokens=max_new_tokens or task.max_response_tokens),
+                       tools=getattr(task, "tools", None))  # a task with a tool: its rows call it
         out += [a + 1 for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted]
     return np.array(out, dtype=float)
 
