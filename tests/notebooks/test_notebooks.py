@@ -32,7 +32,7 @@ def _cells(nb: nbformat.NotebookNode) -> list[tuple[str, str, list[str]]]:
 
 def test_every_source_has_its_notebook():
     assert NAMES == ["01_traces", "02_compare_policies", "03_tune_tlt", "04_validate", "05_bring_your_verl_run",
-                     "06_real_model"]
+                     "06_real_model", "07_agentic"]
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == NAMES
 
 

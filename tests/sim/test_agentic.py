@@ -117,7 +117,8 @@ def test_speculation_shortens_generation_not_tool_waits():
 def test_partial_rollout_carries_a_trajectory_on_from_its_tool_call():
     # one engine; partial launches two groups a step and stops when one has finished. Step 0 runs A (2 tokens, a
     # 4 s tool call answering 100 tokens, then 3 tokens) beside B (4 tokens): B ends at 4.5 s and the step stops
-    # with A waiting on its tool. A goes on in step 1 from its second turn: its context (10 + 2 + 100) prefilled anew
+    # with A waiting on its tool (2 s more). A goes on in step 1 from its second turn once the call has answered, its
+    # context (10 + 2 + 100) prefilled anew
     def step_rows(step, rows):
         return [{"step": step, "prompt_id": i, "sample": 0, "prompt_len": p, "response_len": sum(g),
                  "turn_response_len": g, "tool_latency_s": lat, "tool_tokens": tok} for i, (p, g, lat, tok) in
@@ -131,6 +132,8 @@ def test_partial_rollout_carries_a_trajectory_on_from_its_tool_call():
     assert res.steps["rollout_s"].iloc[0] == 4.5 and res.steps["resumed"].iloc[1] == 1
     again = turns[(turns["step"] == 1) & (turns["response_len"] == 3)]
     assert again[["prompt_tokens", "cached_tokens"]].values.tolist() == [[112, 0]]
+    # back at 2 s, admitted at the iteration boundary after it: the step's fresh row prefilled (0-0.5 s) and decodes
+    assert again["admitted_at"].iloc[0] - res.steps["t_start"].iloc[1] == pytest.approx(2.5)
 
 
 @pytest.mark.parametrize("policy", ["async", "migrate", "tail-batching", "ideal"])

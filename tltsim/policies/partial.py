@@ -75,7 +75,7 @@ class PartialRollout(KnobbedPolicy):
             carry["prompt_len"] = carry["prompt_len"] + g
             carry["response_len"] = carry["response_len"] - g
             carry["carried"] = carry["carried"] + g
-            if "turn_response_len" in df:  # trajectories go on from the turn they were in; tool answers join the prompt
+            if "turn_response_len" in df:  # trajectories go on from the turn they were in, after the call in flight
                 rest = rest_of_trajectories(df, left, sr.turn_records)
                 done = rest.pop("tool_done")
                 carry.update(rest)

@@ -45,15 +45,18 @@ class Turns:
     gen: np.ndarray  # per turn: tokens generated
     tool_latency_s: np.ndarray  # per turn: the tool call after it (NaN: none)
     tool_tokens: np.ndarray  # per turn: tokens the tool's answer appends
+    pending_s: np.ndarray | None = None  # per row: seconds its tool call in flight still takes when the rollout
+    # starts (a trajectory partial rollout carried on while it waited on a tool); None: none waits
 
     @classmethod
-    def of(cls, prompt_len, turn_response_len, tool_latency_s, tool_tokens) -> "Turns":
+    def of(cls, prompt_len, turn_response_len, tool_latency_s, tool_tokens, pending_s=None) -> "Turns":
         """From per-row sequences (the trace's list columns)."""
         counts = np.fromiter((len(t) for t in turn_response_len), np.int64, len(turn_response_len))
         flat = lambda col, dtype: (np.concatenate([np.asarray([np.nan if v is None else v for v in c], dtype)  # noqa
                                                    for c in col]) if len(col) else np.zeros(0, dtype))
         return cls(np.asarray(prompt_len, np.int64), np.concatenate([[0], np.cumsum(counts)]),
-                   flat(turn_response_len, float), flat(tool_latency_s, float), flat(tool_tokens, float))
+                   flat(turn_response_len, float), flat(tool_latency_s, float), flat(tool_tokens, float),
+                   None if pending_s is None else np.asarray(pending_s, float))
 
     @property
     def rows(self) -> int:
@@ -87,10 +90,14 @@ class _Run:
         self.prompt_tokens, self.cached_tokens = np.zeros(nt), np.zeros(nt)
         self.admitted_at, self.finished_at = np.full(n, np.nan), np.full(n, np.nan)
         self.key = np.zeros(n) if priority is None else -np.asarray(priority, float)
-        self.queue = [(float(self.key[r]), r, r) for r in range(n)]  # heap of (key, arrival, row): rows ready for a
-        heapq.heapify(self.queue)  # turn, the highest priority first, then in arrival order
+        pending = np.zeros(n) if turns.pending_s is None else turns.pending_s
+        # heap of (return time, row, whether the answer ends a turn): tool calls in flight; a row that starts in
+        # one (pending) has its answer in its context already and queues for the turn it is at
+        self.tools: list[tuple[float, int, bool]] = [(float(pending[r]), r, False) for r in range(n) if pending[r] > 0]
+        heapq.heapify(self.tools)
+        self.queue = [(float(self.key[r]), r, r) for r in range(n) if not pending[r] > 0]  # heap of (key, arrival,
+        heapq.heapify(self.queue)  # row): rows ready for a turn, the highest priority first, then in arrival order
         self.arrivals = n
-        self.tools: list[tuple[float, int]] = []  # heap of (return time, row)
         self.control = spec.control if spec is not None else None
         self.drafted = self.control is not None and self.control.on
         self.behind = 0.0  # tokens per row the drafter has not read (plain iterations' and prefills' since it ran)
@@ -268,13 +275,17 @@ class _Run:
                 self._finish(r)
             else:
                 self.waiting_since[r] = self.t
-                heapq.heappush(self.tools, (self.t + float(lat), int(r)))
+                heapq.heappush(self.tools, (self.t + float(lat), int(r), True))
 
     def _returns(self) -> None:
         """Tools that answered by now: the answer joins the row's context and the row queues for its next turn;
         the call after a row's last turn ends the trajectory when its answer is in."""
         while self.tools and self.tools[0][0] <= self.t + _EPS:
-            _, r = heapq.heappop(self.tools)
+            _, r, ends_turn = heapq.heappop(self.tools)
+            if not ends_turn:
+                heapq.heappush(self.queue, (float(self.key[r]), self.arrivals, int(r)))
+                self.arrivals += 1
+                continue
             k = self.turn[r]
             self.ctx[r] += self.turns.tool_tokens[k]
             if k + 1 == self.turns.first[r + 1]:
@@ -306,26 +317,32 @@ def _fit(k_max, room: float, stretch, whole: bool):
 def rest_of_trajectories(df: dict, mask: np.ndarray, turn_records: list) -> dict:
     """What is left of the trajectories `mask` picks among a step's rows (`df`, its turn list columns) when their
     rollout stopped (a StepRollout's `turn_records`, cut): per row the turn lists from the turn it was in (less the
-    tokens it generated of it), and `tool_done`, the tokens of the tool answers it had called for by then (an answer
-    in flight is kept: tools do not depend on the policy's weights). A trajectory whose turns were all generated
-    is left one turn of no tokens."""
-    got = {}  # row -> per-turn tokens at the stop
+    tokens it generated of it); `tool_done`, the tokens of the tool answers it had called for by then (they join
+    its context: a tool does not depend on the policy's weights); and `tool_pending_s`, the seconds its call in
+    flight still had to run (the next rollout waits for them). A trajectory whose turns were all generated is
+    left one turn of no tokens."""
+    seen = {}  # row -> (per-turn tokens at the stop, admitted_at, finished_at, the stop)
     for rows, rec, _ in turn_records:
         per_turn = rec.get("got", rec["gen"]).astype(np.int64)
         for i, r in enumerate(rows):
-            got[int(r)] = per_turn[rec["first"][i]:rec["first"][i + 1]]
+            a, b = rec["first"][i], rec["first"][i + 1]
+            seen[int(r)] = (per_turn[a:b], rec["admitted_at"][a:b], rec["finished_at"][a:b], rec.get("stop", np.inf))
     out = {c: [] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")}
-    done = []
+    done, pending = [], []
     for r in np.flatnonzero(mask):
         gen, lat, tok = (list(df[c][r]) for c in ("turn_response_len", "tool_latency_s", "tool_tokens"))
-        g = got.get(int(r), np.zeros(len(gen), np.int64))
+        none = np.full(len(gen), np.nan)
+        g, admitted, finished, stop = seen.get(int(r), (np.zeros(len(gen), np.int64), none, none, np.inf))
         j = int(np.sum(np.cumprod(g >= np.asarray(gen))))  # turns generated whole, from the first
         if j == len(gen):
             rest = ([0], [None], [0])
         else:
             rest = ([gen[j] - int(g[j])] + gen[j + 1:], lat[j:], tok[j:])
+        waits = 0 < j < len(gen) and np.isnan(admitted[j])  # its turn j waits on the call after turn j - 1
+        pending.append(max(0.0, finished[j - 1] + lat[j - 1] - stop) if waits else 0.0)
         for c, v in zip(out, rest):
             out[c].append(v)
         done.append(int(sum(tok[:j])))
     as_column = lambda lists: np.array(lists + [None], dtype=object)[:-1]  # noqa: E731 (an object array of lists)
-    return {**{c: as_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64)}
+    return {**{c: as_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64),
+            "tool_pending_s": np.array(pending, float)}

@@ -21,6 +21,7 @@ class PromptStream:
         self.cols = {c: trace_df[c].to_numpy() for c in columns}
         if "tool_tokens" in trace_df:  # a multi-turn trace: the tools' tokens each sequence holds
             self.cols["tool_total"] = np.fromiter((sum(t) for t in trace_df["tool_tokens"]), np.int64, len(trace_df))
+            self.cols["tool_pending_s"] = np.zeros(len(trace_df))  # none starts in a tool call
         key = trace_df["step"].to_numpy() * (int(trace_df["prompt_id"].max()) + 1) + trace_df["prompt_id"].to_numpy()
         self.starts = np.flatnonzero(np.concatenate([[True], np.diff(key) != 0]))
         self.ends = np.append(self.starts[1:], len(key))

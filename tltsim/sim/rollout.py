@@ -59,7 +59,7 @@ def truncate(ro: EngineRollout, t: float, response_len: np.ndarray) -> tuple[Eng
     keep = ro.clock_t <= t
     turns = ro.turns
     if turns is not None:  # each turn's tokens at the cut, and its times where they fall before it
-        turns = {**turns, "got": turn_tokens_at(ro, t),
+        turns = {**turns, "got": turn_tokens_at(ro, t), "stop": float(t),
                  "admitted_at": np.where(turns["admitted_at"] <= t + _EPS, turns["admitted_at"], np.nan),
                  "finished_at": np.where(turns["finished_at"] <= t + _EPS, turns["finished_at"], np.nan)}
     waited = sum(iv.t_end - iv.t_start for iv in intervals if iv.state == "tool_wait")

@@ -154,7 +154,9 @@ class Simulator:
         spec = self.policy.speculation(e, rows)
         if self.agentic:
             df = self._step_rows
-            turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")))
+            pending = df["tool_pending_s"][rows] if "tool_pending_s" in df else None  # carried on in a tool call
+            turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")),
+                             pending)
             return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows))
         if not self.cfg.exact:
             return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
