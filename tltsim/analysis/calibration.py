@@ -19,6 +19,14 @@ verl's own timers for them (tltsim.verl_metrics.TIMERS). Each phase is fitted on
   waited for in `timing_s/adv`, the rest of the step); the simulation adds no reward time of its own.
 - the rest of `timing_s/step` (adv, balancing, dumps, checkpoint saves): a fixed cost a step, the median.
 
+A run whose rollout went through verl's agent loop with a multi-turn trace (docs/verl.md#a-tool-agent-loop-run):
+the rollout factor is fitted on generation alone, the median over the steps of verl's generation seconds a
+trajectory (`timing_s/agent_loop/generate_sequences/mean`) / the replay's (each turn from when it is ready to its
+last token, queueing included); the trace is replayed again with it, and the rollout's fixed cost is the median of
+`timing_s/gen` less that replay's rollout (tool waits included). A synthetic trace's tool seconds are not the
+run's: each step's tool calls take the run's `timing_s/agent_loop/tool_calls/mean` x the step's trajectories / its
+calls (a note says so); a recorded trace (a PolyTrace log) keeps its own, beside the run's in a note.
+
 A step's calibrated time is then exactly what `tltsim simulate|compare --calibration` gives the verl baseline
 (tltsim.cost.calibrated: the factors scale the cost model's phases, the fixed costs are paid with the weight
 sync). `error_before` / `error_after` are the median absolute relative error of the per-step rollout time
