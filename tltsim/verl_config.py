@@ -10,6 +10,10 @@ Hydra keeps the run's composed config in `<output folder>/.hydra/config.yaml`. T
     actor_rollout_ref.rollout.response_length              the cap: the trace's max_response_len if it has none
     data.train_batch_size                                  prompts per step: checked against the trace
     actor_rollout_ref.model.path                           cluster.model when its name starts with a preset's
+    actor_rollout_ref.rollout.multi_turn.enable, .max_assistant_turns, .max_user_turns, .max_parallel_calls,
+      .tool_config_path, .interaction_config_path, .format, and rollout.agent.default_agent_loop
+                                                           VerlConfig.multi_turn (MultiTurn): checked against the
+                                                           trace; enable with neither config named is refused
 
 Hydra saves the config unresolved, so values may be interpolations (`${data.max_response_length}`,
 `${oc.select:data.max_response_length,512}`, relative `${.key}`): OmegaConf, the library Hydra is built on,
@@ -44,6 +48,7 @@ class VerlConfig:
     response_length: int | None = None
     train_batch_size: int | None = None
     model_path: str | None = None
+    multi_turn: "MultiTurn | None" = None  # actor_rollout_ref.rollout.multi_turn/agent, where the config has them
 
     @property
     def model(self) -> str | None:
@@ -85,6 +90,8 @@ class VerlConfig:
         elif self.response_length is not None and m.max_response_len != self.response_length:
             notes.append(f"{self.path}: {ROLLOUT}.response_length = {self.response_length} but the trace's cap is "
                          f"{m.max_response_len}")
+        if self.multi_turn is not None:
+            notes += self.multi_turn.check_trace(trace, self.path)
         return trace, notes
 
 
@@ -122,7 +129,62 @@ def read_verl_config(path) -> VerlConfig:
         response_length=get.whole(f"{ROLLOUT}.response_length"),
         train_batch_size=get.whole("data.train_batch_size"),
         model_path=get.text("actor_rollout_ref.model.path"),
+        multi_turn=read_multi_turn(get),
     )
+
+
+MULTI_TURN, AGENT = f"{ROLLOUT}.multi_turn", f"{ROLLOUT}.agent"
+
+
+@dataclass(frozen=True)
+class MultiTurn:
+    """A run's multi-turn settings (verl/trainer/config/rollout/rollout.yaml: `multi_turn`, `agent`), as its
+    tool agent loop (verl/experimental/agent_loop/tool_agent_loop.py) reads them; None where the config does not
+    say. The tool config is a path on the machine that trained: named, not read."""
+
+    enable: bool
+    max_assistant_turns: int | None = None  # null: no limit
+    max_user_turns: int | None = None  # null: no limit (tool rounds and interaction turns count as user turns)
+    max_parallel_calls: int | None = None  # the tool calls of one assistant turn that run (together)
+    tool_config_path: str | None = None
+    interaction_config_path: str | None = None
+    format: str | None = None  # the tool-call parser (hermes, ...)
+    default_agent_loop: str | None = None  # agent.default_agent_loop: the loop of a sample whose data names none
+
+    def check_trace(self, trace: Trace, path: str) -> list[str]:
+        """Where a trace's trajectories and these settings disagree."""
+        if not self.enable:
+            return []
+        if not trace.agentic:
+            return [f"{path}: {MULTI_TURN}.enable is true but the trace is single-turn (a rollout dump records no turns): "
+                    f"each trajectory is simulated as one response; for the turns give a multi-turn trace (a PolyTrace "
+                    f"log, or `tltsim trace synth agentic`), docs/verl.md#a-tool-agent-loop-run"]
+        most = int(max((len(t) for t in trace.df["turn_response_len"]), default=0))
+        if self.max_assistant_turns is not None and most > self.max_assistant_turns:
+            return [f"{path}: {MULTI_TURN}.max_assistant_turns = {self.max_assistant_turns} but the trace has a "
+                    f"trajectory of {most} turns; the trace may come from another run"]
+        return []
+
+
+def read_multi_turn(get: "_Reader") -> MultiTurn | None:
+    """The run's multi-turn settings, or None when its config has no multi_turn section (a verl from before it)."""
+    if get.value(MULTI_TURN) is None:
+        return None
+    enable = get.value(f"{MULTI_TURN}.enable")
+    if not isinstance(enable, bool):
+        raise TltsimError(f"{get.path}: {MULTI_TURN}.enable = {enable!r} is not true or false; give the run's "
+                          f".hydra/config.yaml as verl saved it")
+    mt = MultiTurn(enable=enable, max_assistant_turns=get.whole(f"{MULTI_TURN}.max_assistant_turns"),
+                   max_user_turns=get.whole(f"{MULTI_TURN}.max_user_turns"),
+                   max_parallel_calls=get.whole(f"{MULTI_TURN}.max_parallel_calls"),
+                   tool_config_path=get.text(f"{MULTI_TURN}.tool_config_path"),
+                   interaction_config_path=get.text(f"{MULTI_TURN}.interaction_config_path"),
+                   format=get.text(f"{MULTI_TURN}.format"), default_agent_loop=get.text(f"{AGENT}.default_agent_loop"))
+    if enable and not (mt.tool_config_path or mt.interaction_config_path):
+        raise TltsimError(f"{get.path}: {MULTI_TURN}.enable is true but {MULTI_TURN}.tool_config_path (and "
+                          f".interaction_config_path) is null: a tool-agent-loop run names its tools' config; give the "
+                          f"run's .hydra/config.yaml as it trained, or set enable false for a single-turn run")
+    return mt
 
 
 def _nodes(value, limit: int) -> int:

@@ -46,6 +46,23 @@ KEYS = {**{f"timing_s/{t}": f"{t}_s" for t in TIMERS}, LEN_MEAN: "len_mean", LEN
 STEP_COLUMNS = ("step", "_step", "Step")
 ABORTED_RATIO = "response/aborted_ratio"  # the share of a step's requests that aborted (verl logs it beside the lengths)
 
+# verl's agent loop (verl/experimental/agent_loop/agent_loop.py, AgentLoopManager._performance_metrics) times each
+# trajectory: `generate_sequences` the seconds of its calls to the inference server (every assistant turn, queueing
+# in the server included), `tool_calls` the seconds of its tool rounds (each round's calls run together: one wait a
+# round); the step's min/max/mean over its trajectories, and the slowest trajectory's (by the two summed), go into
+# the trainer's timing dict and are logged as timing_s/agent_loop/... (compute_timing_metrics). num_turns/* is
+# compute_data_metrics' (verl/trainer/ppo/metric_utils.py) over the trajectories' user + assistant turns + 1.
+AGENT_LOOP = "timing_s/agent_loop/"
+AGENT_LOOP_KEYS = {
+    **{f"{AGENT_LOOP}generate_sequences/{s}": f"agent_gen_{s}_s" for s in ("mean", "min", "max")},
+    **{f"{AGENT_LOOP}tool_calls/{s}": f"agent_tool_{s}_s" for s in ("mean", "min", "max")},
+    f"{AGENT_LOOP}slowest/generate_sequences": "slowest_gen_s", f"{AGENT_LOOP}slowest/tool_calls": "slowest_tool_s",
+    f"{AGENT_LOOP}slowest/prompt_length": "slowest_prompt_len",  # tokens, though logged under timing_s/
+    f"{AGENT_LOOP}slowest/response_length": "slowest_response_len",
+    **{f"num_turns/{s}": f"turns_{s}" for s in ("mean", "min", "max")},
+}
+KEYS.update(AGENT_LOOP_KEYS)  # read as the trainer's keys; a file without them has no such columns
+
 
 def read_metrics(path) -> pd.DataFrame:
     """Per training step (the index, verl's global step): <timer>_s for each of TIMERS, len_mean, len_max (NaN
@@ -71,9 +88,21 @@ def read_metrics(path) -> pd.DataFrame:
             f"(response_length/mean 0.0): left out, as no response was generated to time"))
     frame = pd.DataFrame.from_dict(rows, orient="index").sort_index()
     frame.index.name = "step"
-    frame = frame.reindex(columns=list(KEYS.values()))
+    frame = frame.reindex(columns=_columns(frame))
     frame.attrs["all_aborted"] = left_out
     return frame
+
+
+def _columns(frame: pd.DataFrame) -> list[str]:
+    """The trainer's columns, then the agent loop's where the file has any of them (a run whose rollout went
+    through verl's agent loop)."""
+    agent = list(AGENT_LOOP_KEYS.values())
+    return [c for c in KEYS.values() if c not in agent] + (agent if frame.columns.isin(agent).any() else [])
+
+
+def agent_loop(frame: pd.DataFrame) -> bool:
+    """Whether these metrics (read_metrics') time an agent loop's trajectories (timing_s/agent_loop/...)."""
+    return "agent_gen_mean_s" in frame.columns and bool(frame["agent_gen_mean_s"].notna().any())
 
 
 def _all_aborted(data: dict) -> bool:

@@ -19,6 +19,14 @@ verl's own timers for them (tltsim.verl_metrics.TIMERS). Each phase is fitted on
   waited for in `timing_s/adv`, the rest of the step); the simulation adds no reward time of its own.
 - the rest of `timing_s/step` (adv, balancing, dumps, checkpoint saves): a fixed cost a step, the median.
 
+A run whose rollout went through verl's agent loop with a multi-turn trace (docs/verl.md#a-tool-agent-loop-run):
+the rollout factor is fitted on generation alone, the median over the steps of verl's generation seconds a
+trajectory (`timing_s/agent_loop/generate_sequences/mean`) / the replay's (each turn from when it is ready to its
+last token, queueing included); the trace is replayed again with it, and the rollout's fixed cost is the median of
+`timing_s/gen` less that replay's rollout (tool waits included). A synthetic trace's tool seconds are not the
+run's: each step's tool calls take the run's `timing_s/agent_loop/tool_calls/mean` x the step's trajectories / its
+calls (a note says so); a recorded trace (a PolyTrace log) keeps its own, beside the run's in a note.
+
 A step's calibrated time is then exactly what `tltsim simulate|compare --calibration` gives the verl baseline
 (tltsim.cost.calibrated: the factors scale the cost model's phases, the fixed costs are paid with the weight
 sync). `error_before` / `error_after` are the median absolute relative error of the per-step rollout time
@@ -45,6 +53,7 @@ from tltsim.core.errors import TltsimError
 from tltsim.core.io import write_json
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import Trace
+from tltsim.verl_metrics import agent_loop
 
 LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 tokens + 5%
 FORMAT = "tltsim.analysis.calibration/2"
@@ -114,7 +123,8 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
     trace_steps, metric_steps = set(trace.steps), {int(s) for s in metrics.index}
     aborted = set(metrics.attrs.get("all_aborted", ()))  # read_metrics left them out
     common = sorted(trace_steps & metric_steps)
-    notes = []
+    turns = trace.agentic and agent_loop(metrics)  # an agent loop's run replayed turn by turn
+    trace, notes = _tool_latencies(trace, metrics) if turns else (trace, _turn_notes(trace, metrics))
     if aborted:
         notes.append(f"steps {_ranges(aborted)}: every request aborted (the metrics' response_length/mean 0): no "
                      f"response to time, left out")
@@ -128,11 +138,14 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
     if not common:
         raise TltsimError(f"the metrics' steps ({_ranges(metric_steps)}) and the trace's ({_ranges(trace_steps)}) "
                           f"have none in common; give the metrics and the rollout dump of one run")
-    pred = Simulator(trace.select_steps(common), cfg).run().steps.set_index("step")
+    replay = Simulator(trace.select_steps(common), cfg).run()
+    pred = replay.steps.set_index("step")
+    per_trajectory = _per_trajectory(trace, replay) if turns else None
     pred = pred.assign(gen_s=pred["rollout_s"], step_s=pred["total_s"], reward_s=cfg.rl.reward_s,
                        logprob_s=pred["reward_s"] - cfg.rl.reward_s, train_s=pred["train_s"], sync_s=pred["sync_s"])
     timed = {phase: bool(metrics[[f"{t}_s" for t in timers]].notna().any().any()) for phase, timers in PHASES.items()}
-    lengths = trace.df.groupby("step")["response_len"].agg(["mean", "max"])
+    # verl's response_length/* count the response's tokens: in an agent loop's, the tools' answers too
+    lengths = trace.df.assign(tokens=trace.sequence_tokens()).groupby("step")["tokens"].agg(["mean", "max"])
     rows = []
     for s in sorted(trace_steps | metric_steps | aborted):
         m = metrics.loc[s] if s in metric_steps else None
@@ -144,6 +157,8 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
             if phase != "rollout":
                 row[f"measured_{phase}_s"] = _timed(m, timers)
                 row[f"predicted_{phase}_s"] = _at(pred, s, f"{phase}_s")
+        if turns:
+            row.update(_turn_row(per_trajectory, m, s))
         row["reason"] = "every request aborted" if s in aborted else _reason(row, s in trace_steps, m is not None)
         row["fitted"] = not row["reason"]
         rows.append(row)
@@ -157,16 +172,21 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
                      f"{mismatched['metrics_len_mean'].mean():.0f}) are not the trace's (mean "
                      f"{mismatched['trace_len_mean'].mean():.0f}): not fitted; the metrics may come from another run")
     fit = df[df["fitted"]]
-    phases, reward, how = None, None, "no step fitted"
+    phases, reward, how, calibrated_gen = None, None, "no step fitted", None
     if len(fit):
-        phases, reward, how, fit_notes = _fit(fit, timed)
+        rollout = None
+        if turns:
+            rollout, calibrated_gen = _fit_generation(fit, trace.select_steps(common), cfg)
+            notes += _turn_count_notes(fit)
+        phases, reward, how, fit_notes = _fit(fit, timed, rollout)
         notes += fit_notes
     else:
         notes.append("no step of the metrics matches the trace: the metrics and the trace are not of one run; "
                      "nothing fitted")
     if phases is not None:
         p = phases
-        df["calibrated_gen_s"] = p.rollout * df["predicted_gen_s"] + p.rollout_fixed_s
+        df["calibrated_gen_s"] = (p.rollout * df["predicted_gen_s"] if calibrated_gen is None else
+                                  df["step"].map(calibrated_gen)) + p.rollout_fixed_s
         df["calibrated_step_s"] = (df["calibrated_gen_s"] + reward + p.other_s
                                    + sum(getattr(p, ph) * df[f"predicted_{ph}_s"] for ph in FACTORED))
     else:
@@ -180,7 +200,7 @@ def calibrate(trace: Trace, cfg: SimConfig, metrics: pd.DataFrame, sources: dict
         phases=phases, reward_s=reward, rollout_fit=how,
         error_before=_median_abs(fit["gen_error_before"]), error_after=_median_abs(fit["gen_error_after"]),
         step_error_before=_median_abs(fit["step_error_before"]), step_error_after=_median_abs(fit["step_error_after"]),
-        per_step=df[_COLUMNS], notes=notes,
+        per_step=df[_COLUMNS + (TURN_COLUMNS if turns else [])], notes=notes,
         cluster={"gpu": c.gpu, "model": c.model, "gpus": c.gpus, "tp": c.tp, "max_running": c.max_running,
                  "mem_fraction": cfg.cost.mem_fraction},
         sources={k: str(v) for k, v in (sources or {}).items() if v}, timed={**timed, "other": True},
@@ -193,10 +213,11 @@ _COLUMNS = ["step", "measured_gen_s", "predicted_gen_s", "calibrated_gen_s", "ge
             "trace_len_mean", "metrics_len_mean", "trace_len_max", "metrics_len_max", "fitted", "reason"]
 
 
-def _fit(fit: pd.DataFrame, timed: dict) -> tuple[PhaseCalibration, float, str, list[str]]:
-    """(the phases, the reward's seconds, how the rollout was fitted, notes) from the fitted steps' rows."""
+def _fit(fit: pd.DataFrame, timed: dict, rollout: tuple | None = None) -> tuple[PhaseCalibration, float, str, list[str]]:
+    """(the phases, the reward's seconds, how the rollout was fitted, notes) from the fitted steps' rows; `rollout`
+    the rollout's (factor, fixed seconds, how) where it was fitted otherwise (an agent loop's run: _fit_generation)."""
     notes = []
-    factor, fixed, how = _fit_rollout(fit["predicted_gen_s"].to_numpy(), fit["measured_gen_s"].to_numpy())
+    factor, fixed, how = rollout or _fit_rollout(fit["predicted_gen_s"].to_numpy(), fit["measured_gen_s"].to_numpy())
     factors = {}
     for phase in FACTORED:
         ok = fit[fit[f"predicted_{phase}_s"] > 0]
@@ -218,6 +239,107 @@ def _fit(fit: pd.DataFrame, timed: dict) -> tuple[PhaseCalibration, float, str, 
                      f"no fixed cost for the rest of the step")
     other_s = max(other_s, 0.0)
     return PhaseCalibration(rollout=factor, rollout_fixed_s=fixed, other_s=other_s, **factors), reward, how, notes
+
+
+# an agent loop's run (trace.agentic and the metrics' timing_s/agent_loop/*): per step, verl's means over the
+# trajectories beside the replay's
+TURN_COLUMNS = ["measured_agent_gen_s", "predicted_agent_gen_s", "measured_agent_tool_s", "trace_agent_tool_s",
+                "metrics_turns_mean", "trace_turns_mean"]
+
+
+def _turn_notes(trace: Trace, metrics: pd.DataFrame) -> list[str]:
+    """Where an agent loop's run is not replayed turn by turn: what the rollout factor then holds."""
+    tool = metrics["agent_tool_mean_s"] if "agent_tool_mean_s" in metrics else pd.Series(dtype=float)
+    if not trace.agentic and (tool > 0).any():
+        return [f"the metrics time tool calls (timing_s/agent_loop/tool_calls/mean up to {tool.max():.3g} s a "
+                f"trajectory) but the trace is single-turn (a rollout dump records no turns): the rollout factor, "
+                f"fitted on timing_s/gen, holds the tools' time; for the turns give a multi-turn trace (a PolyTrace log, "
+                f"or `tltsim trace synth agentic`), docs/verl.md#a-tool-agent-loop-run"]
+    if trace.agentic:
+        return ["the trace is multi-turn but the metrics have no agent-loop timers (timing_s/agent_loop/...): the "
+                "rollout factor is fitted on timing_s/gen whole, the tool waits in it"]
+    return []
+
+
+def _tool_latencies(trace: Trace, metrics: pd.DataFrame) -> tuple[Trace, list[str]]:
+    """The trace with the run's tool seconds where its own are not the run's (a synthetic trace's): each step's
+    tool calls (its turns that call one) take verl's seconds of tool calls per trajectory
+    (timing_s/agent_loop/tool_calls/mean) x the step's trajectories / its calls, so the step's tool seconds are
+    the run's; and notes saying so, or comparing a recorded trace's seconds with the run's."""
+    df, src = trace.df, trace.meta.source
+    calls = df["tool_latency_s"].map(lambda t: sum(v is not None for v in t))
+    own = df["tool_latency_s"].map(lambda t: float(sum(v for v in t if v is not None)))
+    measured = metrics["agent_tool_mean_s"].reindex(trace.steps)
+    if not src.startswith("synth:"):
+        mean = own.groupby(df["step"]).mean().reindex(measured.index)
+        both = measured.notna() & (measured > 0)
+        if not both.any():
+            return trace, []
+        return trace, [f"the trace ({src}) records its tool calls' seconds: kept; tool seconds a trajectory, median "
+                       f"over steps: the trace's {mean[both].median():.3g}, the metrics' "
+                       f"(timing_s/agent_loop/tool_calls/mean) {measured[both].median():.3g}"]
+    per_call = (measured * df.groupby("step").size() / calls.groupby(df["step"]).sum()).replace(np.inf, np.nan)
+    new = [t if np.isnan(per_call.get(step, np.nan)) else [None if v is None else float(per_call[step]) for v in t]
+           for step, t in zip(df["step"], df["tool_latency_s"])]
+    df = df.assign(tool_latency_s=pd.Series(new, index=df.index, dtype=object))
+    given = per_call.dropna()
+    notes = [f"the trace's tool seconds are not the run's ({src}): each step's tool calls (turns that call one) take "
+             f"the run's timing_s/agent_loop/tool_calls/mean (seconds of tool calls a trajectory) x the step's "
+             f"trajectories / its tool calls: {given.median():.3g} s a call, median over {len(given)} steps"
+             + ("" if len(given) == len(per_call) else
+                f"; steps {_ranges(per_call.index[per_call.isna()])} keep the trace's (no timer, or no call)")]
+    return Trace(df, trace.meta), notes
+
+
+def _per_trajectory(trace: Trace, replay) -> pd.DataFrame:
+    """Per step, the replay's mean over trajectories of their seconds in generation (every turn from when it is
+    ready, queueing included, to its last token: as verl's timer around each call to the server), the trace's
+    mean tool seconds a trajectory and verl's count of turns (assistant turns + tool rounds + 1)."""
+    t = replay.turns.sort_values(["step", "prompt_id", "sample", "turn"])
+    key = [t["step"], t["prompt_id"], t["sample"]]
+    start = t["step"].map(replay.steps.set_index("step")["t_start"])
+    ready = (t.groupby(key)["finished_at"].shift() + t.groupby(key)["tool_latency_s"].shift()).fillna(start)
+    gen = (t["finished_at"] - ready).groupby(key).sum().groupby(level=0).mean()
+    df = trace.df
+    tool = df["tool_latency_s"].map(lambda x: float(sum(v for v in x if v is not None)))
+    turns = df["turn_response_len"].map(len) + df["tool_latency_s"].map(lambda x: sum(v is not None for v in x)) + 1
+    return pd.DataFrame({"gen": gen, "tool": tool.groupby(df["step"]).mean(), "turns": turns.groupby(df["step"]).mean()})
+
+
+def _turn_row(per_trajectory: pd.DataFrame, m, s: int) -> dict:
+    return {"measured_agent_gen_s": _get(m, "agent_gen_mean_s"), "predicted_agent_gen_s": _at(per_trajectory, s, "gen"),
+            "measured_agent_tool_s": _get(m, "agent_tool_mean_s"), "trace_agent_tool_s": _at(per_trajectory, s, "tool"),
+            "metrics_turns_mean": _get(m, "turns_mean"), "trace_turns_mean": _at(per_trajectory, s, "turns")}
+
+
+def _turn_count_notes(fit: pd.DataFrame) -> list[str]:
+    both = fit[["metrics_turns_mean", "trace_turns_mean"]].dropna()
+    if not len(both):
+        return ["the metrics have no num_turns/mean: whether the trace's turns are the run's is not checked"]
+    return [f"turns a trajectory (user + assistant + 1, as verl counts them), median over {len(both)} steps: the "
+            f"metrics' num_turns/mean {both['metrics_turns_mean'].median():.3g}, the trace's "
+            f"{both['trace_turns_mean'].median():.3g}"]
+
+
+def _fit_generation(fit: pd.DataFrame, trace: Trace, cfg: SimConfig) -> tuple[tuple[float, float, str], dict]:
+    """An agent loop's rollout: ((factor, fixed seconds, how), step -> the calibrated replay's rollout seconds). The
+    factor is the median over the steps of verl's generation seconds a trajectory
+    (timing_s/agent_loop/generate_sequences/mean) / the replay's; the trace replayed with it gives each step's
+    rollout, tool waits included, and the fixed cost is the median of timing_s/gen less that (>= 0)."""
+    ok = fit[(fit["predicted_agent_gen_s"] > 0) & fit["measured_agent_gen_s"].notna()]
+    if not len(ok):
+        raise TltsimError("the metrics' timing_s/agent_loop/generate_sequences/mean has no value on a step the trace "
+                          "replays; give the metrics of the run the trace records")
+    factor = float(np.median(ok["measured_agent_gen_s"] / ok["predicted_agent_gen_s"]))
+    again = Simulator(trace, replace(cfg, calibration=PhaseCalibration(rollout=factor))).run().steps
+    rollout = dict(zip(again["step"].astype(int), again["rollout_s"]))
+    rest = fit["measured_gen_s"] - fit["step"].map(rollout)
+    fixed = max(float(rest.median()), 0.0)
+    how = (f"one factor on generation, the median over {len(ok)} steps of verl's generation seconds a trajectory "
+           f"(timing_s/agent_loop/generate_sequences/mean) / the replay's of the multi-turn trace; a fixed cost a step, "
+           f"the median of timing_s/gen less the calibrated replay's rollout (tool waits included)"
+           + (f" (it would be negative, {rest.median():.3g} s: 0)" if rest.median() < 0 else ""))
+    return (factor, fixed, how), rollout
 
 
 def _fit_rollout(predicted: np.ndarray, measured: np.ndarray) -> tuple[float, float, str]:
