@@ -170,7 +170,7 @@ fig, axes = plt.subplots(1, 2, figsize=(11, 3.2), layout="constrained")
 for p, g in sweep.groupby("policy", sort=False):
     axes[0].plot(g["latency x"], g["mean_step_s"], marker="o", label=p)
     axes[1].plot(g["latency x"], g["tool_wait_share"], marker="o", label=p)
-axes[0].set(xscale="log", xlabel="tool latency (x the trace's)", ylabel="seconds a step", title="step time")
+axes[0].set(xscale="log", yscale="log", xlabel="tool latency (x the trace's)", ylabel="seconds a step", title="step time")
 axes[1].set(xscale="log", xlabel="tool latency (x the trace's)", ylabel="share", title="tool_wait_share")
 axes[0].legend();
 
