@@ -61,7 +61,7 @@ SIZES = {  # preset, vocab, dtype, drafter (prompts, new tokens, steps), speed b
                 batches="1,4,16,64", contexts="128,512", speed_new=128, run=["--prompts", "16", "--group", "4",
                                                                                 "--steps", "2", "--max-new-tokens", "256"]),
     "tiny": dict(preset="test-qwen2", vocab=512, dtype="float32", prompts=8, new=12, steps=10,
-                 batches="1,2", contexts="8", speed_new=8, run=["--prompts", "2", "--group", "2", "--steps", "1",
+                 batches="1,2", contexts="8,16", speed_new=8, run=["--prompts", "2", "--group", "2", "--steps", "1",
                                                                "--max-new-tokens", "8", "--probe", "1",
                                                                "--speed-probe", "1", "--warmup-steps", "2"]),
 }

@@ -87,6 +87,8 @@ class ScriptedEngine:
         self.cost, self.left, self.finished, self.iterations = Cost(), {}, {}, []
         self.lengths, self.drafted, self.behind, self.drafter = list(LENGTHS), False, 0, drafter
 
+    paused = 0  # rows waiting on a tool call: these rows call none
+
     @property
     def running(self):
         return len(self.left)
