@@ -148,3 +148,43 @@ def test_a_saved_drafter_with_an_unknown_key_is_refused(tmp_path):
     path = _saved(tmp_path, {"family": "mtp", "quality_start": 0.7, "drfit_per_step": 0.1})
     with pytest.raises(TltsimError, match="unknown drafter key 'drfit_per_step'; did you mean 'drift_per_step'"):
         load_calibration(path)
+
+
+def test_calibrate_fits_the_drafter_and_compare_replays_it(tmp_path, capsys):
+    from tltsim.cli import main
+    from tltsim.core.records import Result
+    from tltsim.trace import save
+    from tests.analysis.conftest import tiny_trace
+
+    trace = tiny_trace(8)
+    tpath = save(trace, tmp_path / "t.parquet")
+    conf = _config(tmp_path / "c.yaml", {"name": "sglang"},
+                   {"enable": True, "enable_rollout": True, "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+                    "speculative_num_draft_tokens": 4})
+    spec = read_speculation(conf)
+    _run(tmp_path / "spec.jsonl", spec, 2.9 - 0.02 * np.arange(8))
+    lines = []
+    for i, line in enumerate((tmp_path / "spec.jsonl").read_text().splitlines()):
+        rec = json.loads(line)
+        lens = trace.step(i)["response_len"]
+        rec["step"] = i
+        rec["data"].update({"timing_s/gen": 20.0 + i, "timing_s/step": 40.0 + i,
+                            "response_length/mean": float(lens.mean()) + 1, "response_length/max": int(lens.max()) + 1})
+        lines.append(json.dumps(rec))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    cluster = ["--gpus", "8", "--tp", "2", "--gpu", "h100", "--model", "qwen2.5-7b", "--max-num-seqs", "16"]
+    cal = tmp_path / "cal.json"
+    assert main(["calibrate", "--verl-metrics", str(tmp_path / "m.jsonl"), "--trace", str(tpath), "--verl-config",
+                 str(conf), *cluster, "--save-calibration", str(cal)]) == 0
+    out = capsys.readouterr().out
+    assert "drafter: mtp, frozen, draft tree 3_1_3" in out and "drift_per_step" in out
+    saved = json.loads(cal.read_text())["drafter"]
+    assert saved["drift_per_step"] == pytest.approx(0.02, rel=0.3) and len(saved["accept_length"]) == 8
+    assert main(["compare", "--trace", str(tpath), *cluster, "--calibration", str(cal), "--policies", "verl,static-sd",
+                 "-o", str(tmp_path / "cmp"), "--no-progress", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["drift_sensitivity"]
+    fitted = [r for r in rows if r["fitted"]]
+    assert fitted and fitted[0]["drift_per_step"] == saved["drift_per_step"]
+    run = Result.load(tmp_path / "cmp" / "static-sd")
+    assert run.config["drafter"]["family"] == "mtp"
+    assert run.config["drafter"]["q_start"] == pytest.approx(saved["quality_start"])
