@@ -23,6 +23,8 @@ from pathlib import Path
 from tltsim.cost import CostParams, PhaseCalibration
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import read_toml
+from tltsim.sim.drafter_families import FAMILIES
+from tltsim.sim.drafter_quality import DrafterConfig
 
 SPLITS = ("auto", "contiguous", "trace")
 MAX_GPUS, MAX_RUNNING = 1 << 20, 1 << 24  # bounds a number may reach before it is a typo (and overflows an index)
@@ -58,6 +60,18 @@ class RLConfig:
 
 
 @dataclass(frozen=True)
+class DrafterWorld:
+    """The trained drafter the speculating policies draft with, where no `--knob` says otherwise: its family
+    (tltsim.sim.drafter_families), its quality when RL starts and what it loses per policy update
+    (tltsim.sim.drafter_quality); a calibration to a run that speculated sets them (tltsim.analysis.drafter_fit)."""
+
+    family: str = "eagle"
+    q_start: float = DrafterConfig.q_start
+    drift: float = DrafterConfig.drift
+    source: str = ""  # where they come from, in words ("" for the defaults)
+
+
+@dataclass(frozen=True)
 class SimConfig:
     trace: str = ""  # trace file
     policy: str = "verl"  # policy name from the registry (`tltsim compare --help` lists them)
@@ -70,6 +84,7 @@ class SimConfig:
     seed: int = 0  # seeds every stochastic component
     calibration: PhaseCalibration = field(default_factory=PhaseCalibration)  # per-phase factors and fixed costs
     # fitted to a measured cluster (`tltsim calibrate ... --save-calibration`, tltsim.cost.calibrated)
+    drafter: DrafterWorld = field(default_factory=DrafterWorld)  # the trained drafter's family, start and drift
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,6 +109,13 @@ class SimConfig:
             raise TltsimError(f"rl: micro_batch_tokens = {self.rl.micro_batch_tokens} must be >= 0 (0: no padding)")
         self.cost.checked()
         self.calibration.checked()
+        d = self.drafter
+        if d.family not in FAMILIES or FAMILIES[d.family].model_free:
+            trained = [n for n, f in FAMILIES.items() if not f.model_free]
+            raise TltsimError(f"drafter: family = {d.family!r}; choose one of {', '.join(trained)} (a drafter that "
+                              f"has weights; history and ngram drafting are the policies das and tlt-base)")
+        if not 0.0 <= d.q_start <= 1.0 or d.drift < 0.0:
+            raise TltsimError(f"drafter: q_start = {d.q_start} must be in [0, 1] and drift = {d.drift} >= 0")
         if self.seed < 0:
             raise TltsimError(f"seed = {self.seed} must be >= 0")
         parse_steps(self.steps)

@@ -239,6 +239,12 @@ class _Reader:
         v = self.value(key)
         return None if v is None else str(v)
 
+    def flag(self, key: str) -> bool | None:
+        v = self.value(key)
+        if v is None or isinstance(v, bool):
+            return v
+        raise TltsimError(f"{self.path}: {key} = {v!r} is not true or false")
+
     def value(self, key: str):
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
@@ -249,3 +255,90 @@ class _Reader:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise TltsimError(f"{self.path}: {key} cannot be resolved ({first}); write the value in place or pass "
                               f"the matching flag") from None
+
+
+# --- the speculative settings of a run (actor_rollout_ref.model.mtp, or verl-SpeCo's rollout.drafter) --------------
+
+MTP = "actor_rollout_ref.model.mtp"  # verl's MtpConfig (verl/workers/config/model.py)
+SPECO = f"{ROLLOUT}.drafter"  # verl-SpeCo's drafter (verl_speco/config/speco_base.yaml)
+VLLM_SPEC = f"{ROLLOUT}.engine_kwargs.vllm.speculative_config"  # overrides verl merges into vLLM's speculative_config
+# a vLLM speculative_config method, an SGLang speculative_algorithm or a verl-SpeCo speculative_algorithm (lowered)
+# -> the drafter family (tltsim.sim.drafter_families)
+FAMILY_OF = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "mimo_mtp": "mtp",
+             "eagle": "eagle", "eagle1": "eagle", "eagle2": "eagle", "eagle3": "eagle3",
+             "draft_model": "draft-model", "standalone": "draft-model", "ngram": "ngram", "suffix": "history",
+             "dflash": "block", "dspark": "block", "domino": "block"}
+
+
+@dataclass(frozen=True)
+class VerlSpeculation:
+    """How a verl run speculates in its rollout: its drafter's family (tltsim.sim.drafter_families), the draft tree
+    (depth, top-k, drafted tokens verified) and whether the drafter trains during RL (`cotrained`, every
+    `train_interval` steps) or stays frozen."""
+
+    path: str
+    family: str
+    engine: str  # vllm or sglang (actor_rollout_ref.rollout.name)
+    depth: int
+    topk: int
+    verify: int
+    cotrained: bool
+    train_interval: int = 1  # RL steps between the drafter's trainings (co-trained only)
+    source: str = ""  # the config section it came from
+
+    @property
+    def strategy(self):
+        from tltsim.control.strategy import Strategy
+
+        return Strategy(self.depth, self.topk, self.verify)
+
+
+def read_speculation(path) -> VerlSpeculation | None:
+    """The run's speculative settings, None when its rollout does not speculate. verl-SpeCo's drafter
+    (`actor_rollout_ref.rollout.drafter.enable`) is read first, then verl's own MTP rollout (`model.mtp.enable` and
+    `enable_rollout`): on vLLM `method` and `num_speculative_tokens` (a chain; `engine_kwargs.vllm.speculative_config`
+    overrides them as verl merges it), on SGLang `speculative_num_steps`, `speculative_eagle_topk` and
+    `speculative_num_draft_tokens` (which counts the tree's root, the last verified token, as SGLang does)."""
+    path = _config_file(Path(path))
+    get = _Reader(_omega(path), path)
+    engine = (get.text(f"{ROLLOUT}.name") or "vllm").lower()
+    if get.flag(f"{SPECO}.enable"):
+        algorithm = (get.text(f"{SPECO}.speculative_algorithm") or "EAGLE3").lower()
+        depth = get.whole(f"{SPECO}.rollout.spec_steps") or 1
+        return VerlSpeculation(
+            str(path), _family(get, f"{SPECO}.speculative_algorithm", algorithm), engine, depth,
+            get.whole(f"{SPECO}.rollout.spec_topk") or 1, get.whole(f"{SPECO}.rollout.spec_verify_tokens") or depth,
+            bool(get.flag(f"{SPECO}.enable_drafter_training")),
+            get.whole(f"{SPECO}.training.training_interval_steps") or 1, SPECO)
+    if not (get.flag(f"{MTP}.enable") and get.flag(f"{MTP}.enable_rollout")):
+        return None
+    cotrained = bool(get.flag(f"{MTP}.enable_train"))
+    if engine == "sglang":
+        depth = get.whole(f"{MTP}.speculative_num_steps") or 3
+        topk = get.whole(f"{MTP}.speculative_eagle_topk") or 1
+        tokens = get.whole(f"{MTP}.speculative_num_draft_tokens") or depth + 1
+        if tokens < 2:
+            raise TltsimError(f"{path}: {MTP}.speculative_num_draft_tokens = {tokens} verifies no drafted token (it "
+                              f"counts the last verified token too); give at least 2")
+        algorithm = (get.text(f"{MTP}.speculative_algorithm") or "EAGLE").lower()
+        family = "mtp" if algorithm in ("eagle", "nextn") else _family(get, f"{MTP}.speculative_algorithm", algorithm)
+        return VerlSpeculation(str(path), family, engine, depth, topk, tokens - 1, cotrained, 1, MTP)
+    method = (get.text(f"{VLLM_SPEC}.method") or get.text(f"{MTP}.method") or "mtp").lower()
+    k = get.whole(f"{VLLM_SPEC}.num_speculative_tokens") or get.whole(f"{MTP}.num_speculative_tokens") or 1
+    return VerlSpeculation(str(path), _family(get, f"{MTP}.method", method), engine, k, 1, k, cotrained, 1, MTP)
+
+
+def _family(get: "_Reader", key: str, name: str) -> str:
+    if name not in FAMILY_OF:
+        raise TltsimError(f"{get.path}: {key} = {name!r} is not a drafter tltsim models; give one of "
+                          f"{', '.join(sorted(FAMILY_OF))}")
+    return FAMILY_OF[name]
+
+
+def _omega(path: Path):
+    """The config as OmegaConf reads it (checked as read_verl_config checks it)."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    read_verl_config(path)  # every check of the file, once
+    return OmegaConf.create(yaml.safe_load(read_config(path, "verl config").decode("utf-8")))

@@ -42,7 +42,12 @@ TIMERS = (
 )
 GEN = "timing_s/gen"
 LEN_MEAN, LEN_MAX = "response_length/mean", "response_length/max"  # tokens, EOS counted
-KEYS = {**{f"timing_s/{t}": f"{t}_s" for t in TIMERS}, LEN_MEAN: "len_mean", LEN_MAX: "len_max"}
+# speculative rollout, where the run speculates: verl's compute_spec_decode_metrics (verl/trainer/ppo/ray_trainer.py)
+# logs per step the mean over requests of 1 + accepted / verify steps (a request with no verify step counts 0) and of
+# accepted / drafted; verl-SpeCo (verl_speco/trainer/speco_ray_trainer.py) its own 1 + accepted / verify rounds
+SPEC_KEYS = {"rollout/spec_accept_length": "spec_accept_length", "rollout/spec_accept_rate": "spec_accept_rate",
+             "drafter/spec_decode/mean_acceptance_length": "speco_accept_length"}
+KEYS = {**{f"timing_s/{t}": f"{t}_s" for t in TIMERS}, LEN_MEAN: "len_mean", LEN_MAX: "len_max", **SPEC_KEYS}
 STEP_COLUMNS = ("step", "_step", "Step")
 ABORTED_RATIO = "response/aborted_ratio"  # the share of a step's requests that aborted (verl logs it beside the lengths)
 
@@ -65,8 +70,8 @@ KEYS.update(AGENT_LOOP_KEYS)  # read as the trainer's keys; a file without them 
 
 
 def read_metrics(path) -> pd.DataFrame:
-    """Per training step (the index, verl's global step): <timer>_s for each of TIMERS, len_mean, len_max (NaN
-    where absent; a column is all NaN when the file never has its key).
+    """Per training step (the index, verl's global step): <timer>_s for each of TIMERS, len_mean, len_max and the
+    speculative columns of SPEC_KEYS (NaN where absent; a column is all NaN when the file never has its key).
 
     Raises TltsimError naming the file, line or column when the file is not such a log."""
     path = Path(path)

@@ -58,7 +58,8 @@ from tltsim.verl_metrics import agent_loop
 LENGTH_TOLERANCE = (2.0, 0.05)  # tokens, fraction: lengths agree within 2 tokens + 5%
 FORMAT = "tltsim.analysis.calibration/2"
 KEYS = ("format", "phases", "reward_s", "rollout_fit", "fitted_steps", "error_before", "error_after",  # to_json's
-        "step_error_before", "step_error_after", "cluster", "sources", "timed", "notes", "per_step")
+        "step_error_before", "step_error_after", "cluster", "sources", "timed", "notes", "per_step",
+        "drafter")  # the drafter of a run that speculated (tltsim.analysis.drafter_fit), null otherwise
 MIN_FIXED_STEPS = 6  # fitted steps a rollout fixed cost needs beside the factor
 FACTOR_SPREAD = 0.2  # ... and the widest 95% confidence interval of the factor, as a share of it
 REWARD_IN_LOOP = 0.01  # timing_s/reward below this share of timing_s/gen (medians): scored in the agent loop or
@@ -84,6 +85,7 @@ class Calibration:
     cluster: dict = field(default_factory=dict)  # the cluster it was fitted on
     sources: dict = field(default_factory=dict)  # the files it was fitted from: metrics, trace, verl_config
     timed: dict = field(default_factory=dict)  # phase -> whether the metrics time it
+    drafter: dict | None = None  # a run that speculated: its drafter (tltsim.analysis.drafter_fit.DrafterFit.to_json)
 
     def to_json(self) -> dict:
         rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
@@ -93,7 +95,7 @@ class Calibration:
                 "fitted_steps": int(self.per_step["fitted"].sum()), "error_before": self.error_before,
                 "error_after": self.error_after, "step_error_before": self.step_error_before,
                 "step_error_after": self.step_error_after, "cluster": self.cluster, "sources": self.sources,
-                "timed": self.timed, "notes": self.notes, "per_step": rows}
+                "timed": self.timed, "notes": self.notes, "per_step": rows, "drafter": self.drafter}
 
     def phase_table(self) -> pd.DataFrame:
         """One row per phase: verl's timers, their median seconds and the model's over the fitted steps, and the
@@ -397,6 +399,10 @@ def load_calibration(path) -> dict:
     if not isinstance(d.get("cluster", {}), dict) or not isinstance(d.get("sources") or {}, dict):
         raise TltsimError(f"{path}: its cluster and sources are not tables; {again}")
     PhaseCalibration(**phases).checked()
+    if d.get("drafter") is not None:
+        from tltsim.analysis.drafter_fit import check_saved
+
+        check_saved(d["drafter"], str(path), again)
     return d
 
 
@@ -417,7 +423,21 @@ def apply(saved: dict, cfg: SimConfig, path=None) -> SimConfig:
     """`cfg` on the calibrated cluster of `saved` (Calibration.to_json, or load_calibration's): its factors and
     fixed costs (tltsim.cost.calibrated), its reward time, and the words that say where they come from."""
     return configmod.override(cfg, **{f"calibration.{k}": v for k, v in saved["phases"].items()},
-                              **{"calibration.source": describe(saved, path), "rl.reward_s": saved["reward_s"]})
+                              **{"calibration.source": describe(saved, path), "rl.reward_s": saved["reward_s"]},
+                              **drafter_overrides(saved.get("drafter"), path))
+
+
+def drafter_overrides(drafter: dict | None, path=None) -> dict:
+    """The config's drafter section (tltsim.config.DrafterWorld) from a calibration's fitted drafter: its family,
+    the quality it started at and its drift in quality per policy update (none where it was not measured or the
+    drafter gained: the default drift then, or 0); {} without one."""
+    if not drafter:
+        return {}
+    drift = drafter.get("quality_drift_per_step")
+    return {"drafter.family": drafter["family"], "drafter.q_start": drafter["quality_start"],
+            **({"drafter.drift": max(0.0, drift)} if drift is not None else {}),
+            "drafter.source": f"{path or 'calibration'}: {drafter['family']} drafter fitted to the run's accepted "
+                              f"lengths ({drafter.get('metric')})"}
 
 
 def describe(saved: dict, path=None) -> str:

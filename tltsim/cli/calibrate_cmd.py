@@ -62,8 +62,10 @@ def cmd_calibrate(args) -> int:
         raise TltsimError("calibrate: give --verl-metrics METRICS (a verl run's metrics file) and --trace TRACE (its "
                           "rollout as a trace: `tltsim trace convert`)")
     cfg = sim_config(args)
-    cal = calibrate(sim_trace(args, cfg), cfg, read_metrics(args.verl_metrics),
+    metrics = read_metrics(args.verl_metrics)
+    cal = calibrate(sim_trace(args, cfg), cfg, metrics,
                     sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
+    fit_drafter_into(cal, args.verl_config, metrics)
     if args.save_calibration:  # first: with nothing fitted it refuses, its notes in its one line, before any output
         save(cal, args.save_calibration)
     if args.out:  # built whole beside it and swapped in, as a validation's directory
@@ -85,6 +87,38 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
+def fit_drafter_into(cal, verl_config, metrics) -> None:
+    """A run that speculated (its --verl-config's speculative settings): its drafter fitted to the metrics' accepted
+    lengths, into `cal.drafter` (tltsim.analysis.drafter_fit), its notes into the calibration's; metrics holding
+    accepted lengths without a config to read the draft tree from get a note."""
+    from tltsim.analysis.drafter_fit import METRICS, fit_drafter
+    from tltsim.verl_config import read_speculation
+
+    spec = read_speculation(verl_config) if verl_config else None
+    if spec is None:
+        if any(c in metrics and metrics[c].notna().any() for c, _ in METRICS):
+            cal.notes.append("the metrics hold speculative accepted lengths, but " + (
+                f"{verl_config} does not speculate in its rollout" if verl_config else "no --verl-config says the "
+                "draft tree") + ": the drafter is not fitted; give the run's .hydra/config.yaml")
+        return
+    fit = fit_drafter(spec, metrics)
+    cal.drafter = fit.to_json()
+    cal.notes += [f"drafter: {n}" for n in fit.notes]
+
+
+def _print_drafter(d: dict) -> None:
+    how = (f"co-trained every {d['train_interval']} step(s)" if d["cotrained"] else "frozen")
+    print(f"\ndrafter: {d['family']}, {how}, draft tree {d['strategy']} ({d['engine']}); accepted length per verify "
+          f"from {d['metric']}:")
+    print(format_table(["step", "measured", "fitted", "quality"],
+                       [[r["step"], r["measured"], r["fitted"], r["quality"]] for r in d["accept_length"]]))
+    drift = d["drift_per_step"]
+    print(f"fit: {d['fit']}; drift_per_step (accepted length lost per RL step without retraining): "
+          + ("not measured" if drift is None else f"{drift:.4g}")
+          + (f"; recovered per training: {d['recovery_per_training']:.4g}" if d["recovery_per_training"] is not None
+             else ""))
+
+
 def _print_calibration(cal) -> None:
     d = cal.per_step
     print(format_table(["step", "gen_s", "pred", "calib", "step_s", "pred", "calib", "len_mean", "trace", "fitted"],
@@ -104,5 +138,7 @@ def _print_calibration(cal) -> None:
             if cal.step_error_before is not None else "")
     print(f"median |error| of per-step rollout time: {cal.error_before:.1%} as modelled, {cal.error_after:.1%} "
           f"calibrated{step}")
+    if cal.drafter:
+        _print_drafter(cal.drafter)
 
 

@@ -230,13 +230,14 @@ def cmd_compare(args) -> int:
             tunings = [tune(r, trace, n) for n, r in zip(names, results)]
             for row, t in zip(rows, tunings):
                 row.update(t.as_json() if t is not None else {})
+        drift = _drift_rows(args, trace, cfg) if args.json or not args.no_report else []
         if not args.no_report:
             from tltsim.analysis.report.page import write_report  # matplotlib: imported only when a report is made
 
-            write_report(results, tmp / "report.html", tunings=tunings)
+            write_report(results, tmp / "report.html", tunings=tunings, drift=drift)
         write_manifest(tmp, kind="comparison")  # every file of every run, and the report
     if args.json:
-        print(json.dumps({"policies": rows}, indent=2, default=float))
+        print(json.dumps({"policies": rows, "drift_sensitivity": drift}, indent=2, default=float))
         return 0
     from tltsim.analysis.report.findings import ranking
 
@@ -257,6 +258,21 @@ def cmd_compare(args) -> int:
     if not args.no_report:
         print(f"wrote {Path(args.out) / 'report.html'}")
     return 0
+
+
+def _drift_rows(args, trace, cfg) -> list[dict]:
+    """The ways to get a drafter over the span of drifts (tltsim.analysis.drift_sensitivity), at the calibrated run's
+    draft tree where the calibration fitted one; none on a multi-turn trace (the speculating ways run single-turn
+    rollouts the same way, and the question is the drafter's, not the agent's)."""
+    from tltsim.analysis.drift_sensitivity import drift_sensitivity
+    from tltsim.control.strategy import Strategy
+
+    if trace.agentic:
+        return []
+    saved = load_calibration(args.calibration) if getattr(args, "calibration", None) else None
+    fitted = (saved or {}).get("drafter")
+    return drift_sensitivity(trace, cfg, Strategy.parse(fitted["strategy"]) if fitted else None,
+                             fitted.get("drift_per_step") if fitted else None)
 
 
 def warn_clipped_steps(steps: str, trace) -> None:

@@ -13,6 +13,13 @@ One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
                    its earlier responses, no drafter to train or run, a lookup each speculative iteration
     das+tlt        adaptive SD with the hybrid: per request the better of history drafting and tlt's drafter
                    (trained on idle workers, its forwards paid every speculative iteration), plus the lookup
+    cotrain        adaptive SD with a drafter co-trained inside the actor update (verl's MTP `enable_train`): its
+                   quality restored every step, its training paid in the update phase (its forward and backward over
+                   the step's tokens at the cost model's drafter-training throughput on every GPU)
+
+A trained drafter belongs to a family (knob `family`, tltsim.sim.drafter_families: what drafting costs). Its
+family, starting quality and drift are the config's `drafter` section (a calibration to a run that speculated
+sets it) wherever the knobs do not give them.
 
 Per step: each engine's EngineControl begins a rollout (its switch starts over;
 its tuner and guard keep what they learned across steps); the drafter's quality is the same for every
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -36,6 +43,7 @@ from tltsim.control.knobs import build, knob, knob_names
 from tltsim.control.learned import learned_summary, prior_from
 from tltsim.core.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
+from tltsim.sim.drafter_families import FAMILIES
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
 from tltsim.sim.engine import Speculation, speculative_iteration_time
 from tltsim.sim.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
@@ -62,6 +70,10 @@ class TLTKnobs(DecisionKnobs):
     # catch-up per speculative iteration, as a share of the verify forward's time (tltsim.sim.history_quality)
     history_repeats: bool = knob(False)  # history drafting: a prompt_id's responses of earlier steps are its history
     # too (only for a trace whose prompt_id names one prompt across steps: the schema's numbers prompts within a step)
+    family: str = knob("eagle", choices=tuple(n for n, f in FAMILIES.items() if not f.model_free))  # the trained
+    # drafter's family (tltsim.sim.drafter_families): what one speculative iteration's drafting costs
+    cotrain: bool = knob(False)  # the drafter trains inside the actor update: quality restored every step, at the
+    # update phase's cost
     drafter_batch: int = knob(0, lo=0)  # sequences a spot-training batch: a trainer stops at the end of the batch
     # in progress when the rollout ends, which holds the next stage back (0: it stops at once)
 
@@ -70,7 +82,9 @@ class TLTKnobs(DecisionKnobs):
 VARIANTS = {
     **DECISION_VARIANTS,
     "tlt-dedicated": {"spot": False, "dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind
+    "cotrain": {"drafter": "static", "spot": False, "cotrain": True},
 }
+WORLD_KNOBS = ("family", "q_start", "drift")  # taken from the config's drafter section where not given
 KNOB_NAMES = knob_names(TLTKnobs)
 
 
@@ -90,6 +104,7 @@ class TLTPolicy(Policy):
         if "arms" in preset:
             preset["arms"] = tuple(str(a) for a in parse_arms(preset["arms"]))
         self.name = name
+        self._given = set(knobs)
         self._dedicated_default = preset.get("dedicated_gpus") == -1
         if self._dedicated_default:
             preset["dedicated_gpus"] = 0  # placeholder until bind knows tp
@@ -109,7 +124,11 @@ class TLTPolicy(Policy):
     def bind(self, sim) -> None:
         super().bind(sim)
         seed = sim.cfg.seed
+        world = sim.cfg.drafter
+        self.k = replace(self.k, **{n: getattr(world, n) for n in WORLD_KNOBS if n not in self._given})
+        self.knob_values = asdict(self.k)
         k = self.k
+        self.family = FAMILIES[k.family]
         self.acceptance = AcceptanceModel()
         cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, k.q_max), drift=k.drift, load_s=k.load_s,
                             q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
@@ -162,7 +181,8 @@ class TLTPolicy(Policy):
 
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
-        return acc * b / speculative_iteration_time(cost, b, s, ctx, self.drafter.model_free, self.lookup_fraction)
+        return acc * b / speculative_iteration_time(cost, b, s, ctx, self.drafter.model_free, self.lookup_fraction,
+                                                    self.family)
 
     # --- hooks -------------------------------------------------------------------------------
     def prepare_step(self, step: int, df: dict) -> dict:
@@ -199,6 +219,7 @@ class TLTPolicy(Policy):
             rng=self.rngs[engine],
             model_free=self.drafter.model_free,
             lookup_fraction=self.lookup_fraction,
+            family=self.family,
         )
 
     def _quality(self, rows=None) -> float:
@@ -263,6 +284,7 @@ class TLTPolicy(Policy):
             self.drafter.train(samples)
         quality_trained = self.drafter.quality
         self.drafter.policy_update()
+        update_s = self._cotrain(df, sr) if self.k.cotrain else 0.0
         quality_used = self._quality()
         if self.history is not None:  # the step's finished responses join their prompts' history
             done = sr.finished & (np.asarray(df["response_len"]) > 0)
@@ -275,8 +297,20 @@ class TLTPolicy(Policy):
                 "drafter_quality_trained": quality_trained,
                 "drafter_train_gpu_s": (sum(b - a for a, b in spans.values()) + gap_s) * tp,
                 "drafter_train_samples": samples,
+                **({"drafter_train_in_update_s": update_s} if self.k.cotrain else {}),
             },
+            train_s=update_s,
         )
+
+    def _cotrain(self, df: dict, sr) -> float:
+        """The drafter trained inside the actor update on the step's finished sequences: its quality back at its
+        best (q_max) for the next rollout, and the seconds its forward and backward over their tokens add to the
+        update (every GPU at the cost model's drafter-training throughput)."""
+        done = sr.finished & (np.asarray(df["response_len"]) > 0)
+        tokens = float((np.asarray(df["prompt_len"]) + np.asarray(df["response_len"]))[done].sum())
+        self.drafter.quality = self.drafter.config.q_max
+        gpus = self.sim.cfg.cluster.gpus
+        return tokens / float(self.sim.cost.drafter_train_tokens_per_s(gpus)) if tokens else 0.0
 
 
 def variant_factory(name: str):

@@ -32,6 +32,7 @@ class StepOutcome:
     columns: dict = field(default_factory=dict)  # extra per-step columns
     release_s: float = 0.0  # seconds after the barrier until every worker is free for the reward stage (a spot
     # trainer finishing its batch in progress: its span in `spans` runs that far past the barrier)
+    train_s: float = 0.0  # seconds the step's update phase takes longer (a drafter trained inside the actor update)
 
 
 class Policy:

@@ -116,7 +116,7 @@ class Simulator:
         logprob, train = self._train_phases(df, trained, sr)
         phases = [
             ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / self.cfg.cluster.gpus)),
-            ("train", train),
+            ("train", train + outcome.train_s),
             ("weight_sync", float(self.cost.sync_time())),
         ]
         self._record_rollout(step, t0, barrier, df, sr, outcome)

@@ -90,17 +90,18 @@ def load_results(dirs) -> list[Result]:
 
 
 def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None,
-                 tunings: list | None = None, force: bool = False) -> Path:
+                 tunings: list | None = None, force: bool = False, drift: list | None = None) -> Path:
     """Render the report of `results` (the first is the baseline) and write it to `path` atomically.
 
     With `figures_dir`, every figure of the page is also written there as a PNG (atomically each). `tunings`:
     each result's tltsim.analysis.report.tuning.tune answer where the caller has it (else the report runs the search).
     A file in the way (the page or a figure) that tltsim did not write is refused, before anything is written,
-    unless `force` (tltsim.core.io.check_file).
+    unless `force` (tltsim.core.io.check_file). `drift`: tltsim.analysis.drift_sensitivity's rows, for the section
+    on whether co-training the drafter is worth it.
     """
     path = Path(path)
     pngs: dict[str, bytes] = {}
-    page = build_report(results, title, pngs, tunings)
+    page = build_report(results, title, pngs, tunings, drift)
     for p in [path, *(Path(figures_dir) / name for name in pngs if figures_dir is not None)]:
         check_file(p, force)
     write_text(path, page)
@@ -111,9 +112,10 @@ def write_report(results, path: str | Path, title: str | None = None, figures_di
     return path
 
 
-def build_report(results, title: str | None = None, pngs: dict | None = None, tunings: list | None = None) -> str:
+def build_report(results, title: str | None = None, pngs: dict | None = None, tunings: list | None = None,
+                 drift: list | None = None) -> str:
     """The report as one HTML string; `pngs`, when given, receives each figure as file name -> PNG bytes;
-    `tunings` as write_report's."""
+    `tunings` and `drift` as write_report's."""
     runs = labelled(results)
     if tunings is None:
         tunings = [tune(r, label=label) for label, r in runs]
@@ -134,6 +136,8 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
                      ("charts", "Comparison charts", _comparison_charts(runs, pngs))]
     if tuned:
         sections.append(("tuning", "Tuning the switch: which threshold to pass", _tuning(tuned)))
+    if drift:
+        sections.append(("cotraining", "Is co-training worth it for this run?", _cotraining(drift, pngs)))
     sections += _lengths(runs, pngs)
     sections.append(("runs", "Runs" if not single else f"Run: {runs[0][0]}", _runs(runs, single, pngs)))
     toc = " ".join(f'<a href="#{a}">{_e(h)}</a>' for a, h, _ in sections)
@@ -271,6 +275,24 @@ def _tuning(tunings) -> list[str]:
                 f"<th>× the fastest</th></tr>{rows}</table></div>",
                 f"<p><b>Pass:</b> <code>{_e(t.recommended)}</code>.</p>"]
     return out
+
+
+def _cotraining(rows, pngs: dict) -> list[str]:
+    """The ways to get a drafter side by side at each drift (tltsim.analysis.drift_sensitivity): what the rows say,
+    their table and their plot."""
+    from tltsim.analysis.drift_sensitivity import STEPS, answer
+
+    head = "".join(f"<th>{h}</th>" for h in ("way", "policy", "drift", "drift_per_step", "saved_per_step_s"))
+    body = "".join(f"<tr{' class=bound' if r['fitted'] else ''}><td>{_e(r['way'])}</td><td>{_e(r['policy'])}</td>"
+                   f"<td class=text>{_e(r['drift'])}</td><td>{r['drift_per_step']:.4f}</td>"
+                   f"<td>{r['saved_per_step_s']:.2f}</td></tr>" for r in rows)
+    return [f"<p>Each way to get a drafter on this run's cluster and its first {STEPS} steps, as a drafter that is "
+            "not retrained loses accepted length faster (drift_per_step: tokens per verify lost per RL step); "
+            "saved_per_step_s is over verl on the same steps.</p>",
+            '<ul class="findings">' + "".join(f"<li>{_e(t)}</li>" for t in answer(rows)) + "</ul>",
+            f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>',
+            _figure(plots.drift_sensitivity(rows), "Seconds saved a step over verl against the drift, per way; "
+                    "the dashed line is the drift fitted to the run, where a calibration gives one.", "drift", pngs)]
 
 
 def _collapsed(inner: str, summary: str, open_: bool) -> str:

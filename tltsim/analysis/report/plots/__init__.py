@@ -13,9 +13,11 @@ when present. Save with `save_png(fig, path)` (atomic) or embed with `png_bytes(
     idle_per_step(results)          idle GPU-seconds per step
     drafter(results)                accepted length, drafter quality, drafter training per step
     tuner_choices(result)           strategy shares per batch size (or per step)
+    drift_sensitivity(rows)         seconds saved a step per way to get a drafter, against the drift
     sweep_lines / sweep_heatmap     a metric against one or two swept keys
     sweep_bars                      a metric per run (swept keys not numeric); sweep_figure picks
 """
+from tltsim.analysis.report.plots.drift import drift_sensitivity
 from tltsim.analysis.report.plots.lengths import length_distribution
 from tltsim.analysis.report.plots.steps import drafter, idle_per_step, speedup, step_breakdown, tuner_choices
 from tltsim.analysis.report.plots.style import STATE_COLORS, png_bytes, save_png
@@ -24,6 +26,6 @@ from tltsim.analysis.report.plots.timeline import batch_size, gantt, slowest_ste
 
 __all__ = [
     "gantt", "batch_size", "utilisation", "length_distribution", "step_breakdown", "speedup",
-    "idle_per_step", "drafter", "tuner_choices", "sweep_lines", "sweep_heatmap", "sweep_bars", "sweep_figure", "metric_label",
+    "idle_per_step", "drafter", "tuner_choices", "drift_sensitivity", "sweep_lines", "sweep_heatmap", "sweep_bars", "sweep_figure", "metric_label",
     "slowest_step", "STATE_COLORS", "png_bytes", "save_png",
 ]
