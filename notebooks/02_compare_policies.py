@@ -34,6 +34,7 @@
 # | `static-sd` | TLT's switch with a drafter trained once; it goes stale as the policy moves |
 # | `sd-always` | speculative decoding from the first token |
 # | `tlt-dedicated` | one engine's GPUs reserved to train the drafter instead of the idle ones |
+# | `cotrain` | TLT's switch with a drafter co-trained inside the actor update (as verl's MTP heads): fresh every step, its training added to the update |
 # | `ideal` | a bound, not a policy: per step, the longest response decoded alone (or the step's tokens at the cluster's best throughput, if longer); no step of plain synchronous decoding is faster |
 # | `partial` | over-provisioned partial rollout (APRIL, Kimi k1.5): launch 2x, stop when enough finish, resume the rest next step |
 # | `tail-batching` | RollPacker: short rounds abort and park long prompts, a long round runs them later |

@@ -10,7 +10,9 @@ state (`Iteration.catchup_s`), which the control keeps out of the tuner's reward
 An engine with tools (real.engine.generate, tool calls): before each iteration the rows whose tools have answered
 are resumed (a "prefill" call: the answers' tokens onto their kept KV); when every row left is waiting on a tool,
 the loop waits for the first answer, a "tool_wait" call (the timeline's state for an engine whose rows all wait on
-tools). A paused row holds its place: at most `max_running` rows run or wait at once.
+tools). A row in a tool call holds no slot, as an agent loop's next turn is a new request to its server: at most
+`max_running` rows run, new prompts are admitted first, and answered rows resume as slots allow, in the order they
+paused (the simulator's queue, tltsim.sim.agentic).
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
     ids, calls = out.ids, out.calls
     t_prev = clock() if start is None else start
     while len(ids) < len(prompts) or engine.running or engine.paused:
-        room = cap - engine.running - engine.paused
+        room = cap - engine.running  # a row in a tool call holds no slot (its next turn is a new request to a server)
         if room > 0 and len(ids) < len(prompts):
             batch = prompts[len(ids): len(ids) + room]
             ids += engine.add(batch, None if answers is None else answers[len(ids): len(ids) + room])
@@ -83,7 +85,7 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
                 t_wait = clock()
                 engine.wait_tools()
                 t_prev = _log(calls, EngineCall("tool_wait", "", waited, math.nan, 0, clock() - t_wait, t_prev, clock()))
-            it = engine.resume()
+            it = engine.resume(cap - engine.running)  # the answered rows, as slots allow, after the new prompts
             if it is not None:
                 t_prev = _log(calls, EngineCall("prefill", "", it.batch_size, math.nan, it.tokens, it.wall_s, t_prev,
                                                 clock()))

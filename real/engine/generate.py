@@ -269,10 +269,11 @@ class Engine:
             wait([p.future for p in self._paused.values()], return_when=FIRST_COMPLETED)
 
     @torch.no_grad()
-    def resume(self) -> Iteration | None:
-        """Put back into the batch every paused row whose tool has answered (see the module docstring), after the
-        running rows, in the order they paused; returns the prefill's Iteration, or None when no answer was ready."""
-        ready = [i for i, p in self._paused.items() if p.future.done()]
+    def resume(self, limit: int | None = None) -> Iteration | None:
+        """Put back into the batch every paused row whose tool has answered (see the module docstring), or the first
+        `limit` of them, after the running rows, in the order they paused; returns the prefill's Iteration, or None
+        when no answer was ready (or `limit` is 0)."""
+        ready = [i for i, p in self._paused.items() if p.future.done()][:limit]
         if not ready:
             return None
         start = time.perf_counter()

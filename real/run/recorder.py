@@ -16,8 +16,9 @@ makespan is the sum of the step times and busy + idle = workers x makespan, as i
 A run whose task calls a tool (real/tasks/agentic.py) records its trajectories' turns: the trace's turn list columns
 (turn_response_len, tool_latency_s, tool_tokens, turn_gen_s; response_len counts the tokens the model generated,
 the tools' answers are the rest of answers.parquet's tokens), the Result's turns frame (TURN_RECORD_COLUMNS), the
-steps columns turns, trajectories and tool_wait_share (of the engines' rollout seconds, the share they spent with
-every row waiting on a tool: the timeline's tool_wait rows).
+steps columns turns, trajectories, tool_calls and tool_wait_share (of the engines' rollout seconds, engines x
+rollout_s, the share they spent with every row waiting on a tool: the timeline's tool_wait rows), as the
+simulator records them.
 """
 from __future__ import annotations
 
@@ -174,10 +175,12 @@ class Recorder:
             **{k: sum(r.extra.get(k, 0) for r in reports) for k in sorted({k for r in reports for k in r.extra})},
             **columns,
         }
-        if any("turns" in resp for resp in responses):
+        if any("turns" in resp for resp in responses):  # as the simulator counts them (tltsim.sim.simulator)
+            rollout_engine_s = len(reports) * (barrier - t0)
             row.update(turns=sum(len(resp["turns"]) for resp in responses), trajectories=len(responses),
-                       tool_wait_share=sum(c.t_end - c.t_start for c in calls if c.mode == "tool_wait") / engine_s
-                       if engine_s else 0.0)
+                       tool_calls=sum(not math.isnan(t["tool_latency_s"]) for resp in responses for t in resp["turns"]),
+                       tool_wait_share=sum(c.t_end - c.t_start for c in calls if c.mode == "tool_wait") / rollout_engine_s
+                       if rollout_engine_s else 0.0)
         self.steps.append(row)
         return row
 

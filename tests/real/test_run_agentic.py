@@ -4,6 +4,7 @@ with the tokens it generated and the answers the tool gave."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from tltsim.trace import load as load_trace
 
 pytestmark = pytest.mark.slow
 NAME = "smollm2-135m"
+PROFILE = Path(__file__).resolve().parents[2] / "traces" / "profiles" / "smollm2_longtail_cpu_profile.csv"
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +111,17 @@ def test_an_agentic_run_replays_no_answers(run):
     out, _ = run
     with pytest.raises(TltsimError, match="replays no recorded answers"):
         RunConfig(model=NAME, task="agentic", answers=str(out)).checked()
+
+
+def test_validate_replays_the_run_turn_by_turn(run):
+    # the simulator replays the recorded trajectories on the machine's profile (the event executor: a multi-turn
+    # replay has no iterations frame, so no work domain): the turns and tool calls are the run's, the times its own
+    from tltsim.analysis.validation.validate import validate
+
+    out, _ = run
+    v = validate([out], profile=PROFILE)
+    rows = v.per_step.set_index("metric")
+    for metric in ("turns", "tool_calls"):
+        assert rows.loc[metric, "measured"] == rows.loc[metric, "predicted"] > 0
+    assert rows.loc["tool_wait_s", "predicted"] >= 0 and rows.loc["rollout_s", "predicted"] > 0
+    assert v.work.empty and v.divergence.empty

@@ -50,10 +50,12 @@ from tltsim.sim.acceptance import AcceptanceModel, invert_quality
 from tltsim.core.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace
+from tltsim.analysis.validation.divergence import COLUMNS as DIVERGENCE
 from tltsim.analysis.validation.divergence import divergences
 from tltsim.analysis.validation.work_domain import compare_work, relative_error, request_acceptance
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
+TURN_METRICS = ["tool_wait_s", "turns", "tool_calls"]  # a multi-turn run's, besides METRICS
 FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
@@ -73,6 +75,9 @@ def step_metrics(result: Result) -> pd.DataFrame:
     out["sd_share"] = steps["sd_share"] if "sd_share" in steps else 0.0
     out["drafter_train_s"] = by_state.get("drafter_train", 0.0)
     out["mean_accepted"] = steps["mean_accepted"] if "mean_accepted" in steps else np.nan
+    if "turns" in steps:  # a multi-turn run: engine-seconds with every trajectory waiting on a tool, turns, calls
+        out["tool_wait_s"] = steps["tool_wait_share"] * steps["rollout_s"] * workers
+        out["turns"], out["tool_calls"] = steps["turns"], steps["tool_calls"]
     return out.fillna({"idle_fraction": 0.0, "drafter_train_s": 0.0})
 
 
@@ -151,7 +156,7 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
                     micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0)),
                     skip_zero_advantage=bool((cfg.get("grpo") or {}).get("skip_zero_advantage", False))),
         seed=int(cfg.get("seed", 0)),
-        exact=True,
+        exact=not trace.agentic,  # a multi-turn run replays on the event executor (tltsim.sim.agentic)
     )
     knobs = recorded_knobs(cfg) if knobs is None else dict(knobs)
     if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), stops at the end of its
@@ -266,10 +271,11 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
         name = f"{measured.config.get('policy', d.name)} ({d.name})"
         runs[name] = (measured, pred, _one_speed(d, measured, cost) if speed and len(run_dirs) >= 2 else None)
         predicted[name] = pred
-        work.append(compare_work(name, measured, pred))
-        diverged.append(divergences(name, measured, pred, recorded_knobs(measured.config)))
+        if pred.iterations is not None:  # the work domain counts iterations: the exact replay's, not a multi-turn one's
+            work.append(compare_work(name, measured, pred))
+            diverged.append(divergences(name, measured, pred, recorded_knobs(measured.config)))
         m, p = step_metrics(measured), step_metrics(pred)
-        for metric in METRICS:
+        for metric in METRICS + [k for k in TURN_METRICS if k in m and k in p]:
             for step in m.index:
                 mv, pv = float(m.at[step, metric]), float(p.at[step, metric]) if step in p.index else np.nan
                 per_step.append({"run": name, "step": int(step), "metric": metric, "measured": mv, "predicted": pv,
@@ -294,8 +300,10 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
             ratio = ob[0] / oa[0]
             speedup.update(speed_ratio=ratio, measured_at_one_speed=meas * ratio,
                            predicted_at_one_speed=oa[1].summary["makespan_s"] / ob[1].summary["makespan_s"])
-    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted, pd.concat(work, ignore_index=True),
-                      _concat([d for d in diverged if len(d)], diverged[0]))
+    no_work = pd.DataFrame(columns=["run", "step", "engine", "metric", "measured", "predicted", "error"])
+    return Validation(pd.DataFrame(per_step), pd.DataFrame(overall), speedup, predicted,
+                      pd.concat(work, ignore_index=True) if work else no_work,
+                      _concat([d for d in diverged if len(d)], diverged[0]) if diverged else pd.DataFrame(columns=DIVERGENCE))
 
 
 def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
