@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tltsim.cost import CostParams, Roofline
@@ -73,3 +74,16 @@ def test_a_model_directory_is_costed_from_its_own_config(tmp_path):
     (tmp_path / "config.json").write_text('{"hidden_size": 64}')
     with pytest.raises(TltsimError, match="no 'num_hidden_layers'"):
         load_model(str(tmp_path))
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_segment_time_of_plain_numbers_is_the_array_sum(tp):
+    # the event-driven executors time one stretch at a time with plain numbers: the scalar path gives the same sums
+    cost = Roofline(load_model("qwen2.5-7b"), load_gpu("h100"), tp)
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        q, k = int(rng.integers(1, 512)), int(rng.integers(1, 6))
+        ctx, growth, n = float(rng.uniform(0, 1e6)), float(rng.uniform(0, 600)), float(rng.uniform(0.3, 500))
+        whole = float(cost.segment_time(np.array([q]), np.array([k]), np.array([ctx]), np.array([growth]),
+                                        np.array([n]))[0])
+        assert cost.segment_time(q, k, ctx, growth, n) == pytest.approx(whole, rel=1e-12)

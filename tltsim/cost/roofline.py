@@ -20,6 +20,8 @@ vectorised over segments (docs/design.md#events-at-batch-changes).
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,7 +161,11 @@ class Roofline:
     # --- many iterations in closed form -------------------------------------------------------
     def segment_time(self, q, k, ctx0, growth, n):
         """Sum of n iterations with q query tokens (k per request) whose context starts at ctx0 and grows by
-        `growth` tokens per iteration. Exact for integer n; n may be fractional (mean-acceptance fast path)."""
+        `growth` tokens per iteration. Exact for integer n; n may be fractional (mean-acceptance fast path).
+        Plain numbers (an event-driven executor's one stretch at a time) take a scalar path of the same sums."""
+        if not self.model.experts and all(isinstance(x, (int, float, np.integer, np.floating))
+                                          for x in (q, k, ctx0, growth, n)):
+            return self._segment_scalar(float(q), float(k), float(ctx0), float(growth), float(n))
         q, k, ctx0, growth, n = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (q, k, ctx0, growth, n)))
         # mem_i = a0 + a1 * i, comp_i = b0 + b1 * i, i = 0..n-1
         a0 = self.weights_time(q) + self._mem1 * ctx0
@@ -178,6 +184,24 @@ class Roofline:
         rest = np.where(first_is_comp, _series(a0, a1, m, n), _series(b0, b1, m, n))
         o = self.p.overlap
         return fixed + o * (first + rest) + (1 - o) * (_series(a0, a1, 0, n) + _series(b0, b1, 0, n))
+
+    def _segment_scalar(self, q: float, k: float, ctx0: float, growth: float, n: float) -> float:
+        """`segment_time` of one dense-model stretch in plain floats (numpy's per-call cost dominates there)."""
+        p = self.p
+        allreduce = 0.0 if self.tp == 1 else 2 * self.model.layers * (
+            p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * q * self.model.hidden * BYTES_BF16
+            / (self.gpu.interconnect_gbs * 1e9))
+        a0, a1 = self._mem0 + self._mem1 * ctx0, self._mem1 * growth
+        b0, b1 = self._fl_q * q + self._fl_c * k * ctx0, self._fl_c * k * growth
+        fixed = n * (p.iteration_overhead_s + p.per_token_s * q + allreduce)
+        d0, d1 = b0 - a0, b1 - a1
+        cross = -d0 / d1 if d1 != 0 else -1.0
+        m = min(max(math.ceil(cross), 0), n) if cross > 0 else n
+        comp_first = d0 > 0 or (d0 == 0 and d1 > 0)
+        first = _series1(b0, b1, 0, m) if comp_first else _series1(a0, a1, 0, m)
+        rest = _series1(a0, a1, m, n) if comp_first else _series1(b0, b1, m, n)
+        o = p.overlap
+        return fixed + o * (first + rest) + (1 - o) * (_series1(a0, a1, 0, n) + _series1(b0, b1, 0, n))
 
     # --- RL stage costs (whole cluster) ---------------------------------------------------------
     def train_time(self, tokens, gpus, sq_tokens=0.0):
@@ -199,6 +223,12 @@ class Roofline:
         m = self.model
         flops_per_token = 6 * m.drafter_params + 4 * m.vocab * m.hidden
         return gpus * self.gpu.flops * self.p.drafter_train_mfu / flops_per_token
+
+
+def _series1(c0: float, c1: float, lo: float, hi: float) -> float:
+    """`_series` of plain floats."""
+    n = max(hi - lo, 0.0)
+    return n * c0 + c1 * (n * (lo + hi - 1) / 2)
 
 
 def _series(c0, c1, lo, hi):
