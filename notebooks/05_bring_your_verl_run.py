@@ -165,7 +165,7 @@ def compare(cfg_, trace_, policies):
     rows = []
     for name in policies:
         s = Simulator(trace_, replace(cfg_, policy=name), make_policy(name, {})).run().summary
-        rows.append({"policy": name, "mean_step_s": s["mean_step_s"], "rollout_s": s["rollout_s"],
+        rows.append({"policy": name, "mean_step_s": s["mean_step_s"], "mean_rollout_s": s["mean_rollout_s"],
                      "idle_fraction": s["idle_fraction"], "staleness_mean": s["staleness_mean"]})
     table = pd.DataFrame(rows).set_index("policy")
     table["saved_per_step_s"] = table.loc[policies[0], "mean_step_s"] - table["mean_step_s"]

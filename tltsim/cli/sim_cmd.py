@@ -187,7 +187,7 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-COMPARE_COLUMNS = ["policy", "mean_step_s", "rollout_s", "idle_fraction", "speedup",
+COMPARE_COLUMNS = ["policy", "mean_step_s", "mean_rollout_s", "idle_fraction", "speedup",  # seconds a step, shares
                    "staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction", "trained_len_ratio"]
 
 

@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "rollout_s": "seconds the steps spent waiting for rollout (generating responses); for a policy that "
                  "overlaps rollout with training (async) only the time training waited for responses, "
                  "so it is not comparable with the others.",
+    "mean_rollout_s": "rollout_s / steps: seconds a step waited for rollout (the table of `tltsim compare` shows "
+                      "this beside mean_step_s, both a step's).",
     "rollout_share": "rollout_s / makespan_s: the share of the run spent in rollout.",
     "tail_share": "share of rollout_s after 90% of a step's responses had finished: the long tail.",
     "tokens_per_s": "response tokens generated / makespan_s.",

@@ -32,6 +32,7 @@ def summarize(timeline: pd.DataFrame, steps: pd.DataFrame, makespan: float, gpus
         "makespan_s": makespan,
         "mean_step_s": makespan / max(len(steps), 1),
         "rollout_s": rollout,
+        "mean_rollout_s": rollout / max(len(steps), 1),
         "reward_s": float(steps["reward_s"].sum()),
         "train_s": float(steps["train_s"].sum()),
         "sync_s": float(steps["sync_s"].sum()),

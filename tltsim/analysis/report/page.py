@@ -36,7 +36,7 @@ from tltsim.core.summary import OVERLAPS, rollout_overlap
 # The comparison tables: (title, summary metrics in order); a metric is shown when some run has it.
 # Two tables side by side would not fit the page's 1,200 px; each of these does.
 COMPARISON_GROUPS = [
-    ("Speed and GPU time", ["makespan_s", "mean_step_s", "rollout_s", "rollout_share", "tail_share", "tokens_per_s",
+    ("Speed and GPU time", ["makespan_s", "mean_step_s", "mean_rollout_s", "rollout_share", "tail_share", "tokens_per_s",
                             "idle_fraction", "idle_gpu_seconds"]),
     ("Speculation and off-policy cost", ["sd_share", "mean_accepted", "drafter_train_gpu_seconds", "staleness_mean",
                                          "staleness_max", "resumed_fraction", "dropped_fraction", "trained_len_ratio"]),
@@ -45,7 +45,8 @@ COMPARISON_GROUPS = [
 COMPARISON_METRICS = [m for _, group in COMPARISON_GROUPS for m in group]
 # How the comparison tables write each column (one format a column, so its digits line up).
 FORMATS = {
-    "speedup": "{:.2f}×", "makespan_s": "{:,.1f}", "mean_step_s": "{:.2f}", "rollout_s": "{:,.1f}",
+    "speedup": "{:.2f}×", "makespan_s": "{:,.1f}", "mean_step_s": "{:.2f}", "mean_rollout_s": "{:.2f}",
+    "rollout_s": "{:,.1f}",
     "tokens_per_s": "{:,.0f}", "idle_gpu_seconds": "{:,.0f}", "drafter_train_gpu_seconds": "{:,.0f}",
     "mean_accepted": "{:.2f}", "staleness_mean": "{:.2f}", "staleness_max": "{:.0f}", "turns_per_trajectory": "{:.2f}",
     **{k: "{:.3f}" for k in ("rollout_share", "tail_share", "idle_fraction", "sd_share", "resumed_fraction",
