@@ -51,3 +51,20 @@ def read_objects(path, what: str, cut_last: bool = False) -> list[tuple[int, dic
                                   f"line or write it again") from None
         out.append((n, obj))
     return out
+
+
+def first_object(path) -> dict | None:
+    """The first non-blank line of a .jsonl file as a JSON object, or None (another suffix, not a file, not JSON,
+    not an object): for telling one kind of log from another by its first record."""
+    path = Path(path)
+    if path.suffix.lower() != ".jsonl" or not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    first = json.loads(raw)
+                except (ValueError, RecursionError):
+                    return None
+                return first if isinstance(first, dict) else None
+    return None

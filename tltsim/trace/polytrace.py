@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from tltsim.core.errors import TltsimError
-from tltsim.core.jsonl import read_objects
+from tltsim.core.jsonl import first_object, read_objects
 from tltsim.trace.schema import Trace, TraceMeta, show, whole_number
 
 FILE = re.compile(r"multiturn_workload_step_(\d+)(?:_rank_(\d+))?\.jsonl")
@@ -55,8 +55,8 @@ def is_multiturn_log(path) -> bool:
     path = Path(path)
     if path.is_dir():
         return any(FILE.fullmatch(f.name) for f in path.glob("*.jsonl"))
-    if path.suffix.lower() != ".jsonl" or not path.is_file():
-        return False
+    first = first_object(path)
+    return first is not None and isinstance(first.get("turns"), list) and isinstance(first.get("tool_calls"), list)
     with open(path, "rb") as f:
         for raw in f:
             if raw.strip():

@@ -32,7 +32,7 @@ from typing import Callable
 import pandas as pd
 
 from tltsim.core.errors import TltsimError
-from tltsim.core.jsonl import read_objects
+from tltsim.core.jsonl import first_object, read_objects
 from tltsim.trace.schema import Trace, TraceMeta, show, whole_number
 
 KEYS = ("input", "output")  # what every line needs; "score" and "step" are used when present
@@ -43,8 +43,8 @@ def is_rollout_dump(path) -> bool:
     path = Path(path)
     if path.is_dir():
         return any(path.glob("*.jsonl"))
-    if path.suffix.lower() != ".jsonl" or not path.is_file():
-        return False
+    first = first_object(path)
+    return first is not None and isinstance(first.get("output"), str)
     with open(path, "rb") as f:
         for raw in f:
             if raw.strip():
