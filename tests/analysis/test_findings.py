@@ -156,3 +156,21 @@ def test_a_plain_policy_that_beats_the_bound_end_to_end_says_how():
     text, = [t for t in findings.explanations(runs) if t.startswith("ideal is a bound")]
     assert "Beating it here: migrate (it starts the reward stage before its rollout ends (" in text
     assert "Rollout shorter than its own" not in text
+
+
+def test_runs_that_tie_on_every_figure_are_named_with_why_when_both_speculated_from_the_start():
+    from tltsim.config import ClusterConfig, SimConfig
+    from tltsim.policies import make_policy
+    from tltsim.sim.simulator import Simulator
+    from tltsim.trace import load
+
+    # 48 requests an engine at most: tlt-auto's learned threshold is above it, so it speculates from the first
+    # token as sd-always does; tlt's switch waits for a batch of 32
+    trace = load("traces/synthetic/dapo_like.parquet")
+    cfg = SimConfig(cluster=ClusterConfig(gpus=64, tp=4), steps="0:2")
+    runs = [Simulator(trace, cfg, make_policy(p)).run() for p in ("verl", "tlt", "sd-always", "tlt-auto")]
+    ties = [e for e in findings.explanations(runs) if "tie on every figure" in e]
+    assert len(ties) == 1 and ties[0].startswith("sd-always and tlt-auto tie")
+    assert "sd-always speculates from the first token and tlt-auto switches at a batch of" in ties[0]
+    assert "each speculated from its engines' first iteration" in ties[0]
+    assert not [e for e in findings.explanations(runs[:2]) if "tie on every figure" in e]

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pandas as pd
+
 from tltsim.core.glossary import BOUNDS
 from tltsim.analysis.report.plots.steps import NO_IDLE  # idle_fraction at or below which a run had no idle time
 from tltsim.analysis.report.plots.style import labelled
@@ -87,7 +89,7 @@ def explanations(results) -> list[str]:
     """Sentences for results that look wrong, each only when the data shows the case."""
     runs = labelled(results)
     ctx = _Context(runs)
-    return [*_bounds(runs, ctx), *_speculation_beyond_switch(runs, ctx), *_idle_to_drafter(runs),
+    return [*_bounds(runs, ctx), *_speculation_beyond_switch(runs, ctx), *_ties(runs), *_idle_to_drafter(runs),
             *_not_comparable(runs, ctx)]
 
 
@@ -271,6 +273,49 @@ def _speculation_beyond_switch(runs, ctx: _Context) -> list[str]:
             f"against {_span(accepted, '{:.2f}'.format)}), so on this trace and cluster speculation also pays at "
             f"the large batches where the others still decode plainly: rollout {_secs(t['rollout_s'])} s against "
             f"{_secs(min(r.summary['rollout_s'] for _, r in slower))} s or more."]
+
+
+TIE = 1e-9  # relative: two runs whose makespan, rollout, SD share, idle share and drafter training agree this closely
+# made the same decisions
+
+
+def _ties(runs) -> list[str]:
+    """Runs of different policies that tie on every figure, and why: where they all speculated from their engines'
+    first iteration, because each one's switch threshold is at or above the largest batch an engine ran."""
+    keys = ("makespan_s", "rollout_s", "sd_share", "idle_fraction", "drafter_train_gpu_seconds")
+    groups: list[list] = []
+    for lab, r in runs:
+        if bound(r) is not None:
+            continue
+        for g in groups:
+            s0, s1 = g[0][1].summary, r.summary
+            if all(math.isclose(s0.get(k, 0.0), s1.get(k, 0.0), rel_tol=TIE, abs_tol=TIE) for k in keys):
+                g.append((lab, r))
+                break
+        else:
+            groups.append([(lab, r)])
+    out = []
+    for g in (g for g in groups if len(g) > 1):
+        names = " and ".join(lab for lab, _ in g)
+        s0 = g[0][1].summary
+        line = (f"{names} tie on every figure ({_secs(s0['mean_step_s'])} s a step, SD in {_pct(s0['sd_share'])} of "
+                f"engine time): they made the same decisions on this trace and cluster")
+        tl = pd.concat([r.timeline for _, r in g])
+        largest = tl.loc[tl["state"].isin(("decode", "spec_decode")), "batch_size"].max()
+        reasons = [_from_first_iteration(lab, r, largest) for lab, r in g]
+        if s0["sd_share"] > 0 and largest == largest and all(reasons):
+            line += (f": no engine ran more than {largest:.0f} requests at once, {' and '.join(reasons)}, so each "
+                     f"speculated from its engines' first iteration")
+        out.append(line + ".")
+    return out
+
+
+def _from_first_iteration(label: str, r, largest: float) -> str | None:
+    """Why `r` speculated from its engines' first iteration, given the largest batch any engine ran, or None."""
+    if r.config.get("policy_knobs", {}).get("sd") == "always":
+        return f"{label} speculates from the first token"
+    t = _switch_threshold(r)
+    return f"{label} switches at a batch of {t} or below" if t is not None and t >= largest else None
 
 
 def _switch_threshold(r) -> int | None:
