@@ -52,6 +52,9 @@ GPU = "h100"  # a verl config does not name the GPU: tltsim/presets/gpus
 POLICIES = ["verl", "tlt", "tlt-base", "partial", "tail-batching"]  # the first is the baseline
 CLUSTER_SIZES = [4, 8, 16]  # GPUs for the what-if: the same calibrated GPU, more or fewer of them (at most
 # TP x prompts per step, or some engines get no prompt group)
+SPEC_RUN = None  # a run that speculated (its folder with .hydra/config.yaml) and its metrics file, as a pair
+# (CONFIG, METRICS) of Paths; None: section 6 writes one as verl would, the example run with MTP rollout on
+DRIFT = 0.02  # section 6's made-up run: accepted length (tokens per verify) its frozen MTP heads lose each RL step
 
 # %%
 # %matplotlib inline
@@ -209,6 +212,68 @@ lo, hi = sizes["tlt_saved_share"].idxmin(), sizes["tlt_saved_share"].idxmax()
 print(f"tlt saves {sizes.loc[lo, 'tlt_saved_share']:.0%} of a step at {lo} GPUs and {sizes.loc[hi, 'tlt_saved_share']:.0%} "
       f"at {hi} GPUs")
 sizes
+
+# %% [markdown]
+# ## 6. A run that speculates: its drafter's drift, and is co-training worth it?
+#
+# verl can speculate in rollout itself, drafting with the model's MTP heads
+# (`actor_rollout_ref.model.mtp.enable_rollout`; `enable_train` co-trains them in the actor update), and then logs
+# each step's accepted length, `rollout/spec_accept_length` (`compute_spec_decode_metrics`). How fast that falls
+# over the steps, for a drafter that is not retrained, is the drift that decides between freezing the drafter,
+# co-training it, spot-training it on idle GPUs (TLT) and drafting from history. Without `SPEC_RUN` this section
+# writes what such a run writes: the example's config with MTP rollout on, its metrics with a frozen drafter losing
+# `DRIFT` tokens per verify a step (made up, in a temporary folder).
+
+# %%
+import tempfile
+
+import yaml
+from IPython.display import Markdown
+
+from tltsim.analysis.calibration import drafter_overrides
+from tltsim.analysis.drafter_fit import fit_drafter
+from tltsim.analysis.drift_sensitivity import answer, drift_sensitivity
+from tltsim.verl_config import read_speculation
+
+if SPEC_RUN is None:
+    made = Path(tempfile.mkdtemp())
+    conf = yaml.safe_load((CONFIG / ".hydra" / "config.yaml").read_text())
+    conf["actor_rollout_ref"]["model"]["mtp"] = {"enable": True, "enable_rollout": True, "num_speculative_tokens": 3}
+    (made / "run" / ".hydra").mkdir(parents=True)
+    (made / "run" / ".hydra" / "config.yaml").write_text(yaml.safe_dump(conf))
+    lines = []
+    for line in METRICS.read_text().splitlines():
+        rec = json.loads(line)
+        if "timing_s/gen" in rec["data"]:  # a training step: the accepted length its frozen heads reached
+            rec["data"]["rollout/spec_accept_length"] = round(3.2 - DRIFT * (rec["step"] - 1), 4)
+        lines.append(json.dumps(rec))
+    (made / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    SPEC_RUN = (made / "run", made / "metrics.jsonl")
+spec = read_speculation(SPEC_RUN[0])
+fit = fit_drafter(spec, read_metrics(SPEC_RUN[1]))
+print(f"drafter: {fit.family} ({spec.engine}, draft tree {fit.strategy}), "
+      f"{'co-trained' if fit.cotrained else 'frozen'}; {fit.fit}")
+print(f"drift_per_step: {fit.drift_per_step:.4f} tokens per verify lost per RL step")
+fit.per_step
+
+# %% [markdown]
+# The ways to get a drafter side by side (`compare --json`'s `drift_sensitivity`, the report's section "Is
+# co-training worth it for this run?"): each simulated on the calibrated cluster, over the drifts of the public
+# evidence and the run's own (`fitted`).
+
+# %%
+from tltsim.analysis.report.plots.drift import drift_sensitivity as drift_plot
+from tltsim.control import Strategy
+
+with_drafter = configmod.override(calibrated, **drafter_overrides(fit.to_json()))
+rows = drift_sensitivity(trace, with_drafter, Strategy.parse(fit.strategy), fit.drift_per_step)
+drift_plot(rows)
+
+# %%
+Markdown(" ".join(answer(rows)))
+
+# %%
+pd.DataFrame(rows).pivot_table(index="way", columns="drift", values="saved_per_step_s", sort=False)
 
 # %% [markdown]
 # ## The same from the command line
