@@ -454,7 +454,8 @@ SHIPPED_PAIRS = [("real_tlt_cpu", "real_verl_cpu"), ("real_tlt_smollm2", "real_v
                  ("real_tlt_auto_smollm2", "real_verl_smollm2_b"), ("real_das_smollm2", "real_verl_smollm2_b"),
                  ("real_das_smollm2_longtail", "real_verl_smollm2_longtail"),
                  ("real_das_tlt_smollm2_longtail", "real_verl_smollm2_longtail"),
-                 ("real_tlt_smollm2_longtail_interleaved", "real_verl_smollm2_longtail_interleaved")]
+                 ("real_tlt_smollm2_longtail_interleaved", "real_verl_smollm2_longtail_interleaved"),
+                 ("real_tlt_smollm2_agentic", "real_verl_smollm2_agentic")]
 SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run, verl in SHIPPED_PAIRS}  # a verl run two
 # pairs share is checked against the later pair's run
 
@@ -494,8 +495,9 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     trace = load_trace(run / "trace.parquet")
     assert trace.meta.source == "real" and len(trace.df) == res.config["steps"] * res.config["prompts"] * res.config["group"]
     names = sorted(p.name for p in run.iterdir() if p.name != "answers.parquet")  # answers: not in older shipped runs
-    assert names == ["README.md", "config.json", "iterations.parquet", "manifest.json", "requests.parquet",
-                     "steps.parquet", "summary.json", "timeline.parquet", "trace.parquet"]
+    turns = ["turns.parquet"] if trace.agentic else []  # a run whose task calls a tool records its turns
+    assert names == sorted(["README.md", "config.json", "iterations.parquet", "manifest.json", "requests.parquet",
+                            "steps.parquet", "summary.json", "timeline.parquet", "trace.parquet", *turns])
     assert sum(p.stat().st_size for p in run.iterdir()) < 1_000_000
     readme = [c.strip() for c in re.findall(r"tltsim real run [^\n`]*", (run / "README.md").read_text())]
     assert _as_in_repo(res.config["command"]) in map(_as_in_repo, readme)
