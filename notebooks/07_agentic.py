@@ -25,7 +25,8 @@
 #   step (`tltsim trace stats`),
 # * where a step's GPU time goes on agentic work: generation, the prefill after a tool, engines whose
 #   trajectories all wait on tools (`tool_wait`), idle engines at the barrier, drafter training,
-# * how TLT, partial rollout, history drafting and trajectory-aware ordering (`longest-first`) compare on it,
+# * how TLT, partial rollout, asynchronous RL, history drafting and trajectory-aware ordering (`longest-first`)
+#   compare on it,
 # * how the answer moves as tools get slower (a retriever answers in a tenth of a second, a sandbox running
 #   tests in seconds): TLT trains its drafter in the tool waits.
 #
@@ -38,7 +39,7 @@ TRACE = "../traces/synthetic/agentic.parquet"  # a multi-turn trace: shipped, sy
 GPUS, TP = 64, 4  # the cluster (GPUS / TP rollout engines)
 GPU, MODEL = "h100", "qwen2.5-7b"  # presets in tltsim/presets
 STEPS = "0:2"  # trace steps simulated; "0:10" for steadier figures (about 5x the time)
-POLICIES = ["verl", "tlt", "partial", "partial+tlt", "das", "longest-first"]  # the first is the baseline
+POLICIES = ["verl", "tlt", "partial", "partial+tlt", "async", "das", "longest-first"]  # the first is the baseline
 LATENCY_SCALES = [1, 10, 100]  # tool latencies multiplied by these in section 3
 SWEEP = ["verl", "tlt", "partial"]  # the policies of section 3
 

@@ -136,7 +136,23 @@ def test_partial_rollout_carries_a_trajectory_on_from_its_tool_call():
     assert again["admitted_at"].iloc[0] - res.steps["t_start"].iloc[1] == pytest.approx(2.5)
 
 
-@pytest.mark.parametrize("policy", ["async", "migrate", "tail-batching", "ideal"])
+def test_async_rl_runs_trajectories_whose_tools_keep_its_engine_waiting():
+    # one rollout engine, one trainer; every trajectory calls a 50 s tool between its two turns, so the engine,
+    # with all its samples in tool calls, waits; the trained samples' turns are the trace's
+    rows = [(10, [3, 2], [50.0, None], [20, 0]) for _ in range(4)]
+    df = pd.DataFrame([{"step": s, "prompt_id": i, "sample": 0, "prompt_len": p, "response_len": sum(g),
+                        "turn_response_len": g, "tool_latency_s": lat, "tool_tokens": tok}
+                       for s in range(2) for i, (p, g, lat, tok) in enumerate(rows)])
+    trace = Trace.from_frame(df, TraceMeta(source="test"))
+    res = Simulator(trace, cfg(gpus=2), policy=make_policy("async"), cost=ConstantCost()).run()
+    assert len(res.steps) == 2 and res.summary["turns_per_trajectory"] == 2.0
+    assert (res.steps["tool_calls"] == res.steps["trajectories"]).all()
+    waits = res.timeline[(res.timeline["state"] == "tool_wait") & (res.timeline["worker"] == 0)]
+    assert len(waits) and (waits["t_end"] - waits["t_start"]).max() <= 50.0 + 1e-9
+    assert res.summary["tool_wait_share"] > 0.5  # 50 s calls against a few seconds of decoding
+
+
+@pytest.mark.parametrize("policy", ["migrate", "tail-batching", "ideal"])
 def test_policies_of_single_responses_refuse_a_multi_turn_trace(policy):
     with pytest.raises(TltsimError, match="does not run multi-turn trajectories"):
         Simulator(trajectories(TWO), cfg(), policy=make_policy(policy), cost=ConstantCost())

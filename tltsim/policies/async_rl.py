@@ -41,7 +41,6 @@ class AsyncKnobs:
 
 class AsyncRL(KnobbedPolicy):
     name = "async"
-    multi_turn = False  # its own step loop generates single-turn responses
     Knobs = AsyncKnobs
 
     def reserved_gpus(self, cluster) -> int:

@@ -24,6 +24,8 @@ which case the iterations done are the elapsed share of the stretch, rounded dow
 """
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from tltsim.core.padding import padded_tokens
@@ -64,6 +66,8 @@ class AsyncRun:
         self.s_admit: list[float] = []
         self.s_finish: list[float] = []
         self.s_resumed: list[bool] = []
+        self.s_turns: list[tuple] = []  # (tokens a turn, tool latency after it or None, tool tokens) lists
+        self.s_tool: list[int] = []  # tokens the tools' answers add to the sample's sequence
         self.group_rows: dict[int, list[int]] = {}
         self.group_left: dict[int, int] = {}
         self.group_version: dict[int, int] = {}  # finished group -> version of its oldest first token
@@ -86,6 +90,12 @@ class AsyncRun:
                          ("prompt_len", self.s_plen), ("response_len", self.s_rlen)):
                 v.extend(g[c].tolist())
             n = len(ids)
+            if "turn_response_len" in g:  # a multi-turn trace: each sample's turns and the tools between them
+                self.s_turns += list(zip(g["turn_response_len"], g["tool_latency_s"], g["tool_tokens"]))
+                self.s_tool += [int(sum(t)) for t in g["tool_tokens"]]
+            else:
+                self.s_turns += [([r], [None], [0]) for r in g["response_len"].tolist()]
+                self.s_tool += [0] * n
             self.s_version += [-1] * n
             self.s_engine += [-1] * n
             self.s_admit += [NAN] * n
@@ -97,8 +107,8 @@ class AsyncRun:
             self.started_groups += 1
 
     def _footprint(self, i: int) -> int:
-        """Sample i's final KV footprint (prompt + response tokens)."""
-        return self.s_plen[i] + self.s_rlen[i]
+        """Sample i's final KV footprint (prompt + response tokens, and tool answers between turns)."""
+        return self.s_plen[i] + self.s_rlen[i] + self.s_tool[i]
 
     # --- processes ---------------------------------------------------------------------------
     def process(self):
@@ -127,65 +137,103 @@ class AsyncRun:
     def _engine(self, e: int):
         env, cost = self.env, self.cost
         rows = np.zeros(0, dtype=np.int64)  # running sample ids
-        rem = np.zeros(0)  # tokens left per running row
-        ctx = np.zeros(0)  # context per running row (prompt + generated)
+        rem = np.zeros(0)  # tokens left per running row, of its turn
+        ctx = np.zeros(0)  # context per running row (prompt, generated, tool answers)
         used = 0
         max_running = self.cfg.cluster.max_running
+        turn: dict[int, int] = {}  # sample -> its current turn (multi-turn samples)
+        context: dict[int, float] = {}  # sample in a tool call -> its context
+        tools: list[tuple[float, int]] = []  # heap of (return time, sample): samples in a tool call (their KV kept)
+        ready: list[int] = []  # samples whose tool answered, waiting for a slot
+        stale: set[int] = set()  # samples whose weights changed during their tool call: prefilled whole again
         while not self.over:
+            while tools and tools[0][0] <= env.now:
+                _, i = heapq.heappop(tools)
+                if turn[i] == len(self.s_turns[i][0]):  # the call after its last turn: the sample is done
+                    self._finish(i, env.now)
+                    used -= self._footprint(i)
+                else:
+                    ready.append(i)
             self._refill()
-            new = []
-            while self.pending and admits(len(rows) + len(new), used, self._footprint(self.pending[0]), max_running,
-                                          self.cap):
+            new, back = [], []
+            while ready and len(rows) + len(new) + len(back) < max_running:
+                back.append(ready.pop(0))  # its KV is reserved already: a slot is all it needs
+            while self.pending and admits(len(rows) + len(new) + len(back), used, self._footprint(self.pending[0]),
+                                          max_running, self.cap):
                 i = self.pending.pop(0)
                 new.append(i)
                 used += self._footprint(i)
                 self._refill()
-            if new:
-                p = np.array([self.s_plen[i] for i in new], dtype=float)
+            if new or back:
                 for i in new:
                     self.s_version[i], self.s_engine[i], self.s_admit[i] = self.version, e, env.now
+                    turn[i] = 0
+                p = np.array([self.s_plen[i] for i in new] + [context.pop(i) for i in back], dtype=float)
+                # prefill: the prompts, and each answer (or, after new weights, a returning sample's whole context)
+                answer = np.array([float(self.s_plen[i]) for i in new]
+                                  + [p[len(new) + j] if i in stale else self.s_turns[i][2][turn[i] - 1]
+                                     for j, i in enumerate(back)])
+                stale -= set(back)
                 t, state = env.now, "prefill" if not len(rows) else "decode"
                 self._doing[e] = state
-                yield env.timeout(float(cost.prefill_time(p.sum(), (p * p).sum())))
-                self._log(e, state, t, env.now, len(rows) + len(new))
-                rows = np.concatenate([rows, new])
-                rem = np.concatenate([rem, [self.s_rlen[i] for i in new]])
+                yield env.timeout(float(cost.prefill_time(answer.sum(), float((p * p - (p - answer) ** 2).sum()))))
+                self._log(e, state, t, env.now, len(rows) + len(new) + len(back))
+                admitted = new + back
+                rows = np.concatenate([rows, admitted]).astype(np.int64)
+                rem = np.concatenate([rem, [self.s_turns[i][0][turn[i]] for i in admitted]])
                 ctx = np.concatenate([ctx, p])
-            if not len(rows):
-                t, self._doing[e] = env.now, "idle"
-                yield self.updated
-                self._log(e, "idle", t, env.now)
+            if not len(rows):  # nothing to run: idle, or every sample of this engine in a tool call
+                state, update = "tool_wait" if tools else "idle", self.updated
+                t, self._doing[e] = env.now, state
+                yield env.any_of([update] + ([env.timeout(max(0.0, tools[0][0] - env.now))] if tools else []))
+                self._log(e, state, t, env.now)
+                if update.triggered:  # new weights while they waited: their context is prefilled whole again
+                    stale |= {i for _, i in tools} | set(ready)
+                    for i in stale:
+                        self.s_resumed[i] = True
                 continue
             b, n = len(rows), float(rem.min())
             dt = float(cost.segment_time(b, 1, ctx.sum(), b, n))
             t, update = env.now, self.updated
             self._doing[e] = "decode"
-            yield env.any_of([env.timeout(dt), update])
+            yield env.any_of([env.timeout(dt), update] + ([env.timeout(max(0.0, tools[0][0] - t))] if tools else []))
             k = n if env.now >= t + dt else np.floor(n * (env.now - t) / dt)
             rem -= k
             ctx += k
             self._log(e, "decode", t, env.now, b, b * k)
-            done = rem <= 0
-            for j in np.flatnonzero(done):
+            ended = rem <= 0
+            for j in np.flatnonzero(ended):
                 i = int(rows[j])
-                self.s_finish[i] = env.now
-                used -= self._footprint(i)
-                gid = self.s_group[i]
-                self.group_left[gid] -= 1
-                if self.group_left[gid] == 0:
-                    self.group_version[gid] = min(self.s_version[j] for j in self.group_rows[gid])
-                    self.done_groups.append(gid)
-                    self.finished_group.succeed()
-                    self.finished_group = env.event()
-            rows = rows[~done]
-            rem, ctx = rem[~done], ctx[~done]
-            if update.triggered and len(rows) and not self.over:  # new weights: load them, re-prefill the running
-                for i in rows.tolist():
+                gen, lat, tok = self.s_turns[i]
+                if lat[turn[i]] is None or lat[turn[i]] != lat[turn[i]]:  # no tool call after it: the sample is done
+                    self._finish(i, env.now)
+                    used -= self._footprint(i)
+                    continue
+                heapq.heappush(tools, (env.now + float(lat[turn[i]]), i))
+                turn[i] += 1
+                context[i] = float(ctx[j]) + float(tok[turn[i] - 1])
+            rows = rows[~ended]
+            rem, ctx = rem[~ended], ctx[~ended]
+            if update.triggered and not self.over:
+                stale |= {i for _, i in tools} | set(ready)
+                for i in [*rows.tolist(), *stale]:
                     self.s_resumed[i] = True
-                self._doing[e], t = "weight_sync", env.now
-                yield env.timeout(self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))
-                self._log(e, "weight_sync", t, env.now, b)
+                if len(rows):  # new weights: load them, re-prefill the running
+                    self._doing[e], t = "weight_sync", env.now
+                    yield env.timeout(self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))
+                    self._log(e, "weight_sync", t, env.now, b)
         self._log(e, "idle", self._end_of(e), env.now)
+
+    def _finish(self, i: int, t: float) -> None:
+        """Sample i is done at t; its group is done with its last sample."""
+        self.s_finish[i] = t
+        gid = self.s_group[i]
+        self.group_left[gid] -= 1
+        if self.group_left[gid] == 0:
+            self.group_version[gid] = min(self.s_version[j] for j in self.group_rows[gid])
+            self.done_groups.append(gid)
+            self.finished_group.succeed()
+            self.finished_group = self.env.event()
 
     def _end_of(self, worker) -> float:
         last = self._last.get(worker)
@@ -211,7 +259,8 @@ class AsyncRun:
             take, self.done_groups = self.done_groups[:need], self.done_groups[need:]
             ids = np.array([i for g in take for i in self.group_rows[g]])
             waited = env.now
-            tokens, sq = padded_tokens([self.s_plen[i] + self.s_rlen[i] for i in ids], self.cfg.rl.micro_batch_tokens)
+            tokens, sq = padded_tokens([self.s_plen[i] + self.s_rlen[i] + self.s_tool[i] for i in ids],
+                                       self.cfg.rl.micro_batch_tokens)
             phases = [("reward", self.cfg.rl.reward_s + float(cost.logprob_time(tokens, gpus, sq_tokens=sq))),
                       ("train", float(cost.train_time(tokens, gpus, sq_tokens=sq))),
                       ("weight_sync", float(cost.sync_time()))]
@@ -247,4 +296,16 @@ class AsyncRun:
             "response_tokens": int(pick(self.s_rlen).sum()), "tail_s": 0.0,
             **sim.off_policy_columns(k, df, trained, dropped),
             "sd_share": 0.0, "mean_accepted": NAN, "strategies": "",
+            **(self._turn_columns(ids, step, t0) if sim.agentic else {}),
         })
+
+    def _turn_columns(self, ids, step: int, t0: float) -> dict:
+        """A multi-turn step's trajectories, turns and tool calls (of the samples it trains on), and the share of
+        the rollout engines' time since the step began in which every sample an engine held waited on a tool."""
+        turns = [self.s_turns[i] for i in ids]
+        rows = [r for r in self.sim.recorder.timeline if r.state == "tool_wait" and r.worker < self.R and r.t_end > t0]
+        wait = sum(r.t_end - max(r.t_start, t0) for r in rows)
+        span = self.R * (self.env.now - t0)
+        return {"trajectories": len(ids), "turns": sum(len(t[0]) for t in turns),
+                "tool_calls": sum(v is not None and v == v for t in turns for v in t[1]),
+                "tool_wait_share": wait / span if span else 0.0}

@@ -56,7 +56,7 @@ class Simulator:
         if self.agentic and not self.policy.multi_turn:
             raise TltsimError(f"policy {self.policy.name!r} does not run multi-turn trajectories (its rollout works on "
                               f"single responses); on {cfg.trace or 'this trace'} run verl, tlt and the tlt variants, "
-                              f"das, longest-first, or their combinations")
+                              f"das, partial, async, longest-first, or their combinations")
         if self.agentic and cfg.exact:
             raise TltsimError("exact: the per-iteration executor runs single-turn traces; drop --exact for a "
                               "multi-turn trace")
