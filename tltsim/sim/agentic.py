@@ -32,6 +32,7 @@ import numpy as np
 
 from tltsim.core.errors import TltsimError
 from tltsim.sim.engine import EngineRollout, Entry, Speculation, _merge
+from tltsim.trace.schema import flat_turns
 
 _EPS = 1e-9
 
@@ -52,10 +53,9 @@ class Turns:
     def of(cls, prompt_len, turn_response_len, tool_latency_s, tool_tokens, pending_s=None) -> "Turns":
         """From per-row sequences (the trace's list columns)."""
         counts = np.fromiter((len(t) for t in turn_response_len), np.int64, len(turn_response_len))
-        flat = lambda col, dtype: (np.concatenate([np.asarray([np.nan if v is None else v for v in c], dtype)  # noqa
-                                                   for c in col]) if len(col) else np.zeros(0, dtype))
         return cls(np.asarray(prompt_len, np.int64), np.concatenate([[0], np.cumsum(counts)]),
-                   flat(turn_response_len, float), flat(tool_latency_s, float), flat(tool_tokens, float),
+                   flat_turns(turn_response_len, float), flat_turns(tool_latency_s, float),
+                   flat_turns(tool_tokens, float),
                    None if pending_s is None else np.asarray(pending_s, float))
 
     @property
@@ -205,10 +205,10 @@ class _Run:
 
         s = None
         if control is not None and not control.on:  # count plain iterations towards the switch
-            k = _fit(max(1, int(np.ceil(to_end - _EPS))), room, plain, whole=True)
+            k, dt = _fit(max(1, int(np.ceil(to_end - _EPS))), room, plain, whole=True)
             k_plain = control.advance(b, k)
             if k_plain or not control.on:
-                self._plain(rows, b, c, k_plain)
+                self._plain(rows, b, c, k_plain, dt if k_plain == k else None)
                 return
         if control is not None:
             s = control.decide(b)
@@ -216,7 +216,7 @@ class _Run:
             k = max(1, int(np.ceil(to_end - _EPS)))
             if control is not None:
                 k = max(1, int(min(k, control.plain_left(b))))
-            self._plain(rows, b, c, _fit(k, room, plain, whole=True))
+            self._plain(rows, b, c, *_fit(k, room, plain, whole=True))
             return
         if not self.drafted:  # the switch: the drafter's state for every running row
             dt = float(cost.switch_time(b, c, float(np.sum(self.ctx[rows] ** 2))))
@@ -233,8 +233,8 @@ class _Run:
 
         catchup = spec.catchup_time(cost, b, self.behind, c)
         k_max = min(control.trial_chunk(b) or spec.chunk_iters, spec.chunk_iters, to_end / acc)
-        k = _fit(k_max, room - catchup, speculative, whole=False)
-        dt = float(speculative(k)) + catchup
+        k, dt = _fit(k_max, room - catchup, speculative, whole=False)
+        dt += catchup
         control.observe_spec(s, b, acc * b * k, dt, catchup, k)
         self.behind = 0.0
         self.log.append(Entry("spec_decode", self.t, self.t + dt, b, b * acc * k, acc, str(s), k))
@@ -247,8 +247,9 @@ class _Run:
         self.tau += acc * k
         self.clock.append((self.t, self.tau))
 
-    def _plain(self, rows, b: int, c: float, k: int) -> None:
-        dt = float(self.cost.segment_time(b, 1, c, b, k))
+    def _plain(self, rows, b: int, c: float, k: int, dt: float | None = None) -> None:
+        """`k` plain iterations at batch `b` from now, `dt` seconds in all where the caller timed them."""
+        dt = float(self.cost.segment_time(b, 1, c, b, k)) if dt is None else dt
         if self.control is not None:
             self.control.observe_plain(b, dt / k, int(k))
         self.log.append(Entry("decode", self.t, self.t + dt, b, float(b * k)))
@@ -302,16 +303,15 @@ class _Run:
         self.done += 1
 
 
-def _fit(k_max, room: float, stretch, whole: bool):
-    """Iterations of a stretch: `k_max`, or fewer where a tool returns within `room` seconds (those that reach
-    it, at least one; whole for plain decoding)."""
-    if not np.isfinite(room):
-        return k_max
+def _fit(k_max, room: float, stretch, whole: bool) -> tuple:
+    """(iterations, their seconds) of a stretch: `k_max`, or fewer where a tool returns within `room` seconds (those
+    that reach it, at least one; whole for plain decoding)."""
     full = float(stretch(k_max))
     if full <= room:
-        return k_max
+        return k_max, full
     k = k_max * max(room, 0.0) / full if full > 0 else k_max
-    return max(1, int(np.ceil(k))) if whole else min(max(k, min(1.0, k_max)), k_max)
+    k = max(1, int(np.ceil(k))) if whole else min(max(k, min(1.0, k_max)), k_max)
+    return k, float(stretch(k))
 
 
 def rest_of_trajectories(df: dict, mask: np.ndarray, turn_records: list) -> dict:

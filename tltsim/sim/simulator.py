@@ -30,6 +30,7 @@ from tltsim.sim.hooks import Policy
 from tltsim.sim.recorder import SimRecorder
 from tltsim.core.summary import summarize
 from tltsim.trace import Trace
+from tltsim.trace.schema import flat_turns
 
 
 class Simulator:
@@ -265,8 +266,6 @@ class Simulator:
         for rows, rec, offset in sr.turn_records:
             counts = np.diff(rec["first"])
             each = np.repeat(rows, counts)
-            flat = lambda c, dtype: np.concatenate([np.asarray(  # noqa: E731
-                [np.nan if v is None else v for v in cell], dtype) for cell in df[c][rows]])
             frame = pd.DataFrame({
                 "step": step, "prompt_id": df["prompt_id"][each], "sample": df["sample"][each],
                 "engine": sr.engine[each], "turn": np.arange(len(each)) - np.repeat(rec["first"][:-1], counts),
@@ -274,7 +273,8 @@ class Simulator:
                 "cached_tokens": rec["cached_tokens"].astype(np.int64),
                 "response_len": rec.get("got", rec["gen"]).astype(np.int64),
                 "admitted_at": t0 + offset + rec["admitted_at"], "finished_at": t0 + offset + rec["finished_at"],
-                "tool_latency_s": flat("tool_latency_s", float), "tool_tokens": flat("tool_tokens", np.int64),
+                "tool_latency_s": flat_turns(df["tool_latency_s"][rows], float),
+                "tool_tokens": flat_turns(df["tool_tokens"][rows], np.int64),
             })[TURN_RECORD_COLUMNS]
             self.recorder.turns.append(frame[frame["admitted_at"].notna()])
 

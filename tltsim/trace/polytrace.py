@@ -30,7 +30,6 @@ verl's finish reasons are stop, length and tool_calls: the log records no aborte
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -57,16 +56,6 @@ def is_multiturn_log(path) -> bool:
         return any(FILE.fullmatch(f.name) for f in path.glob("*.jsonl"))
     first = first_object(path)
     return first is not None and isinstance(first.get("turns"), list) and isinstance(first.get("tool_calls"), list)
-    with open(path, "rb") as f:
-        for raw in f:
-            if raw.strip():
-                try:
-                    first = json.loads(raw)
-                except (ValueError, RecursionError):
-                    return False
-                return (isinstance(first, dict) and isinstance(first.get("turns"), list)
-                        and isinstance(first.get("tool_calls"), list))
-    return False
 
 
 def read_multiturn_log(path) -> Trace:

@@ -228,15 +228,16 @@ def expand_turns(df: pd.DataFrame) -> pd.DataFrame:
     rows = np.repeat(np.arange(len(df)), n)
     out = {c: df[c].to_numpy()[rows] for c in ("step", "prompt_id", "sample")}
     out["turn"] = np.arange(len(rows)) - np.repeat(np.cumsum(n) - n, n)
-    out["response_len"] = _flat(df["turn_response_len"], np.int64)
-    out["tool_latency_s"] = _flat(df["tool_latency_s"], float)
-    out["tool_tokens"] = _flat(df["tool_tokens"], np.int64)
+    out["response_len"] = flat_turns(df["turn_response_len"], np.int64)
+    out["tool_latency_s"] = flat_turns(df["tool_latency_s"], float)
+    out["tool_tokens"] = flat_turns(df["tool_tokens"], np.int64)
     if "turn_gen_s" in df.columns:
-        out["gen_s"] = _flat(df["turn_gen_s"], float)
+        out["gen_s"] = flat_turns(df["turn_gen_s"], float)
     return pd.DataFrame(out)
 
 
-def _flat(col: pd.Series, dtype) -> np.ndarray:
+def flat_turns(col, dtype) -> np.ndarray:
+    """A turn list column (one list a row) as one array of every row's turns in order, None as NaN."""
     parts = [np.asarray([np.nan if v is None else v for v in cell], dtype=dtype) for cell in col]
     return np.concatenate(parts) if parts else np.zeros(0, dtype)
 

@@ -23,7 +23,6 @@ Every problem is reported in the dump's own terms: the file, the line, the key.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -45,15 +44,6 @@ def is_rollout_dump(path) -> bool:
         return any(path.glob("*.jsonl"))
     first = first_object(path)
     return first is not None and isinstance(first.get("output"), str)
-    with open(path, "rb") as f:
-        for raw in f:
-            if raw.strip():
-                try:
-                    first = json.loads(raw)
-                except (ValueError, RecursionError):
-                    return False
-                return isinstance(first, dict) and isinstance(first.get("output"), str)
-    return False
 
 
 def read_rollout_dump(path, count_tokens: Callable[[list[str]], list[int]], tokenizer: str = "") -> Trace:
