@@ -40,7 +40,7 @@ import torch
 import transformers
 
 from real import drafters
-from real.tasks.evaluate import accepted_tokens
+from real.tasks.evaluate import accepted_tokens, token_kl
 from real.engine.generate import generate
 from real.models.targets import load_target
 from real.run.launch import RunConfig, launch
@@ -62,20 +62,6 @@ def config_of(overrides: dict) -> RunConfig:
     if isinstance(d.get("grpo"), dict):
         d["grpo"] = GRPOConfig(**d["grpo"])
     return RunConfig(**d).checked()
-
-
-@torch.no_grad()
-def token_kl(start, current, sequences: list[tuple[list[int], list[int]]]) -> float:
-    """Mean over the response positions of KL(start's next-token distribution || current's)."""
-    total, n = 0.0, 0
-    for prompt, response in sequences:
-        ids = torch.tensor([prompt + response])
-        at = slice(len(prompt) - 1, len(prompt) + len(response) - 1)  # the positions that predict the response
-        p = torch.log_softmax(start(ids).logits[0, at].double(), -1)
-        q = torch.log_softmax(current(ids).logits[0, at].double(), -1)
-        total += float((p.exp() * (p - q)).sum())
-        n += len(response)
-    return total / n
 
 
 def greedy_answers(target, task, problems, cap: int) -> list[list[int]]:

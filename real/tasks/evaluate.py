@@ -97,3 +97,18 @@ def accepted_length(target, drafter, task, problems: list, strategy: str = DEFAU
     if not problems:
         raise TltsimError("accepted_length: no problems")
     return float(np.mean(accepted_tokens(target, drafter, task, problems, strategy, max_new_tokens, batch)))
+
+
+@torch.no_grad()
+def token_kl(start, current, sequences: list[tuple[list[int], list[int]]]) -> float:
+    """How far a target moved: the mean over the response positions of `sequences` (prompt, response) of
+    KL(start's next-token distribution || current's), in nats a token; >= 0, and 0 for an unmoved target."""
+    total, n = 0.0, 0
+    for prompt, response in sequences:
+        ids = torch.tensor([prompt + response], device=next(start.parameters()).device)
+        at = slice(len(prompt) - 1, len(prompt) + len(response) - 1)  # the positions that predict the response
+        p = torch.log_softmax(start(ids).logits[0, at].double(), -1)
+        q = torch.log_softmax(current(ids.to(next(current.parameters()).device)).logits[0, at].double(), -1)
+        total += float((p.exp() * (p - q.to(p.device))).sum())
+        n += len(response)
+    return total / n

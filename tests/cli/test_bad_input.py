@@ -373,6 +373,11 @@ CASES = {
     "metrics: no rollout time": (lambda s, t: _verl(s, t, "m_none.jsonl"), "no line has 'timing_s/gen'"),
     "fit-drafter: one run as both sides": (lambda s, t: ["fit-drafter", "--adaptive", s / "res", "--static", s / "res"],
                                          "--adaptive and --static both name"),
+    "fit-drafter: no static probes": (lambda s, t: ["fit-drafter", "--adaptive", ROOT / "traces/runs/real_tlt_smollm2"],
+                                      "no static_drafter_accepted per step; give the static run with --static"),
+    "fit-drafter: predicting a run without static probes": (
+        lambda s, t: ["fit-drafter", "--adaptive", ROOT / "traces/runs/real_tlt_smollm2_longtail", "--predict",
+                      ROOT / "traces/runs/real_tlt_smollm2"], "its spot-vs-static gap is not measured"),
     "fit-drafter: a damaged run": (lambda s, t: ["fit-drafter", "--adaptive", s / "results/flipped_steps_parquet",
                                                "--static", s / "res"], "steps.parquet is damaged"),
     "trace synth -o a directory": (lambda s, t: _synth(s / "dir.csv"), "dir.csv: is a directory; name a file"),

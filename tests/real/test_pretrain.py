@@ -188,3 +188,20 @@ def test_shipped_target_is_the_default_pretrain_and_well_short_of_perfect():
     problems = task.sample(np.random.default_rng(7), 32, "test")  # one generate batch each: 32, and 8 x 8
     assert 0.3 <= evaluate(model, task, problems).accuracy <= 0.85
     assert evaluate(model, task, problems[:8], greedy=False, samples=8, seed=0).mixed_fraction >= 0.25
+
+
+def test_token_kl_is_zero_for_the_same_target_and_grows_as_it_moves():
+    import torch
+
+    from real.tasks.evaluate import token_kl
+
+    start, moved = load_target("test-qwen2"), load_target("test-qwen2")
+    sequences = [([1, 5, 9], [4, 4, 7, 2]), ([3], [8, 6])]
+    assert token_kl(start, moved, sequences) == pytest.approx(0.0, abs=1e-9)
+    kls = []
+    for scale in (0.01, 0.1):
+        with torch.no_grad():
+            for p, q in zip(start.parameters(), moved.parameters()):
+                q.copy_(p + scale * torch.randn_like(p, generator=torch.Generator().manual_seed(0)))
+        kls.append(token_kl(start, moved, sequences))
+    assert 0 < kls[0] < kls[1]

@@ -59,45 +59,6 @@ def test_a_pair_of_runs_of_unequal_steps_is_refused_before_any_replay(capsys):
     assert f"{short} has 3 steps and {long_} 6" in err and "as many steps" in err
 
 
-def _fake_run(path, accepted, batches):
-    """A run directory with only what calibration reads: per-step probe accepted lengths and training batches."""
-    import pandas as pd
-
-    from tltsim.core.records import Result
-
-    steps = pd.DataFrame({"step": range(len(accepted)), "drafter_accepted": accepted, "drafter_train_batches": batches})
-    Result(pd.DataFrame(), steps, pd.DataFrame(), {"steps": len(accepted)}, {"drafter_batch": 8}).save(path)
-    return path
-
-
-def test_calibration_recovers_the_drift_and_learning_curve_that_made_the_runs(tmp_path):
-    from tltsim.analysis.validation.validate import calibrate_staleness
-    from tltsim.control import DEFAULT_STRATEGY
-
-    model = AcceptanceModel()
-    q0, q_max, drift, tau = 0.80, 0.90, 0.02, 300.0
-    batches = [10, 30, 5, 40, 20, 0, 25]  # x 8 samples each
-    q_ad = [q0]
-    for n in batches[:-1]:
-        q = q_ad[-1]
-        q_ad.append(q + (q_max - q) * (1 - np.exp(-8 * n / tau)) - drift)
-    q_st = [q0 - drift * s for s in range(len(batches))]
-    acc = lambda qs: [model.mean(DEFAULT_STRATEGY, q) for q in qs]  # noqa: E731
-    fit = calibrate_staleness(_fake_run(tmp_path / "ad", acc(q_ad), batches), _fake_run(tmp_path / "st", acc(q_st), [0] * 7))
-    assert fit.drift == pytest.approx(drift, rel=1e-6)
-    assert fit.q_max == pytest.approx(q_max, rel=1e-3) and fit.tau_samples == pytest.approx(tau, rel=1e-2)
-    assert fit.rms_error < 1e-4 and fit.knobs()["q_start"] == pytest.approx(q0, abs=1e-9)
-    make_policy("tlt", fit.knobs())  # the fitted figures are valid simulator knobs
-
-
-def test_calibration_needs_probed_runs(tmp_path):
-    from tltsim.analysis.validation.validate import calibrate_staleness
-
-    run = _fake_run(tmp_path / "x", [float("nan")] * 3, [0] * 3)
-    with pytest.raises(TltsimError, match="no drafter_accepted per step"):
-        calibrate_staleness(run, run)
-
-
 def test_step_scaled_cost_scales_each_steps_times_by_its_factor():
     from tltsim.cost import Roofline, StepScaled
 

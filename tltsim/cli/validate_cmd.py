@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -91,27 +92,73 @@ def cmd_validate(args) -> int:
 
 
 def register_fit_drafter(sub) -> None:
-    p = sub.add_parser("fit-drafter", help="fit the simulator's drafter drift and recovery (its quality knobs) to two "
-                       "real runs; a cluster's speed is calibrated by `tltsim calibrate`")
-    p.add_argument("--adaptive", required=True, metavar="RUN_DIR", help="a run whose drafter was spot-trained (tlt)")
-    p.add_argument("--static", required=True, metavar="RUN_DIR", help="the same config without drafter training (static-sd)")
-    p.add_argument("--json", action="store_true", help="print the fitted knobs and their RMS error as JSON")
+    p = sub.add_parser("fit-drafter", help="fit the simulator's drafter drift and recovery (its quality knobs) to real "
+                       "runs, and predict another run's spot-vs-static gap; a cluster's speed is calibrated by "
+                       "`tltsim calibrate`")
+    p.add_argument("--adaptive", required=True, nargs="+", metavar="RUN_DIR",
+                   help="a run whose drafter was spot-trained (tlt), or several of one config and target learning "
+                   "rate (seeds), fitted together")
+    p.add_argument("--static", nargs="+", metavar="RUN_DIR", help="the same config without drafter training "
+                   "(static-sd), one for each --adaptive run (default: each adaptive run's own probes of its starting "
+                   "drafter, `tltsim real run --probe-static`)")
+    p.add_argument("--predict", nargs="+", default=[], metavar="RUN_DIR",
+                   help="runs made with --probe-static at other target learning rates: play the fitted model on each "
+                   "with the drift scaled by the ratio of the learning rates, beside the spot-vs-static gap it "
+                   "measured (and the mean over the runs of each learning rate)")
+    p.add_argument("--json", action="store_true", help="print the fitted knobs, their RMS error and the predictions "
+                   "as JSON")
     p.set_defaults(func=cmd_fit_drafter)
 
 
 def cmd_fit_drafter(args) -> int:
-    from tltsim.analysis.validation.validate import calibrate_staleness
+    from tltsim.analysis.validation.staleness import calibrate_staleness, mean_gap, predict_gap, read_probes
 
-    if Path(args.adaptive).resolve() == Path(args.static).resolve():
-        raise TltsimError(f"--adaptive and --static both name {args.adaptive}; give two runs of one config, one with "
-                          f"drafter training (tlt) and one without (static-sd)")
+    same = {Path(d).resolve() for d in args.adaptive} & {Path(d).resolve() for d in args.static or []}
+    if same:
+        raise TltsimError(f"--adaptive and --static both name {sorted(same)[0]}; give two runs of one config, one with "
+                          f"drafter training (tlt) and one without (static-sd), or the tlt run alone when it was made "
+                          f"with --probe-static")
     fit = calibrate_staleness(args.adaptive, args.static)
+    predictions = [predict_gap(fit, probes, _lr_ratio(fit.lr, probes, args.adaptive[0]))
+                   for probes in (read_probes(d) for d in args.predict)]
+    by_scale = {}
+    for p in predictions:
+        by_scale.setdefault(p.drift_scale, []).append(p)
+    means = [{"drift_scale": k, **mean_gap(v)} for k, v in by_scale.items()]
     if args.json:
-        print(json.dumps({**fit.knobs(), "rms_error": fit.rms_error}, indent=2))
+        print(json.dumps({**fit.knobs(), "rms_error": fit.rms_error, "lr": fit.lr,
+                          "predictions": [p.to_json() for p in predictions], "mean_predictions": means}, indent=2))
         return 0
-    print(format_table(["run", "step", "measured q", "modelled q"],
-                       [[r.run, int(r.step), r.measured_q, r.modelled_q] for r in fit.qualities.itertuples()]))
+    print(format_table(["run", "drafter", "step", "measured q", "modelled q"],
+                       [[r.run, r.drafter, int(r.step), r.measured_q, r.modelled_q]
+                        for r in fit.qualities.itertuples()]))
     print(f"\nq_start {fit.q_start:.4f}  drift {fit.drift:.4f} per update  tau_samples {fit.tau_samples:.1f}  "
           f"(RMS error {fit.rms_error:.4f})")
     print("use in the simulator: " + " ".join(f"--knob {k}={v:.6g}" for k, v in fit.knobs().items()))
+    for p in predictions:
+        print(f"\n{p.run}: drift x {p.drift_scale:.4g} (the ratio of the target learning rates); accepted length "
+              f"per call, measured and predicted")
+        print(format_table(["step", "samples", "spot", "pred", "static", "pred", "gap", "pred"],
+                           [[int(r.step), int(r.samples), r.spot, r.spot_pred, r.static, r.static_pred,
+                             r.spot - r.static, r.spot_pred - r.static_pred] for r in p.per_step.itertuples()]))
+        print(f"spot-vs-static gap over steps 1+: measured {p.measured_gap:+.4f}, predicted {p.predicted_gap:+.4f} "
+              f"tokens per call (error {_percent(p.error)})")
+    for m in means:
+        if m["runs"] > 1:
+            print(f"\nmean over the {m['runs']} runs at drift x {m['drift_scale']:.4g}: measured "
+                  f"{m['measured_gap']:+.4f}, predicted {m['predicted_gap']:+.4f} tokens per call (error "
+                  f"{_percent(m['error'])})")
     return 0
+
+
+def _percent(error) -> str:
+    return "n/a (no measured gap)" if error is None or math.isnan(error) else f"{error:+.1%}"
+
+
+def _lr_ratio(fitted_lr, probes, fitted_run) -> float:
+    """The drift scale for `probes`' run: its target learning rate over the fitted run's."""
+    if fitted_lr is None or probes.lr is None:
+        missing = fitted_run if fitted_lr is None else probes.path
+        raise TltsimError(f"{missing}: its config.json has no grpo.lr, so the drift cannot be scaled to the other "
+                          f"run's learning rate; give runs made by `tltsim real run`")
+    return probes.lr / fitted_lr

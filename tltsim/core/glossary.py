@@ -89,6 +89,24 @@ SUMMARY_ONLY: dict[str, str] = {
                   "run's end, because there speculation's accepted tokens per second beat plain decoding's.",
 }
 
+# A run's per-step columns about its drafter (steps.parquet; the simulator's policies and `tltsim real run` write them).
+STEP_DRAFTER: dict[str, str] = {
+    "drafter_quality": "the drafter's quality q (top-1 acceptance at the first drafted position) the step's rollout "
+                       "drafted with.",
+    "drafter_quality_trained": "q after the step's drafter training, before the policy update's drift.",
+    "drafter_train_gpu_s": "GPU-seconds the step spent training the drafter on idle rollout GPUs (and in tool "
+                           "waits).",
+    "drafter_train_samples": "sequences the drafter trained on in the step (a real run: drafter_train_batches x "
+                             "drafter_batch).",
+    "drafter_train_in_update_s": "cotrain only: seconds the drafter's training added to the actor update (its "
+                                 "forward and backward over the step's finished sequences on every GPU); "
+                                 "part of train_s.",
+    "drafter_train_batches": "real runs: drafter training batches in the step.",
+    "drafter_accepted": SUMMARY_ONLY["drafter_accepted"],
+    "static_drafter_accepted": "real runs with --probe-static: the accepted length of the drafter the run started "
+                               "from, never trained, on the same probe prompts with the current target.",
+}
+
 # Columns of the report's ranking that are not summary keys.
 RANKING: dict[str, str] = {
     "rollout speedup": "baseline rollout_s / this run's rollout_s; not comparable where rollout runs beside "
@@ -179,6 +197,8 @@ def markdown() -> str:
     """The glossary as a Markdown list (docs/glossary.md's)."""
     out = [f"- `{name}`: {text}" for name, text in COLUMNS.items()]
     out += [f"- `{name}` (a bound, not a policy): {text}" for name, text in BOUNDS.items()]
+    out += ["", "Drafter columns of a run's steps (steps.parquet):", ""]
+    out += [f"- `{name}`: {text}" for name, text in STEP_DRAFTER.items()]
     out += ["", "Columns of `tltsim trace stats`:", ""]
     out += [f"- `{name}`: {text}" for name, text in TRACE_STATS.items()]
     return "\n".join(out)

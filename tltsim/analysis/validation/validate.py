@@ -9,7 +9,7 @@ worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv, on the
 simulator's exact executor (every iteration run and recorded, deciding before each as a real engine does). The
 drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
-drafter-staleness model; `calibrate_staleness` fits that one), and on the exact executor each response's own,
+drafter-staleness model; tltsim.analysis.validation.staleness fits that one), and on the exact executor each response's own,
 from what it accepted over the strategies it was verified with (`ReplayedQuality`). Both sides then go through
 one function, `step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
 through `tltsim.analysis.validation.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
@@ -45,7 +45,7 @@ from tltsim.core.errors import TltsimError
 from tltsim.core.records import IDLE_STATES
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
-from tltsim.control import DEFAULT_STRATEGY, Strategy
+from tltsim.control import Strategy
 from tltsim.sim.acceptance import AcceptanceModel, invert_quality
 from tltsim.core.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
@@ -337,73 +337,3 @@ def write(validation: Validation, out: str | Path) -> Path:
             res.save(tmp / "predicted" / name.split(" ")[0])
         write_manifest(tmp, kind="validation")
     return out
-
-
-
-
-@dataclass
-class StalenessFit:
-    """Drafter-staleness parameters fitted from real runs (see `calibrate_staleness`)."""
-
-    q_start: float  # drafter quality before the first policy update
-    q_max: float  # the learning curve's asymptote
-    drift: float  # quality lost per policy update (from the run without drafter training)
-    tau_samples: float  # training samples that close 63% of the quality gap (from the spot-trained run)
-    rms_error: float  # RMS error of the modelled vs measured quality over both runs' steps
-    qualities: pd.DataFrame  # step, run, measured quality, modelled quality
-
-    def knobs(self) -> dict:
-        """As simulator policy knobs (--knob q_start=... drift=... tau_samples=...)."""
-        return {"q_start": self.q_start, "q_max": self.q_max, "drift": self.drift, "tau_samples": self.tau_samples}
-
-
-def calibrate_staleness(adaptive_run: str | Path, static_run: str | Path, drafter_batch: int | None = None) -> StalenessFit:
-    """Fit the simulator's drafter drift and recovery to two real runs of the same config.
-
-    Each run records, before every step, the accepted length of its drafter on fixed held-out prompts
-    (steps column `drafter_accepted`, chain of 4). Inverted through the acceptance model it gives the
-    drafter quality q_s. The static run (no drafter training) measures the drift: q_{s+1} = q_s - drift.
-    The spot-trained run then fixes the learning curve: q_{s+1} = q_s + (q_max - q_s)(1 - exp(-n_s/tau))
-    - drift, with n_s the drafter training samples of step s (batches x drafter_batch) and q_max the
-    learning curve's asymptote, as in tltsim.control.DrafterQuality. Both are least-squares fits.
-    """
-    from scipy.optimize import minimize
-
-    model = AcceptanceModel()
-    runs = {}
-    for name, d in (("adaptive", adaptive_run), ("static", static_run)):
-        res = Result.load(d)
-        if "drafter_accepted" not in res.steps or res.steps["drafter_accepted"].isna().all():
-            raise TltsimError(f"{d}: no drafter_accepted per step; `tltsim fit-drafter` fits runs made with "
-                              f"`tltsim real run --probe N` (N > 0) of a speculative policy")
-        if len(res.steps) < 2:
-            raise TltsimError(f"{d}: {len(res.steps)} step(s); calibration needs at least 2")
-        q = np.array([invert_quality(model, DEFAULT_STRATEGY, a) for a in res.steps["drafter_accepted"]])
-        batch = drafter_batch or int(res.config.get("drafter_batch", 8))
-        samples = res.steps.get("drafter_train_batches", pd.Series(0, index=res.steps.index)).to_numpy(float) * batch
-        runs[name] = (q, samples)
-    q_static = runs["static"][0]
-    drift = max(0.0, float(-np.mean(np.diff(q_static))))
-    q_ad, n_ad = runs["adaptive"]
-
-    def trajectory(q_max: float, tau: float) -> np.ndarray:
-        q = [q_ad[0]]
-        for n in n_ad[:-1]:
-            q.append(q[-1] + (q_max - q[-1]) * -np.expm1(-n / tau) - drift)
-        return np.array(q)
-
-    def loss(x) -> float:  # x = (q_max, log tau)
-        return float(np.sum((trajectory(x[0], np.exp(x[1])) - q_ad) ** 2))
-
-    lo = float(max(q_ad.max(), q_static[0]))
-    starts = [(qm, lt) for qm in np.linspace(lo, 1.0, 5) for lt in (0.0, 3.0, 6.0, 9.0)]
-    best = min((minimize(loss, x0, bounds=[(lo, 1.0), (-5.0, 15.0)], method="L-BFGS-B") for x0 in starts),
-               key=lambda r: r.fun)
-    q_max, tau = float(best.x[0]), float(np.exp(best.x[1]))
-    static_model = q_static[0] - drift * np.arange(len(q_static))
-    rows = [{"run": "adaptive", "step": i, "measured_q": m, "modelled_q": p}
-            for i, (m, p) in enumerate(zip(q_ad, trajectory(q_max, tau)))]
-    rows += [{"run": "static", "step": i, "measured_q": m, "modelled_q": p} for i, (m, p) in enumerate(zip(q_static, static_model))]
-    table = pd.DataFrame(rows)
-    rms = float(np.sqrt(np.mean((table.measured_q - table.modelled_q) ** 2)))
-    return StalenessFit(float(q_ad[0]), q_max, drift, tau, rms, table)

@@ -1,0 +1,203 @@
+"""The simulator's drafter-staleness model fitted to real runs, and what it predicts for a run at another learning rate.
+
+    read_probes(run_dir) -> Probes                        # a real run's drafter probes, per step
+    calibrate_staleness(adaptive_runs, static_runs=None)  # -> StalenessFit (`tltsim fit-drafter`)
+    predict_gap(fit, probes, drift_scale) -> GapPrediction
+    mean_gap(predictions) -> (measured, predicted, error)  # over runs of one config (seeds)
+
+A `tltsim real run` of a speculative policy measures, before every step, its drafter's accepted length on fixed
+held-out prompts with the current target (steps column `drafter_accepted`, greedy, a chain of 4); with
+`--probe-static` also the drafter it started from, never trained (`static_drafter_accepted`). Inverted through the
+acceptance model each gives the drafter's quality q per step, the unit of the simulator's drafter model
+(tltsim.sim.drafter_quality):
+
+- the static drafter measures the drift: q_s = q_0 - drift x s, the drift a robust (Theil-Sen) slope, never below 0;
+- the spot-trained drafter then fixes the learning curve: q_{s+1} = q_s + (q_max - q_s)(1 - exp(-n_s / tau)) - drift,
+  with n_s the samples it trained on in step s (batches x drafter_batch); q_max and tau by least squares.
+
+The static series comes from a second run of the same config without drafter training (static-sd), or from the
+spot run's own `static_drafter_accepted` (one run, the same targets and prompts for both drafters).
+
+`predict_gap` plays the fitted model on another run's steps (its own start and its own training samples) with the
+drift times `drift_scale`, and compares the spot-vs-static gap (the mean over the steps after the first of the spot
+drafter's accepted length minus the static one's) with what that run measured. A run at another learning rate of
+the target takes the ratio of the two rates as its scale: AdamW moves each weight by about the learning rate a step,
+whatever the gradient's size, so the target moves, and the drafter goes stale, in proportion to it (first order).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tltsim.control import DEFAULT_STRATEGY
+from tltsim.core.errors import TltsimError
+from tltsim.core.records import Result
+from tltsim.sim.acceptance import AcceptanceModel, invert_quality
+
+
+@dataclass
+class Probes:
+    """A real run's drafter probes, per step (before the step's rollout, with the target of the step before)."""
+
+    path: str
+    spot: np.ndarray  # the policy's (spot-trained) drafter's accepted length
+    static: np.ndarray | None  # the starting drafter's, never trained (--probe-static), else None
+    samples: np.ndarray  # samples the spot drafter trained on in each step
+    lr: float | None  # the target's learning rate (config.json grpo.lr)
+
+    def quality(self, accepted: np.ndarray, model: AcceptanceModel) -> np.ndarray:
+        return np.array([invert_quality(model, DEFAULT_STRATEGY, a) for a in accepted])
+
+
+def read_probes(run_dir: str | Path, drafter_batch: int | None = None) -> Probes:
+    """The probes of the run in `run_dir`; TltsimError when it has none, or fewer than 2 steps."""
+    res = Result.load(run_dir)
+    steps = res.steps
+    if "drafter_accepted" not in steps or steps["drafter_accepted"].isna().all():
+        raise TltsimError(f"{run_dir}: no drafter_accepted per step; `tltsim fit-drafter` fits runs made with "
+                          f"`tltsim real run --probe N` (N > 0) of a speculative policy")
+    if len(steps) < 2:
+        raise TltsimError(f"{run_dir}: {len(steps)} step(s); calibration needs at least 2")
+    static = steps.get("static_drafter_accepted")
+    static = static.to_numpy(float) if static is not None and static.notna().all() else None
+    batch = drafter_batch or int(res.config.get("drafter_batch", 8))
+    batches = steps.get("drafter_train_batches", pd.Series(0, index=steps.index)).to_numpy(float)
+    lr = (res.config.get("grpo") or {}).get("lr")
+    return Probes(str(run_dir), steps["drafter_accepted"].to_numpy(float), static, batches * batch,
+                  float(lr) if lr is not None else None)
+
+
+@dataclass
+class StalenessFit:
+    """Drafter-staleness parameters fitted from real runs (see `calibrate_staleness`)."""
+
+    q_start: float  # drafter quality before the first policy update (the runs' mean)
+    q_max: float  # the learning curve's asymptote
+    drift: float  # quality lost per policy update (from the static drafter's probes)
+    tau_samples: float  # training samples that close 63% of the quality gap (from the spot-trained drafter's)
+    rms_error: float  # RMS error of the modelled vs measured quality over both series' steps
+    qualities: pd.DataFrame  # run, drafter (spot or static), step, measured quality, modelled quality
+    lr: float | None = None  # the fitted run's target learning rate
+
+    def knobs(self) -> dict:
+        """As simulator policy knobs (--knob q_start=... drift=... tau_samples=...)."""
+        return {"q_start": self.q_start, "q_max": self.q_max, "drift": self.drift, "tau_samples": self.tau_samples}
+
+
+def spot_trajectory(q0: float, samples: np.ndarray, q_max: float, tau: float, drift: float) -> np.ndarray:
+    """The spot drafter's quality before each step: trained on that step's samples, then the policy update."""
+    q = [q0]
+    for n in samples[:-1]:
+        q.append(q[-1] + (q_max - q[-1]) * -math.expm1(-n / tau) - drift)
+    return np.array(q)
+
+
+def static_trajectory(q0: float, steps: int, drift: float) -> np.ndarray:
+    return q0 - drift * np.arange(steps)
+
+
+def calibrate_staleness(adaptive_runs, static_runs=None, drafter_batch: int | None = None) -> StalenessFit:
+    """Fit the simulator's drafter drift and recovery to spot-trained runs of one config and learning rate (a run
+    directory, or several: seeds, whose noise the fit then averages) and to the static drafter's probes: those of
+    `static_runs` (one a spot run, the same config without drafter training), or, without them, each run's own
+    `static_drafter_accepted` (`tltsim real run --probe-static`). The drift is the median of the runs' Theil-Sen
+    slopes; q_max and tau are shared, each run's spot trajectory starting from its own first probe."""
+    from scipy.optimize import minimize
+    from scipy.stats import theilslopes
+
+    adaptive_runs = [adaptive_runs] if isinstance(adaptive_runs, (str, Path)) else list(adaptive_runs)
+    model = AcceptanceModel()
+    runs = [read_probes(d, drafter_batch) for d in adaptive_runs]
+    if static_runs is None:
+        for r in runs:
+            if r.static is None:
+                raise TltsimError(f"{r.path}: no static_drafter_accepted per step; give the static run with "
+                                  f"--static, or make the run with `tltsim real run --probe-static`")
+        statics = [r.static for r in runs]
+    else:
+        static_runs = [static_runs] if isinstance(static_runs, (str, Path)) else list(static_runs)
+        if len(static_runs) != len(runs):
+            raise TltsimError(f"{len(static_runs)} static run(s) for {len(runs)} spot-trained one(s): give one "
+                              f"static run a spot run, in the same order")
+        statics = [read_probes(d, drafter_batch).spot for d in static_runs]
+    lrs = {r.lr for r in runs}
+    if len(lrs) > 1:
+        raise TltsimError(f"the runs fitted together have target learning rates {sorted(lrs, key=str)}; fit runs of "
+                          f"one learning rate and predict the others with --predict")
+    q_ad = [r.quality(r.spot, model) for r in runs]
+    q_static = [runs[0].quality(st, model) for st in statics]
+    drift = max(0.0, -float(np.median([theilslopes(q, np.arange(len(q))).slope for q in q_static])))
+
+    def loss(x) -> float:  # x = (q_max, log tau)
+        return float(sum(np.sum((spot_trajectory(q[0], r.samples, x[0], np.exp(x[1]), drift) - q) ** 2)
+                         for q, r in zip(q_ad, runs)))
+
+    lo = float(max(max(q.max() for q in q_ad), max(q[0] for q in q_static)))
+    starts = [(qm, lt) for qm in np.linspace(lo, 1.0, 5) for lt in (0.0, 3.0, 6.0, 9.0)]
+    best = min((minimize(loss, x0, bounds=[(lo, 1.0), (-5.0, 15.0)], method="L-BFGS-B") for x0 in starts),
+               key=lambda r: r.fun)
+    q_max, tau = float(best.x[0]), float(np.exp(best.x[1]))
+    rows = []
+    for r, q, qs in zip(runs, q_ad, q_static):
+        name = Path(r.path).name
+        rows += [{"run": name, "drafter": "spot", "step": i, "measured_q": m, "modelled_q": p}
+                 for i, (m, p) in enumerate(zip(q, spot_trajectory(q[0], r.samples, q_max, tau, drift)))]
+        rows += [{"run": name, "drafter": "static", "step": i, "measured_q": m, "modelled_q": p}
+                 for i, (m, p) in enumerate(zip(qs, static_trajectory(qs[0], len(qs), drift)))]
+    table = pd.DataFrame(rows)
+    rms = float(np.sqrt(np.mean((table.measured_q - table.modelled_q) ** 2)))
+    return StalenessFit(float(np.mean([q[0] for q in q_ad])), q_max, drift, tau, rms, table, runs[0].lr)
+
+
+@dataclass
+class GapPrediction:
+    """The fitted model played on another run's steps, beside what that run measured (accepted lengths)."""
+
+    run: str
+    drift_scale: float
+    per_step: pd.DataFrame  # step, samples, spot, static (measured), spot_pred, static_pred
+    measured_gap: float  # mean over the steps after the first of spot - static, measured
+    predicted_gap: float  # the same, predicted
+
+    @property
+    def error(self) -> float:
+        """Relative error of the predicted gap (NaN when the measured gap is 0)."""
+        return (self.predicted_gap - self.measured_gap) / abs(self.measured_gap) if self.measured_gap else math.nan
+
+    def to_json(self) -> dict:
+        return {"run": self.run, "drift_scale": self.drift_scale, "measured_gap": self.measured_gap,
+                "predicted_gap": self.predicted_gap, "error": None if math.isnan(self.error) else self.error,
+                "steps": self.per_step.to_dict(orient="records")}
+
+
+def predict_gap(fit: StalenessFit, probes: Probes, drift_scale: float = 1.0) -> GapPrediction:
+    """Play `fit` on `probes`' run (its first probe's quality, its training samples) with the drift times
+    `drift_scale`; TltsimError when that run has no static probes to compare with."""
+    if probes.static is None:
+        raise TltsimError(f"{probes.path}: no static_drafter_accepted per step, so its spot-vs-static gap is not "
+                          f"measured; make the run with `tltsim real run --probe-static`")
+    if not drift_scale >= 0:
+        raise TltsimError(f"drift scale {drift_scale!r}: must be >= 0")
+    model = AcceptanceModel()
+    q0 = float(probes.quality(probes.spot[:1], model)[0])
+    drift = fit.drift * drift_scale
+    spot = spot_trajectory(q0, probes.samples, fit.q_max, fit.tau_samples, drift)
+    static = static_trajectory(float(probes.quality(probes.static[:1], model)[0]), len(probes.static), drift)
+    length = np.vectorize(lambda q: model.mean(DEFAULT_STRATEGY, float(np.clip(q, 0.0, 1.0))))
+    table = pd.DataFrame({"step": np.arange(len(spot)), "samples": probes.samples, "spot": probes.spot,
+                          "static": probes.static, "spot_pred": length(spot), "static_pred": length(static)})
+    later = table.iloc[1:]
+    return GapPrediction(probes.path, drift_scale, table, float((later.spot - later.static).mean()),
+                         float((later.spot_pred - later.static_pred).mean()))
+
+
+def mean_gap(predictions: list[GapPrediction]) -> dict:
+    """The gap averaged over runs (seeds of one config), measured and predicted, and the relative error."""
+    measured = float(np.mean([p.measured_gap for p in predictions]))
+    predicted = float(np.mean([p.predicted_gap for p in predictions]))
+    return {"runs": len(predictions), "measured_gap": measured, "predicted_gap": predicted,
+            "error": (predicted - measured) / abs(measured) if measured else None}
