@@ -42,7 +42,7 @@ import pandas as pd
 from tltsim.trace.schema import Trace
 
 # The figures of every step's entry in `per_step` and of the overall object (which adds `steps`).
-FIGURES = ["responses", "count", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction",
+FIGURES = ["responses", "mean", "median", "p90", "p99", "max", "max_over_median", "tail_share", "truncated_fraction",
            "aborted_fraction"]
 # What a multi-turn trace adds to both.
 AGENTIC_FIGURES = ["trajectories", "turns", "tool_calls", "completion_tokens", "tool_latency_s", "tool_wait_share"]
@@ -103,7 +103,7 @@ def _agentic(turns: pd.DataFrame) -> dict:
 
 def _figures(lengths: np.ndarray, truncated: np.ndarray | None, aborted: np.ndarray) -> dict:
     kept = lengths[~aborted]
-    out = {"responses": int(len(lengths)), "count": int(len(lengths))}
+    out = {"responses": int(len(lengths))}
     if len(kept):
         median, p90, p99 = (float(v) for v in np.percentile(kept, [50, 90, 99]))
         top = int(kept.max())
