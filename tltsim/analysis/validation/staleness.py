@@ -49,8 +49,10 @@ class Probes:
     samples: np.ndarray  # samples the spot drafter trained on in each step
     lr: float | None  # the target's learning rate (config.json grpo.lr)
 
-    def quality(self, accepted: np.ndarray, model: AcceptanceModel) -> np.ndarray:
-        return np.array([invert_quality(model, DEFAULT_STRATEGY, a) for a in accepted])
+
+def quality(accepted: np.ndarray, model: AcceptanceModel) -> np.ndarray:
+    """The drafter quality q whose accepted length at the probe's chain of 4 is each of `accepted`."""
+    return np.array([invert_quality(model, DEFAULT_STRATEGY, a) for a in accepted])
 
 
 def read_probes(run_dir: str | Path, drafter_batch: int | None = None) -> Probes:
@@ -128,8 +130,8 @@ def calibrate_staleness(adaptive_runs, static_runs=None, drafter_batch: int | No
     if len(lrs) > 1:
         raise TltsimError(f"the runs fitted together have target learning rates {sorted(lrs, key=str)}; fit runs of "
                           f"one learning rate and predict the others with --predict")
-    q_ad = [r.quality(r.spot, model) for r in runs]
-    q_static = [runs[0].quality(st, model) for st in statics]
+    q_ad = [quality(r.spot, model) for r in runs]
+    q_static = [quality(st, model) for st in statics]
     drift = max(0.0, -float(np.median([theilslopes(q, np.arange(len(q))).slope for q in q_static])))
 
     def loss(x) -> float:  # x = (q_max, log tau)
@@ -183,10 +185,10 @@ def predict_gap(fit: StalenessFit, probes: Probes, drift_scale: float = 1.0) -> 
     if not drift_scale >= 0:
         raise TltsimError(f"drift scale {drift_scale!r}: must be >= 0")
     model = AcceptanceModel()
-    q0 = float(probes.quality(probes.spot[:1], model)[0])
+    q0 = float(quality(probes.spot[:1], model)[0])
     drift = fit.drift * drift_scale
     spot = spot_trajectory(q0, probes.samples, fit.q_max, fit.tau_samples, drift)
-    static = static_trajectory(float(probes.quality(probes.static[:1], model)[0]), len(probes.static), drift)
+    static = static_trajectory(float(quality(probes.static[:1], model)[0]), len(probes.static), drift)
     length = np.vectorize(lambda q: model.mean(DEFAULT_STRATEGY, float(np.clip(q, 0.0, 1.0))))
     table = pd.DataFrame({"step": np.arange(len(spot)), "samples": probes.samples, "spot": probes.spot,
                           "static": probes.static, "spot_pred": length(spot), "static_pred": length(static)})
