@@ -102,6 +102,8 @@ def main() -> None:
             sh(["real", "run", "--policy", "tlt", "--probe-static", "--workers", "2", "--steps", args.steps,
                 "--seed", seed, "--lr", lr, *(["--model", args.model] if args.model else []), *run_args,
                 "--no-progress", "-o", run])
+    for run in [r for lr in lrs for r in runs[lr]] if args.skip_runs else []:  # what made the runs read
+        print(f"# {run.name}: {json.loads((run / 'config.json').read_text())['command']}", flush=True)
     import pandas as pd
 
     print("\nper run: the probes (tokens a target call, greedy 4_1_4) at the first and last step, GRPO updates, and "
