@@ -106,16 +106,17 @@ def main() -> None:
         print(f"# {run.name}: {json.loads((run / 'config.json').read_text())['command']}", flush=True)
     import pandas as pd
 
-    print("\nper run: the probes (tokens a target call, greedy 4_1_4) at the first and last step, GRPO updates, and "
-          "how far the target moved")
-    print("run           static first -> last  spot first -> last  mean gap  updates  KL(start||final)/token")
+    print("\nper run: the probes (tokens a target call, greedy 4_1_4) at the first and last step, the steps with a GRPO "
+          "gradient (a group with mixed rewards; AdamW's momentum carries each one's move a few steps on), and how "
+          "far the target moved")
+    print("run           static first -> last  spot first -> last  mean gap  gradient  KL(start||final)/token")
     for lr in lrs:
         for run in runs[lr]:
             st = pd.read_parquet(run / "steps.parquet")
             gap = float((st.drafter_accepted - st.static_drafter_accepted).iloc[1:].mean())
             print(f"{run.name:<12}  {st.static_drafter_accepted.iloc[0]:5.3f} -> {st.static_drafter_accepted.iloc[-1]:5.3f}"
                   f"        {st.drafter_accepted.iloc[0]:5.3f} -> {st.drafter_accepted.iloc[-1]:5.3f}      {gap:+.3f}"
-                  f"  {int(st.grpo_loss.ne(0).sum()):>3}/{len(st)}  {moved(run, args.kl_prompts):.5f}", flush=True)
+                  f"  {int(st.grpo_loss.ne(0).sum()):>5}/{len(st)}  {moved(run, args.kl_prompts):.5f}", flush=True)
     results = {}
     for fitted, predicted in (lrs, lrs[::-1]):
         text = sh(["fit-drafter", "--adaptive", *runs[fitted], "--predict", *runs[predicted]], capture=True)
@@ -130,8 +131,12 @@ def main() -> None:
         gaps = [x["measured_gap"] for x in r["predictions"]]
         se = statistics.stdev(gaps) / len(gaps) ** 0.5 if len(gaps) > 1 else float("nan")
         ok = m["error"] is not None and abs(m["error"]) <= 0.15
+        err = f"{m['error']:+6.1%}" if m["error"] is not None else "  none"
         print(f"{fitted:>9}  {r['drift']:16.5f}  {r['tau_samples']:11.1f}  {predicted:>12}  {m['measured_gap']:+12.4f}"
-              f" ({se:.3f})  {m['predicted_gap']:+13.4f}  {m['error']:+6.1%}  {'PASS' if ok else 'FAIL'}")
+              f" ({se:.3f})  {m['predicted_gap']:+13.4f}  {err}  {'PASS' if ok else 'FAIL'}")
+        singles = [x["error"] for x in r["predictions"] if x["error"] is not None]
+        if len(singles) > 1:
+            print(f"{'':>9}  single seeds' errors: {min(singles):+.1%} to {max(singles):+.1%}")
     drifts = {fitted: r["drift"] for (fitted, _), r in results.items()}
     low, high = sorted(lrs, key=float)
     ratio = drifts[high] / drifts[low] if drifts[low] > 0 else float("inf")

@@ -106,3 +106,28 @@ def test_runs_of_one_learning_rate_fit_together_each_from_its_own_start(tmp_path
     assert set(fit.qualities.run) == {"s0", "s1"} and set(fit.qualities.drafter) == {"spot", "static"}
     with pytest.raises(TltsimError, match="fit runs of one learning rate"):
         calibrate_staleness([runs[0], model_run(tmp_path / "other", 1e-5, 0.01)])
+
+
+def test_a_step_without_a_probe_is_refused_naming_it(tmp_path):
+    """invert_quality reads NaN as quality 0, which would drag the fit without a word: refuse instead."""
+    q = accepted(static_trajectory(0.8, 4, 0.01))
+    spot_gap = fake_run(tmp_path / "a", [q[0], float("nan"), q[2], q[3]], [1] * 4, q)
+    with pytest.raises(TltsimError, match=r"drafter_accepted is missing at step\(s\) 1;"):
+        read_probes(spot_gap)
+    static_gap = fake_run(tmp_path / "b", q, [1] * 4, [q[0], q[1], float("nan"), float("nan")])
+    with pytest.raises(TltsimError, match=r"static_drafter_accepted is missing at step\(s\) 2, 3;"):
+        read_probes(static_gap)
+
+
+def test_a_learning_rate_of_zero_is_refused(tmp_path):
+    with pytest.raises(TltsimError, match="grpo.lr is 0; a target learning rate must be > 0"):
+        read_probes(model_run(tmp_path / "a", 0, 0.01))
+
+
+def test_no_measured_gap_gives_no_relative_error(tmp_path):
+    """Spot and static alike (nothing trained, nothing drifted): the gap is 0, its relative error none (null in
+    JSON, never NaN)."""
+    q = accepted([0.8] * 4)
+    run = fake_run(tmp_path / "a", q, [0] * 4, q)
+    p = predict_gap(calibrate_staleness(run), read_probes(run))
+    assert p.measured_gap == 0 and p.error is None and p.to_json()["error"] is None

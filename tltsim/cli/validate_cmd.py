@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -127,12 +126,13 @@ def cmd_fit_drafter(args) -> int:
     means = [{"drift_scale": k, **mean_gap(v)} for k, v in by_scale.items()]
     if args.json:
         print(json.dumps({**fit.knobs(), "rms_error": fit.rms_error, "lr": fit.lr,
-                          "predictions": [p.to_json() for p in predictions], "mean_predictions": means}, indent=2))
+                          "predictions": [p.to_json() for p in predictions], "mean_predictions": means}, indent=2,
+                         allow_nan=False))
         return 0
     print(format_table(["run", "drafter", "step", "measured q", "modelled q"],
                        [[r.run, r.drafter, int(r.step), r.measured_q, r.modelled_q]
                         for r in fit.qualities.itertuples()]))
-    print(f"\nq_start {fit.q_start:.4f}  drift {fit.drift:.4f} per update  tau_samples {fit.tau_samples:.1f}  "
+    print(f"\nq_start {fit.q_start:.4f}  drift {fit.drift:.4f} a step  tau_samples {fit.tau_samples:.1f}  "
           f"(RMS error {fit.rms_error:.4f})")
     print("use in the simulator: " + " ".join(f"--knob {k}={v:.6g}" for k, v in fit.knobs().items()))
     for p in predictions:
@@ -152,7 +152,7 @@ def cmd_fit_drafter(args) -> int:
 
 
 def _percent(error) -> str:
-    return "n/a (no measured gap)" if error is None or math.isnan(error) else f"{error:+.1%}"
+    return "n/a (no measured gap)" if error is None else f"{error:+.1%}"
 
 
 def _lr_ratio(fitted_lr, probes, fitted_run) -> float:

@@ -3,7 +3,7 @@
     read_probes(run_dir) -> Probes                        # a real run's drafter probes, per step
     calibrate_staleness(adaptive_runs, static_runs=None)  # -> StalenessFit (`tltsim fit-drafter`)
     predict_gap(fit, probes, drift_scale) -> GapPrediction
-    mean_gap(predictions) -> (measured, predicted, error)  # over runs of one config (seeds)
+    mean_gap(predictions) -> dict                         # the gap over runs of one config (seeds)
 
 A `tltsim real run` of a speculative policy measures, before every step, its drafter's accepted length on fixed
 held-out prompts with the current target (steps column `drafter_accepted`, greedy, a chain of 4); with
@@ -56,7 +56,8 @@ def quality(accepted: np.ndarray, model: AcceptanceModel) -> np.ndarray:
 
 
 def read_probes(run_dir: str | Path, drafter_batch: int | None = None) -> Probes:
-    """The probes of the run in `run_dir`; TltsimError when it has none, or fewer than 2 steps."""
+    """The probes of the run in `run_dir`; TltsimError when it has none, a step without one, fewer than 2 steps or a
+    learning rate that is not > 0."""
     res = Result.load(run_dir)
     steps = res.steps
     if "drafter_accepted" not in steps or steps["drafter_accepted"].isna().all():
@@ -65,11 +66,19 @@ def read_probes(run_dir: str | Path, drafter_batch: int | None = None) -> Probes
     if len(steps) < 2:
         raise TltsimError(f"{run_dir}: {len(steps)} step(s); calibration needs at least 2")
     static = steps.get("static_drafter_accepted")
-    static = static.to_numpy(float) if static is not None and static.notna().all() else None
+    static = None if static is None or static.isna().all() else static
+    for name, column in (("drafter_accepted", steps["drafter_accepted"]), ("static_drafter_accepted", static)):
+        if column is not None and column.isna().any():
+            missing = steps["step"][column.isna()].tolist() if "step" in steps else column.index[column.isna()].tolist()
+            raise TltsimError(f"{run_dir}: {name} is missing at step(s) {', '.join(map(str, missing))}; a fit "
+                              f"needs every step's probe (a run made with --probe 0 for a while cannot be fitted)")
     batch = drafter_batch or int(res.config.get("drafter_batch", 8))
     batches = steps.get("drafter_train_batches", pd.Series(0, index=steps.index)).to_numpy(float)
     lr = (res.config.get("grpo") or {}).get("lr")
-    return Probes(str(run_dir), steps["drafter_accepted"].to_numpy(float), static, batches * batch,
+    if lr is not None and not (isinstance(lr, (int, float)) and lr > 0):
+        raise TltsimError(f"{run_dir}: config.json's grpo.lr is {lr!r}; a target learning rate must be > 0")
+    return Probes(str(run_dir), steps["drafter_accepted"].to_numpy(float),
+                  static.to_numpy(float) if static is not None else None, batches * batch,
                   float(lr) if lr is not None else None)
 
 
@@ -166,14 +175,19 @@ class GapPrediction:
     predicted_gap: float  # the same, predicted
 
     @property
-    def error(self) -> float:
-        """Relative error of the predicted gap (NaN when the measured gap is 0)."""
-        return (self.predicted_gap - self.measured_gap) / abs(self.measured_gap) if self.measured_gap else math.nan
+    def error(self) -> float | None:
+        """Relative error of the predicted gap (None when the measured gap is 0)."""
+        return relative_error(self.predicted_gap, self.measured_gap)
 
     def to_json(self) -> dict:
         return {"run": self.run, "drift_scale": self.drift_scale, "measured_gap": self.measured_gap,
-                "predicted_gap": self.predicted_gap, "error": None if math.isnan(self.error) else self.error,
+                "predicted_gap": self.predicted_gap, "error": self.error,
                 "steps": self.per_step.to_dict(orient="records")}
+
+
+def relative_error(predicted: float, measured: float) -> float | None:
+    """(predicted - measured) / |measured|; None when the measured value is 0 (no gap to be relative to)."""
+    return (predicted - measured) / abs(measured) if measured != 0 else None
 
 
 def predict_gap(fit: StalenessFit, probes: Probes, drift_scale: float = 1.0) -> GapPrediction:
@@ -202,4 +216,4 @@ def mean_gap(predictions: list[GapPrediction]) -> dict:
     measured = float(np.mean([p.measured_gap for p in predictions]))
     predicted = float(np.mean([p.predicted_gap for p in predictions]))
     return {"runs": len(predictions), "measured_gap": measured, "predicted_gap": predicted,
-            "error": (predicted - measured) / abs(measured) if measured else None}
+            "error": relative_error(predicted, measured)}
