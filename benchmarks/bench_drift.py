@@ -102,8 +102,9 @@ def main() -> None:
             sh(["real", "run", "--policy", "tlt", "--probe-static", "--workers", "2", "--steps", args.steps,
                 "--seed", seed, "--lr", lr, *(["--model", args.model] if args.model else []), *run_args,
                 "--no-progress", "-o", run])
+    root = f"{Path(__file__).resolve().parents[1]}/"  # a run made before commands named the shipped target as typed
     for run in [r for lr in lrs for r in runs[lr]] if args.skip_runs else []:  # what made the runs read
-        print(f"# {run.name}: {json.loads((run / 'config.json').read_text())['command']}", flush=True)
+        print(f"# {run.name}: {json.loads((run / 'config.json').read_text())['command'].replace(root, '')}", flush=True)
     import pandas as pd
 
     print("\nper run: the probes (tokens a target call, greedy 4_1_4) at the first and last step, the steps with a GRPO "

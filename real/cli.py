@@ -179,8 +179,16 @@ def _run_command(args) -> str:
         elif key == "knob":
             words += [w for kv in value for w in ("--knob", kv)]
         else:
-            words += [flag, str(value)]
+            words += [flag, _typed_path(value) if key in ("model", "drafter", "answers") else str(value)]
     return shlex.join(words)
+
+
+def _typed_path(value) -> str:
+    """A path under the working directory as one would type it there (the shipped target's default is absolute)."""
+    from pathlib import Path
+
+    path = Path(str(value))
+    return os.path.relpath(path) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(value)
 
 
 def _run(args) -> int:

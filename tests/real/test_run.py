@@ -507,3 +507,19 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "drafter",  # noqa: E731
                                                                "probe_static", "answers")}
     assert same(res.config) == same(twin)
+
+
+def test_a_runs_command_names_the_default_target_as_typed_from_the_repository(monkeypatch):
+    """The shipped target's default is an absolute path; the recorded command gives it as one would type it in the
+    working directory holding it, and leaves a path elsewhere as given."""
+    import argparse
+
+    from real.cli import _run_command
+    from real.settings import SHIPPED_TARGET
+
+    monkeypatch.chdir(ROOT)
+    args = argparse.Namespace(out="out/r", model=str(SHIPPED_TARGET), drafter="/elsewhere/d.pt", policy="tlt",
+                              knob=["threshold=4"], lr=1e-5, probe_static=True, func=None)
+    command = _run_command(args)
+    assert "--model real/assets/gcd-tiny-llama" in command and "--drafter /elsewhere/d.pt" in command
+    assert str(ROOT) not in command and "--knob threshold=4" in command and "--probe-static" in command
