@@ -30,7 +30,6 @@ drift misleads.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from tltsim.control import DEFAULT_STRATEGY
 from tltsim.core.errors import TltsimError
 from tltsim.core.records import Result
 from tltsim.sim.acceptance import AcceptanceModel, invert_quality
+from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality
 
 
 @dataclass
@@ -104,15 +104,20 @@ class StalenessFit:
 
 
 def spot_trajectory(q0: float, samples: np.ndarray, q_max: float, tau: float, drift: float) -> np.ndarray:
-    """The spot drafter's quality before each step: trained on that step's samples, then the policy update."""
+    """The spot drafter's quality before each step, as the simulator's drafter model plays it
+    (tltsim.sim.drafter_quality, floored at 0): trained on that step's samples, then the policy update."""
+    drafter = DrafterQuality(DrafterConfig(q_start=q0, q_max=q_max, drift=drift, q_floor=0.0, tau_samples=tau))
     q = [q0]
     for n in samples[:-1]:
-        q.append(q[-1] + (q_max - q[-1]) * -math.expm1(-n / tau) - drift)
+        drafter.train(float(n))
+        q.append(drafter.policy_update())
     return np.array(q)
 
 
 def static_trajectory(q0: float, steps: int, drift: float) -> np.ndarray:
-    return q0 - drift * np.arange(steps)
+    """The static drafter's quality before each step, as the simulator's drafter model plays it (floored at 0)."""
+    drafter = DrafterQuality(DrafterConfig(q_start=q0, q_max=q0, drift=drift, q_floor=0.0), trainable=False)
+    return np.array([q0] + [drafter.policy_update() for _ in range(steps - 1)])
 
 
 def calibrate_staleness(adaptive_runs, static_runs=None, drafter_batch: int | None = None) -> StalenessFit:
@@ -181,7 +186,7 @@ class GapPrediction:
     @property
     def error(self) -> float | None:
         """Relative error of the predicted gap (None when the measured gap is 0)."""
-        return relative_error(self.predicted_gap, self.measured_gap)
+        return _gap_error(self.predicted_gap, self.measured_gap)
 
     def to_json(self) -> dict:
         return {"run": self.run, "drift_scale": self.drift_scale, "measured_gap": self.measured_gap,
@@ -189,7 +194,7 @@ class GapPrediction:
                 "steps": self.per_step.to_dict(orient="records")}
 
 
-def relative_error(predicted: float, measured: float) -> float | None:
+def _gap_error(predicted: float, measured: float) -> float | None:
     """(predicted - measured) / |measured|; None when the measured value is 0 (no gap to be relative to)."""
     return (predicted - measured) / abs(measured) if measured != 0 else None
 
@@ -220,4 +225,4 @@ def mean_gap(predictions: list[GapPrediction]) -> dict:
     measured = float(np.mean([p.measured_gap for p in predictions]))
     predicted = float(np.mean([p.predicted_gap for p in predictions]))
     return {"runs": len(predictions), "measured_gap": measured, "predicted_gap": predicted,
-            "error": relative_error(predicted, measured)}
+            "error": _gap_error(predicted, measured)}
