@@ -50,7 +50,7 @@ from real.engine.sampling import next_tokens, verify_chosen, verify_greedy_chain
 from real.drafters import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.engine.spec import DraftTree, draftable
-from real.engine.tools import Sandbox, ToolResult, ToolUse
+from real.engine.tools import Sandbox, ToolResult, ToolUse, runs_code
 from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 
@@ -183,7 +183,7 @@ class Engine:
         self.turns: list[list[Turn]] = []  # each running row's turns so far (the last one in progress)
         self.limits: list[int] = []  # a running row ends when it holds this many tokens (max_new_tokens generated)
         self.tools = tools
-        self.sandbox = sandbox if sandbox is not None or tools is None else Sandbox()
+        self.sandbox = sandbox if sandbox is not None or tools is None else Sandbox(runs_code=runs_code(tools))
         self.max_tool_calls = max_tool_calls
         self._paused: dict[int, _Paused] = {}  # request id -> a row waiting on its tool, in the order they paused
         self.finished: dict[int, Finished] = {}

@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import transformers
 
+from real.engine.tools import require_os_sandbox, runs_code
 from real.run import checkpoint
 from real.run.processes import start_workers
 from real.run.grpo import free_port
@@ -65,6 +66,9 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     config = config.checked()
     out = Path(out)
     resume = _check_run_dir(config, out, resume)
+    tools = getattr(config.make_task(), "tools", None)
+    if tools is not None and runs_code(tools):
+        require_os_sandbox()  # a tool that runs arbitrary code never runs outside one: refused before workers start
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         if int(os.environ["WORLD_SIZE"]) != config.workers:
             raise TltsimError(f"--workers {config.workers} but torchrun started {os.environ['WORLD_SIZE']} processes")

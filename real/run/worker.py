@@ -17,7 +17,7 @@ from real import drafters
 from real.engine.adaptive import rollout
 from real.tasks.evaluate import accepted_tokens
 from real.engine.generate import Engine, Finished, generate
-from real.engine.tools import Sandbox
+from real.engine.tools import Sandbox, runs_code
 from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.drafters.hybrid import HybridDrafter
 from real.models.targets import load_target
@@ -75,7 +75,8 @@ class Worker:
         self.ckpt = out / checkpoint.CHECKPOINT if resume else None
         self.task = config.make_task()  # --task, else gcd for a pretrained-here target, word problems for a chat model
         self.tools = getattr(self.task, "tools", None)  # a task whose model calls a tool (real/tasks/agentic.py)
-        self.sandbox = Sandbox() if self.tools is not None else None  # where this worker's tool calls run
+        # where this worker's tool calls run
+        self.sandbox = Sandbox(runs_code=runs_code(self.tools)) if self.tools is not None else None
         self.target = self._load(self.ckpt / "target" if self.ckpt else config.model)
         reference = self._load(config.model) if config.grpo.kl > 0 else None
         self.grpo = GRPO(self.target, config.grpo, reference, seed=config.seed)

@@ -77,6 +77,8 @@ class AgenticConfig:
 class CalculatorCalls:
     """The task's call syntax for the engine (real.engine.tools.ToolUse), in the model's own tokenizer."""
 
+    runs_code = False  # the calculator evaluates arithmetic, nothing else (real.engine.calculator)
+
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
 

@@ -1,10 +1,13 @@
 """The agentic task: its problems, its call syntax in SmolLM2's own tokenizer, its prompt and its reward."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
-from real.engine.tools import ToolUse, run_python
+from real.engine.tools import ToolUse, run_calculator
 from real.models import hub
 from real.models.targets import load_task
 from real.tasks.agentic import CLOSE, OPEN, AgenticTask, tool_answer
@@ -42,7 +45,7 @@ def test_a_call_is_found_where_a_turn_ends_with_the_closing_marker(task):
     assert all(tools.call(ids[:n]) is None for n in range(len(ids)))  # not before the marker closes
     assert tools.call(tok.encode(f"{CLOSE} alone", add_special_tokens=False)) is None
     assert tools.call(tok.encode(f"no call{CLOSE}", add_special_tokens=False)) is None
-    result = run_python(tools.call(ids)).output
+    result = run_calculator(tools.call(ids)).output
     assert result == str(347 * 29 + 1200)
     assert tok.decode(tools.answer_ids(result)) == tool_answer(result) == f" = {result}\n"
 
@@ -63,3 +66,24 @@ def test_the_reward_is_the_last_number_the_response_gives(task):
     assert task.reward(p, "I do not know.") == 0.0
     ids = task.tokenizer.encode(task.solution_text(p), add_special_tokens=False) + [task.tokenizer.eos_token_id]
     assert task.reward(p, ids) == 1.0
+
+
+def test_every_call_the_model_wrote_in_the_shipped_pair_answers_as_it_was_recorded(task):
+    """The calls SmolLM2 wrote in the shipped agentic runs (traces/runs/real_*_smollm2_agentic), found in each
+    response's tokens turn by turn, get the calculator's answer the run recorded after them; and each solved
+    example's expression its answer."""
+    calls = 0
+    for run in ("real_verl_smollm2_agentic", "real_tlt_smollm2_agentic"):
+        where = Path(__file__).parents[2] / "traces" / "runs" / run
+        rows = pd.read_parquet(where / "answers.parquet").merge(pd.read_parquet(where / "trace.parquet"))
+        for row in rows.itertuples():
+            at = 0
+            for generated, tool in zip(row.turn_response_len, row.tool_tokens):
+                at += generated
+                if tool:
+                    code = task.tools.call(list(row.tokens[:at]))
+                    assert task.tools.answer_ids(run_calculator(code).output) == list(row.tokens[at: at + tool]), code
+                    calls += 1
+                at += tool
+    assert calls >= 30
+    assert all(run_calculator(ex.expression).output == str(ex.answer) for ex in task.examples)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from real.engine.tools import run_python
+from real.engine.tools import run_calculator
 from real.models import hub
 from real.run.config import ANSWERS_FILE
 from real.run.launch import RunConfig, launch
@@ -64,7 +64,7 @@ def test_tool_tokens_are_the_tokenized_answers_of_the_calls_the_model_wrote(run)
                 continue
             code = task.tools.call(turn)
             assert code is not None  # the turn ended with the call
-            assert tokens[at: at + tool] == task.tools.answer_ids(run_python(code).output)
+            assert tokens[at: at + tool] == task.tools.answer_ids(run_calculator(code).output)
             at += tool
         assert at == len(tokens)
 

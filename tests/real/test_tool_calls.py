@@ -16,7 +16,7 @@ from tiny_lm import MAX_NEW, PROMPTS, VOCAB, target, trained_drafter
 from real.drafters.eagle import Drafter
 from real.drafters.suffix import SuffixDrafter
 from real.engine.generate import Engine, generate
-from real.engine.tools import run_python
+from real.engine.tools import run_calculator
 from real.settings import GenerateSettings
 from tltsim.core.errors import TltsimError
 
@@ -27,6 +27,8 @@ MAX_CALLS = 3
 
 class CallAtStop:
     """A turn that ends with `stop` (after at least one other token) calls `first * last + length` of its tokens."""
+
+    runs_code = False
 
     def __init__(self, stop: int):
         self.stop = stop
@@ -61,7 +63,7 @@ def reference(prompt: list[int], tools: CallAtStop) -> tuple[list[int], list[int
             if generated >= MAX_NEW:
                 break
             if len(answers) < MAX_CALLS and (code := tools.call(ctx[start:])) is not None:
-                answer = tools.answer_ids(run_python(code).output)
+                answer = tools.answer_ids(run_calculator(code).output)
                 ctx += answer
                 answers.append(len(answer))
                 start = len(ctx)
