@@ -23,7 +23,7 @@ from tltsim.control import Strategy
 from tltsim.cost.profiled import Profiled
 from tltsim.core.records import Result
 from tltsim.sim.acceptance import AcceptanceModel, invert_quality
-from tltsim.sim.engine import speculative_iteration_time
+from tltsim.sim.speculation import speculative_iteration_time
 from tltsim.analysis.report.table import format_table
 
 CHAIN = Strategy.parse("4_1_4")

@@ -15,7 +15,8 @@ import simpy
 from real.engine.adaptive import rollout
 from tltsim.control import EngineControl, Strategy
 from tltsim.control.decisions import DecisionKnobs
-from tltsim.sim.engine import Speculation, exact_rollout, fast_rollout
+from tltsim.sim.engine import exact_rollout, fast_rollout
+from tltsim.sim.speculation import Speculation
 
 PROMPT, LENGTHS, MAX_RUNNING = 4, [3, 6, 12, 20, 4], 3
 KNOBS = DecisionKnobs(threshold=3, patience=2, tuner="egreedy", arms=("2_1_2", "3_1_3"), eps=0.3)

@@ -83,7 +83,7 @@ def test_exact_rows_at_their_own_quality_finish_apart():
     and run alone at the end, where one quality for all would finish them together."""
     from tltsim.control import EngineControl, FixedTuner, SDSwitch
     from tltsim.sim.acceptance import AcceptanceModel
-    from tltsim.sim.engine import Speculation
+    from tltsim.sim.speculation import Speculation
 
     def spec(row_quality):
         return Speculation(control=EngineControl(SDSwitch("always"), FixedTuner("4_1_4")), acceptance=AcceptanceModel(),
@@ -97,3 +97,34 @@ def test_exact_rows_at_their_own_quality_finish_apart():
     assert batches[-1] <= 2 and batches.count(2) > 50  # the low rows' tail: run without the high ones
     alike = run_exact([10] * 4, [400] * 4, cost, 8, spec(None))
     assert alike.finished_at.max() / alike.finished_at.min() < 1.2
+
+
+def test_the_switch_builds_the_drafters_state_from_each_rows_own_context():
+    """At the switch both executors price the drafter's state (cost.switch_time) on the running rows' own contexts:
+    the sum of their squares, which causal attention's cost follows. The fast path once took it as ctx**2 / batch
+    (rows of equal context), which here, two rows of 1,903 and 503 tokens, is 25% short."""
+    from tltsim.control import EngineControl, FixedTuner, SDSwitch
+    from tltsim.sim.acceptance import AcceptanceModel
+    from tltsim.sim.speculation import Speculation
+
+    class Seen(ConstantCost):
+        def __init__(self):
+            super().__init__(decode=1.0, prefill=0.5)
+            self.seen = []
+
+        def switch_time(self, batch, ctx, sq_tokens):
+            self.seen.append((batch, ctx, sq_tokens))
+            return 0.25
+
+    def spec():
+        control = EngineControl(SDSwitch("adaptive", threshold=2, patience=0), FixedTuner("4_1_4"))
+        control.begin_rollout()
+        return Speculation(control=control, acceptance=AcceptanceModel(), quality=0.5, rng=np.random.default_rng(0))
+
+    p, r = [10, 1900, 500], [3, 50, 40]
+    fast, exact = Seen(), Seen()
+    fast_rollout(p, r, fast, 8, spec())
+    run_exact(p, r, exact, 8, spec())
+    assert fast.seen == exact.seen == [(2, 1903 + 503, 1903 ** 2 + 503 ** 2)]
+    b, c, sq = fast.seen[0]
+    assert round(1 - c ** 2 / b / sq, 2) == 0.25

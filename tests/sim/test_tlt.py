@@ -10,7 +10,8 @@ from tltsim.config import ClusterConfig, SimConfig
 from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy, policy_names
 from tltsim.control import EngineControl, FixedTuner, SDSwitch, SpeculationGuard
-from tltsim.sim.engine import Speculation, fast_rollout
+from tltsim.sim.engine import fast_rollout
+from tltsim.sim.speculation import Speculation
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 

@@ -45,7 +45,7 @@ from tltsim.core.errors import TltsimError
 from tltsim.sim.acceptance import AcceptanceModel
 from tltsim.sim.drafter_families import FAMILIES
 from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
-from tltsim.sim.engine import Speculation, speculative_iteration_time
+from tltsim.sim.speculation import Speculation, speculative_iteration_time
 from tltsim.sim.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
                                         weighted_mean)
 from tltsim.sim.hooks import Policy, StepOutcome

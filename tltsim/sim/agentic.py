@@ -25,13 +25,13 @@ turns on (`cost.switch_time`) and fed the tokens plain iterations emitted since 
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from tltsim.core.errors import TltsimError
-from tltsim.sim.engine import EngineRollout, Entry, Speculation, _merge
+from tltsim.sim.engine import EngineRollout, Entry, _merge
+from tltsim.sim.speculation import Speculation, Tally, speculate, within
 from tltsim.trace.schema import flat_turns
 
 _EPS = 1e-9
@@ -102,8 +102,8 @@ class _Run:
         self.drafted = self.control is not None and self.control.on
         self.behind = 0.0  # tokens per row the drafter has not read (plain iterations' and prefills' since it ran)
         self.log: list[Entry] = []
-        self.strategies: Counter = Counter()
-        self.sd_iters = self.sd_acc = self.tool_wait = 0.0
+        self.tally = Tally()
+        self.tool_wait = 0.0
         self.switch_at = None
         self.t = 0.0
         self.done = 0
@@ -136,9 +136,9 @@ class _Run:
                  "cached_tokens": self.cached_tokens, "tau_a": self.tau_a, "first": self.turns.first,
                  "gen": self.turns.gen}
         clock_t, clock_tau = np.array(self.clock).T
-        return EngineRollout(self.t, self.admitted_at, self.finished_at, _merge(self.log), self.sd_iters, self.sd_acc,
-                             self.strategies, self.switch_at, clock_t=clock_t, clock_tau=clock_tau, turns=turns,
-                             tool_wait_s=self.tool_wait)
+        return EngineRollout(self.t, self.admitted_at, self.finished_at, _merge(self.log), self.tally.iterations,
+                             self.tally.accepted, self.tally.strategies, self.switch_at, clock_t=clock_t,
+                             clock_tau=clock_tau, turns=turns, tool_wait_s=self.tool_wait)
 
     def _admit(self) -> bool:
         """Admit FIFO while a slot and the cache allow, evicting waiting rows' cached KV (oldest first) for room;
@@ -205,7 +205,7 @@ class _Run:
 
         s = None
         if control is not None and not control.on:  # count plain iterations towards the switch
-            k, dt = _fit(max(1, int(np.ceil(to_end - _EPS))), room, plain, whole=True)
+            k, dt = within(max(1, int(np.ceil(to_end - _EPS))), room, plain, whole=True)
             k_plain = control.advance(b, k)
             if k_plain or not control.on:
                 self._plain(rows, b, c, k_plain, dt if k_plain == k else None)
@@ -216,7 +216,7 @@ class _Run:
             k = max(1, int(np.ceil(to_end - _EPS)))
             if control is not None:
                 k = max(1, int(min(k, control.plain_left(b))))
-            self._plain(rows, b, c, *_fit(k, room, plain, whole=True))
+            self._plain(rows, b, c, *within(k, room, plain, whole=True))
             return
         if not self.drafted:  # the switch: the drafter's state for every running row
             dt = float(cost.switch_time(b, c, float(np.sum(self.ctx[rows] ** 2))))
@@ -225,26 +225,16 @@ class _Run:
             self.t += dt
             self.clock.append((self.t, self.tau))
             room -= dt
-        acc = float(spec.acceptance.mean(s, spec.quality))
-
-        def speculative(k):
-            return k * spec.draft_time(cost, b, s) + (1.0 + spec.lookup_fraction) * float(
-                cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, k))
-
-        catchup = spec.catchup_time(cost, b, self.behind, c)
-        k_max = min(control.trial_chunk(b) or spec.chunk_iters, spec.chunk_iters, to_end / acc)
-        k, dt = _fit(k_max, room - catchup, speculative, whole=False)
-        dt += catchup
-        control.observe_spec(s, b, acc * b * k, dt, catchup, k)
+        chunk = speculate(spec, cost, s, b, c, to_end, self.behind, room)
         self.behind = 0.0
-        self.log.append(Entry("spec_decode", self.t, self.t + dt, b, b * acc * k, acc, str(s), k))
-        self.strategies[str(s)] += k
-        self.sd_iters += k
-        self.sd_acc += k * acc
-        self.left[rows] -= acc * k
-        self.ctx[rows] += acc * k
-        self.t += dt
-        self.tau += acc * k
+        gain = chunk.accepted * chunk.iterations  # tokens every running row gained
+        self.log.append(Entry("spec_decode", self.t, self.t + chunk.seconds, b, b * gain, chunk.accepted, str(s),
+                              chunk.iterations))
+        self.tally.add(chunk)
+        self.left[rows] -= gain
+        self.ctx[rows] += gain
+        self.t += chunk.seconds
+        self.tau += gain
         self.clock.append((self.t, self.tau))
 
     def _plain(self, rows, b: int, c: float, k: int, dt: float | None = None) -> None:
@@ -301,17 +291,6 @@ class _Run:
         self.waiting_since[r] = np.inf
         self.finished_at[r] = self.t
         self.done += 1
-
-
-def _fit(k_max, room: float, stretch, whole: bool) -> tuple:
-    """(iterations, their seconds) of a stretch: `k_max`, or fewer where a tool returns within `room` seconds (those
-    that reach it, at least one; whole for plain decoding)."""
-    full = float(stretch(k_max))
-    if full <= room:
-        return k_max, full
-    k = k_max * max(room, 0.0) / full if full > 0 else k_max
-    k = max(1, int(np.ceil(k))) if whole else min(max(k, min(1.0, k_max)), k_max)
-    return k, float(stretch(k))
 
 
 def rest_of_trajectories(df: dict, mask: np.ndarray, turn_records: list) -> dict:

@@ -33,60 +33,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tltsim.control.control import EngineControl
 from tltsim.core.records import TimelineRow, merge_states
 from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
-
-
-@dataclass
-class Speculation:
-    """What an engine needs to speculate in one rollout: the decisions (`control`) and the world they act in."""
-
-    control: EngineControl  # the engine's decisions (its rollout begun by the caller)
-    acceptance: object  # mean(strategy, q), sample(strategy, q, rng, size)
-    quality: float  # drafter quality this step
-    row_quality: np.ndarray | None = None  # exact path: each request's own quality (in the engine's admission order),
-    # where the caller knows it (a replayed run: what each response accepted); the fast path runs on `quality`
-    chunk_iters: int = 32  # fast path: iterations per tuner decision
-    rng: np.random.Generator | None = None  # exact path: acceptance sampling
-    model_free: bool = False  # n-gram or history drafter: no drafter forwards to pay for
-    lookup_fraction: float = 0.0  # a history drafter's index lookup and catch-up, as a share of each verify's time
-    family: object = None  # the drafter's family (tltsim.sim.drafter_families.Family): what drafting costs; None:
-    # the EAGLE-style drafter's `depth` forwards
-
-    def draft_time(self, cost, batch: int, strategy) -> float:
-        """Drafting cost of one speculative iteration: the family's forwards (none when model-free)."""
-        return drafting_time(cost, batch, strategy, self.model_free, self.family)
-
-    def catchup_time(self, cost, batch: int, tokens_per_row: float, ctx: float) -> float:
-        """The drafter feeding on `tokens_per_row` tokens per row that plain iterations emitted since it last
-        ran (the first speculative iteration after them; the batch holds `ctx` tokens): the cost model's
-        catch-up (none when model-free)."""
-        return 0.0 if self.model_free or tokens_per_row <= 0 else float(cost.catchup_time(batch, tokens_per_row, ctx))
-
-    def iteration_time(self, cost, batch: int, strategy, ctx: float) -> float:
-        """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request
-        (and the history lookup's share of it)."""
-        return speculative_iteration_time(cost, batch, strategy, ctx, self.model_free, self.lookup_fraction,
-                                          self.family)
-
-
-def drafting_time(cost, batch: int, strategy, model_free: bool, family=None) -> float:
-    """Drafting cost of one speculative iteration at `batch`: what the drafter's family drafts with
-    (tltsim.sim.drafter_families; None: `depth` drafter forwards of the cost model), none when model-free."""
-    if model_free:
-        return 0.0
-    if family is not None:
-        return family.drafting_time(cost, batch, strategy)
-    return strategy.depth * float(cost.draft_time(batch, strategy.topk))
-
-
-def speculative_iteration_time(cost, batch: int, strategy, ctx: float, model_free: bool = False,
-                               lookup_fraction: float = 0.0, family=None) -> float:
-    """One speculative iteration at `batch` with `ctx` tokens in the batch: drafting, then one verify of the last
-    token plus `verify` nodes per request, and a history lookup's share (`lookup_fraction`) of the verify."""
-    return drafting_time(cost, batch, strategy, model_free, family) + (1.0 + lookup_fraction) * float(
-        cost.verify_time(batch, strategy.verify + 1, ctx))
+from tltsim.sim.speculation import Speculation, Tally, speculate
 
 
 class Entry(NamedTuple):
@@ -158,7 +107,7 @@ def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation 
         intervals.append(Interval("decode", pre[0], end, seg.batch[0], float(np.sum(seg.batch * seg.length))))
         bounds = np.concatenate([seg.start, [seg.start[-1] + seg.length[-1]]])
         return _timed(end, t_event, bounds, pre, tau_a, response_len, intervals)
-    return _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split)
+    return _fast_speculative(seg, pre, prompt_len, tau_a, response_len, cost, spec, split)
 
 
 def _timed(end, t_event, bounds, pre, tau_a, response_len, intervals, **spec_fields) -> EngineRollout:
@@ -185,9 +134,10 @@ def _find_switch(seg, control) -> tuple[int, int] | None:
     return None
 
 
-def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
-    """Plain decode up to the switch, a re-prefill of every running request, then speculative segments
-    (plain again at any batch where speculation does not pay, see `SpeculationGuard`)."""
+def _fast_speculative(seg, pre, prompt_len, tau_a, response_len, cost, spec, split):
+    """Plain decode up to the switch, a re-prefill of every running request, then speculative chunks
+    (tltsim.sim.speculation.speculate; plain again at any batch where speculation does not pay, see
+    `SpeculationGuard`)."""
     start, length, batch, ctx, pre, sd_from = _split(seg, pre, split)
     n = len(start)
     seg_times = pre.astype(float)
@@ -203,8 +153,7 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
     drafted = split is None  # SD on from the start: the drafter is prefilled with the target, no re-prefill
     behind = 0.0  # tokens per row emitted by plain iterations since the drafter last ran
     switch_at = None
-    sd_iters = sd_acc = 0.0
-    strategies: Counter = Counter()
+    tally = Tally()
     for j in range(sd_from, n):
         b, c, remaining = int(batch[j]), ctx[j], length[j]
         if b == 0:
@@ -225,35 +174,34 @@ def _fast_speculative(seg, pre, tau_a, response_len, cost, spec, split):
                 remaining -= k
                 continue
             if not drafted:  # the switch: the drafter's state for every running request (cost.switch_time)
-                dt = float(cost.switch_time(b, c, c**2 / b))
+                rows = _contexts(prompt_len, tau_a, response_len, start[j] + length[j] - remaining)
+                dt = float(cost.switch_time(b, c, float(np.sum(rows ** 2))))
                 log.append(Entry("prefill", t_log, t_seg + dt, b))
                 switch_at, drafted = t_seg, True
                 t_seg += dt
                 t_log = t_seg
-            acc = float(spec.acceptance.mean(s, spec.quality))
-            # a chunk, or while the guard's trial goes on, its first iteration alone, then its rest if that paid
-            iters = min(control.trial_chunk(b) or spec.chunk_iters, spec.chunk_iters, remaining / acc)
-            dt = iters * spec.draft_time(cost, b, s) + (1.0 + spec.lookup_fraction) * float(
-                cost.segment_time(b * (s.verify + 1), s.verify + 1, c, b * acc, iters)
-            )
-            catchup = spec.catchup_time(cost, b, behind, c)
-            dt += catchup
-            control.observe_spec(s, b, acc * b * iters, dt, catchup, iters)
+            chunk = speculate(spec, cost, s, b, c, remaining, behind)
             behind = 0.0
-            log.append(Entry("spec_decode", t_log, t_seg + dt, b, b * acc * iters, acc, str(s), iters))
-            strategies[str(s)] += iters
-            sd_iters += iters
-            sd_acc += iters * acc
-            c += b * acc * iters
-            remaining -= acc * iters
-            t_seg += dt
+            tokens = b * chunk.accepted * chunk.iterations
+            log.append(Entry("spec_decode", t_log, t_seg + chunk.seconds, b, tokens, chunk.accepted, str(s),
+                             chunk.iterations))
+            tally.add(chunk)
+            c += tokens
+            remaining -= chunk.accepted * chunk.iterations
+            t_seg += chunk.seconds
             t_log = t_seg
         seg_times[j] = t_seg - t
         t = t_seg
     t_event = np.concatenate([[0.0], np.cumsum(seg_times)])
     bounds = np.concatenate([start, [start[-1] + length[-1]]])
-    return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, _merge(log), sd_iterations=sd_iters,
-                  sd_accepted=sd_acc, strategies=strategies, switch_at=switch_at)
+    return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, _merge(log), sd_iterations=tally.iterations,
+                  sd_accepted=tally.accepted, strategies=tally.strategies, switch_at=switch_at)
+
+
+def _contexts(prompt_len, tau_a, response_len, tau: float) -> np.ndarray:
+    """The context (prompt and tokens so far) of each request running at `tau` on the token clock."""
+    running = (tau_a <= tau + 1e-9) & (tau_a + response_len > tau + 1e-9)
+    return prompt_len[running] + (tau - tau_a[running])
 
 
 def _observe_plain(control, batch, times, length) -> None:

@@ -85,7 +85,7 @@ class Policy:
         """The step's rollout starts at time t on every engine."""
 
     def speculation(self, engine: int, rows=None):
-        """A tltsim.sim.engine.Speculation for this engine's rollout of the step's `rows` (indices into the
+        """A tltsim.sim.speculation.Speculation for this engine's rollout of the step's `rows` (indices into the
         step's rows; None: not known), or None for plain decoding."""
         return None
 
