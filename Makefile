@@ -3,18 +3,27 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(BIN)/tltsim: pyproject.toml
+# Everything: torch first, pinned (it is the CPU build; a range lets pip pull a multi-GB CUDA build), then every
+# extra (the real backend, notebooks, Ray, the tests).
+$(VENV)/.all: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first, pinned: it is the CPU build; a range lets pip pull a multi-GB CUDA build
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[all]'
+	touch $@ $(VENV)/.simulator
+
+# The simulator alone (no torch): what `make demo` needs. A full setup has it too; this one alone does not make
+# `setup` (its marker is .all).
+$(VENV)/.simulator: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e .
 	touch $@
 
-setup: $(BIN)/tltsim
+setup: $(VENV)/.all
 
-demo: setup
+demo: $(VENV)/.simulator
 	$(BIN)/tltsim compare --trace traces/synthetic/dapo_like.parquet -o out/demo
+	@echo "the report: out/demo/report.html"
 
 # Two workers (pytest-xdist), a test file each at a time (tests/conftest.py says which tests go together); the 20 slowest
 # tests are listed at the end. One file: $(BIN)/python -m pytest -q tests/sim/test_tlt.py

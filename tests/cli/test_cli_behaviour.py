@@ -11,6 +11,7 @@ import pytest
 
 from tests.cli.conftest import CLUSTER, ROOT, tltsim
 from tltsim.cli import main
+from tltsim.cli.sim_cmd import compare
 from tltsim.config import ClusterConfig, SimConfig
 from tltsim.policies import make_policy, policy_names
 from tltsim.core.records import Result
@@ -83,3 +84,16 @@ def test_the_seed_changes_nothing_on_the_default_fast_path_as_help_says(seeded):
     exact = [seeded(seed=s, exact=True) for s in (0, 1)]
     assert exact[0].summary["makespan_s"] != exact[1].summary["makespan_s"]
     assert "so there the seed changes nothing" in " ".join(tltsim("simulate", "--help").stdout.split())
+
+
+def test_compare_on_several_processes_writes_the_same_bytes_as_one_after_the_other(tiny, tmp_path):
+    """compare runs its policies on a process each core (here 2), each seeded by its own config: the same files,
+    byte for byte, and the same rows, as one process running them in turn."""
+    cfg = SimConfig(trace=str(tiny), cluster=ClusterConfig(gpus=8, tp=2, max_running=16))
+    policies = ["verl", "tlt", "partial", "async"]
+    rows = {w: compare(load(tiny), cfg, policies, tmp_path / str(w), False, workers=w) for w in (1, 2)}
+    assert rows[1] == rows[2] and [r["policy"] for r in rows[2]] == policies
+    files = {w: sorted(p.relative_to(tmp_path / str(w)) for p in (tmp_path / str(w)).rglob("*") if p.is_file())
+             for w in (1, 2)}
+    assert files[1] == files[2] and len(files[1]) >= 4 * 6
+    assert all((tmp_path / "1" / f).read_bytes() == (tmp_path / "2" / f).read_bytes() for f in files[1])

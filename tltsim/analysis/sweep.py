@@ -272,7 +272,7 @@ def _local(tasks, workers: int):
         for t in tasks:
             yield run_task(*t)
         return
-    with ProcessPoolExecutor(max_workers=workers, initializer=_end_with, initargs=(os.getpid(),)) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(run_task, *t) for t in tasks}
         try:
             while pending:
@@ -284,8 +284,9 @@ def _local(tasks, workers: int):
                 f.cancel()
 
 
-def _end_with(parent: int) -> None:
-    """In a pool worker: exit as soon as `parent` (the sweep) is gone, killed or not, so no run goes on uncollected."""
+def end_with(parent: int) -> None:
+    """In a pool worker: exit as soon as `parent` (the sweep, the comparison) is gone, killed or not, so no run goes
+    on uncollected."""
     import threading
     import time
 

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+
+from tqdm.auto import tqdm
 
 from tltsim import config as configmod
 from tltsim.core import glossary
@@ -21,6 +25,7 @@ from tltsim.analysis.report.tuning import tune
 from tltsim.core.records import Result
 from tltsim.sim.simulator import Simulator
 from tltsim.analysis.report.table import format_table
+from tltsim.analysis.sweep import end_with
 from tltsim.trace import load as load_trace
 from tltsim.verl_config import read_verl_config
 
@@ -187,6 +192,12 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _summarised(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool) -> tuple[dict, str]:
+    """run_policy's summary and split note (what `compare` keeps of a run; a whole Result stays on disk)."""
+    result = run_policy(trace, cfg, out_dir, progress)
+    return dict(result.summary), result.config["split_note"]
+
+
 COMPARE_COLUMNS = ["policy", "mean_step_s", "mean_rollout_s", "idle_fraction", "speedup",  # seconds a step, shares
                    "staleness_mean", "staleness_max", "resumed_fraction", "dropped_fraction", "trained_len_ratio"]
 
@@ -196,14 +207,20 @@ def policy_dir(out: Path, name: str) -> Path:
     return out / name.replace("+", "_plus_")
 
 
-def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool) -> list[dict]:
-    rows, notes = [], []
-    for name in policies:
-        cfg = replace(base_cfg, policy=name)
-        result = run_policy(trace, cfg, policy_dir(out, name), progress)
-        rows.append(dict(result.summary))
-        notes.append(result.config["split_note"])
-    _note(notes)
+def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool,
+            workers: int | None = None) -> list[dict]:
+    """Simulate each policy into its directory under `out`, on `workers` processes (default: one a core, at most
+    one a policy); the policies' rows in their order, each its run's summary with its speedup over the first."""
+    workers = min(len(policies), os.cpu_count() or 1) if workers is None else workers
+    tasks = [(trace, replace(base_cfg, policy=name), policy_dir(out, name)) for name in policies]
+    if workers <= 1:
+        done = [_summarised(*task, progress) for task in tasks]
+    else:  # each run is independent and seeded by its config: the same bytes as one after the other
+        with ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),)) as pool:
+            futures = [pool.submit(_summarised, *task, False) for task in tasks]
+            done = [f.result() for f in tqdm(futures, desc="policies", unit="policy", disable=not progress)]
+    rows = [summary for summary, _ in done]
+    _note([note for _, note in done])
     base, base_step = rows[0]["makespan_s"], rows[0]["mean_step_s"]
     for r in rows:
         r["speedup"] = base / r["makespan_s"] if r["makespan_s"] else float("nan")
