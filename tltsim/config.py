@@ -142,6 +142,12 @@ def parse_steps(text: str) -> tuple[int | None, int | None]:
     return lo, hi
 
 
+def steps_in(text: str, steps) -> list[int]:
+    """The steps among `steps` (a trace's step numbers) that the range `text` (parse_steps's) picks, in order."""
+    lo, hi = parse_steps(text)
+    return [s for s in steps if (lo is None or s >= lo) and (hi is None or s < hi)]
+
+
 def from_dict(data: dict, origin: str = "config") -> SimConfig:
     """Build a SimConfig from nested dicts (a parsed TOML file), rejecting unknown keys and wrong types."""
     return _build(SimConfig, data, origin).checked()

@@ -155,10 +155,13 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
 
 
 def test_steps_is_a_count_as_in_real_run_or_a_range():
-    from tltsim.config import parse_steps
+    from tltsim.config import parse_steps, steps_in
 
     assert parse_steps("3") == (None, 3) and parse_steps("2:5") == (2, 5) and parse_steps(":4") == (None, 4)
     assert parse_steps("") == (None, None)
+    have = [0, 1, 2, 5, 7]  # a trace's steps need not be contiguous
+    assert steps_in("3", have) == [0, 1, 2] and steps_in("2:6", have) == [2, 5] and steps_in("", have) == have
+    assert steps_in("6:", have) == [7] and steps_in("8:9", have) == []
 
 
 def test_config_file_with_flag_override(tmp_path, capsys):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tltsim.config import parse_steps
+from tltsim.config import steps_in
 from tltsim.policies import make_policy
 from tltsim.sim.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel
 from tltsim.sim.drafter_quality import DrafterConfig
@@ -51,8 +51,7 @@ def drift_sensitivity(trace, cfg, strategy=None, fitted_length_drift=None) -> li
     strategy = strategy or RL_REFERENCE_STRATEGY
     fitted = bool(cfg.drafter.source)
     span = list(SPAN) + ([("fitted to the run", cfg.drafter.drift)] if fitted else [])
-    lo, hi = parse_steps(cfg.steps)
-    steps = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]  # the run's steps
+    steps = steps_in(cfg.steps, trace.steps)  # the run's steps
     short = trace.select_steps(steps[:STEPS])
     cfg = replace(cfg, steps="")
     half = len(steps) / 2

@@ -297,7 +297,7 @@ def warn_clipped_steps(steps: str, trace) -> None:
     one that keeps none is the simulator's error."""
     lo, hi = configmod.parse_steps(steps)
     have = trace.steps
-    chosen = [s for s in have if (lo is None or s >= lo) and (hi is None or s < hi)]
+    chosen = configmod.steps_in(steps, have)
     if chosen and ((lo is not None and lo < have[0]) or (hi is not None and hi > have[-1] + 1)):
         warnings.warn(f"--steps {steps}: the trace has steps {have[0]}..{have[-1]}; running steps "
                       f"{chosen[0]}..{chosen[-1]} ({len(chosen)} steps)", TltsimWarning)

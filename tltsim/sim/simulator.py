@@ -18,7 +18,7 @@ import pandas as pd
 import simpy
 from tqdm.auto import tqdm
 
-from tltsim.config import SimConfig, parse_steps
+from tltsim.config import SimConfig, steps_in
 from tltsim.cost import Calibrated, Roofline
 from tltsim.core.padding import padded_tokens
 from tltsim.core.errors import TltsimError
@@ -46,9 +46,7 @@ class Simulator:
         self.reserved_workers = self.policy.reserved_gpus(c) // c.tp
         self.workers = c.gpus // c.tp  # one worker per TP group; the first `engines` roll out
         self.engines = self.workers - self.reserved_workers
-        lo, hi = parse_steps(cfg.steps)
-        steps = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
-        self.trace = trace.select_steps(steps)
+        self.trace = trace.select_steps(steps_in(cfg.steps, trace.steps))
         if cfg.rl.skip_zero_advantage and "reward" not in self.trace.df:
             raise TltsimError(f"rl: skip_zero_advantage needs the trace's reward column, which {cfg.trace or 'the trace'} "
                               f"lacks; set it false or give a trace with rewards (a real run's trace.parquet)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from tltsim.config import SimConfig, from_dict, parse_steps
+from tltsim.config import SimConfig, from_dict, steps_in
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
@@ -67,9 +67,7 @@ def tune(result, trace=None, label: str | None = None) -> Tuning | None:
         trace = load(c["trace"])
     known = {f.name for f in fields(SimConfig)}
     cfg = from_dict({k: v for k, v in c.items() if k in known})
-    lo, hi = parse_steps(cfg.steps)
-    ran = [s for s in trace.steps if (lo is None or s >= lo) and (hi is None or s < hi)]
-    trace = trace.select_steps(ran[:SEARCH_STEPS])  # the run's first steps
+    trace = trace.select_steps(steps_in(cfg.steps, trace.steps)[:SEARCH_STEPS])  # the run's first steps
     cfg = replace(cfg, steps="", exact=False)
     knobs = {k: v for k, v in c["policy_knobs"].items() if k in make_policy(policy).knob_names}
     if knobs.get("sd") not in ("adaptive", "learned"):  # speculation always or never: no switch to tune
