@@ -423,7 +423,7 @@ CASES = {
     "trace stats: an empty file": (lambda s, t: ["trace", "stats", s / "empty.csv"], "the file is empty"),
     "trace stats: no lengths": (lambda s, t: ["trace", "stats", s / "nolen.csv"], "missing column 'response_len'"),
     "trace stats: a column twice": (lambda s, t: ["trace", "stats", s / "dup.csv"], "appear more than once"),
-    "trace stats: not UTF-8": (lambda s, t: ["trace", "stats", s / "latin.jsonl"], "cannot read the file as UTF-8"),
+    "trace stats: not UTF-8": (lambda s, t: ["trace", "stats", s / "latin.jsonl"], "is not UTF-8"),
     "trace stats: arrays, not objects": (lambda s, t: ["trace", "stats", s / "array.jsonl"], "not an object"),
     "trace stats: a dump's texts": (lambda s, t: ["trace", "stats", s / "dump" / "0.jsonl"], "a verl rollout dump"),
     "trace stats: a directory": (lambda s, t: ["trace", "stats", s / "dir.csv"], "is a directory"),

@@ -188,7 +188,7 @@ def test_bad_json_line_is_named(tmp_path):
     p.write_text('{"step": 0}\n\n{"step": 1,\n')
     assert load_error(p).startswith(f"{p}, line 3: not valid JSON (")
     p.write_text('{"step": 0}\n[1, 2]\n')
-    assert load_error(p) == f"{p}, line 2: a JSON list, not an object; each line must be one JSON object"
+    assert load_error(p) == f"{p}, line 2: a JSON list, not an object; each line of a JSONL trace is one JSON object"
 
 
 def test_empty_and_binary_files(tmp_path):
@@ -197,7 +197,7 @@ def test_empty_and_binary_files(tmp_path):
     (tmp_path / "e.csv").write_text("")
     assert "the file is empty" in load_error(tmp_path / "e.csv")
     (tmp_path / "b.jsonl").write_bytes(b"\xff\xfe\x00garbage")
-    assert "cannot read the file as UTF-8 text" in load_error(tmp_path / "b.jsonl")
+    assert load_error(tmp_path / "b.jsonl").startswith(f"{tmp_path / 'b.jsonl'}, line 1: byte 0xff at position 1 is not UTF-8")
     (tmp_path / "h.csv").write_text("step,prompt_id,sample,prompt_len,response_len\n")
     assert "the trace has no rows" in load_error(tmp_path / "h.csv")
 

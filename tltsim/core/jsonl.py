@@ -11,8 +11,9 @@ from tltsim.core.errors import TltsimError, TltsimWarning
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def read_objects(path, what: str, cut_last: bool = False) -> list[tuple[int, dict]]:
-    """(line number, object) of every non-blank line of `path`, a file of `what` (e.g. "a verl rollout dump").
+def read_objects(path, what: str, cut_last: bool = False, parse_float=None) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of `path`, a file of `what` (e.g. "a verl rollout dump");
+    `parse_float` as json.loads's (Decimal reads a number exactly as written).
 
     Raises TltsimError naming the file and line for a missing file, a byte that is not UTF-8, a line that is
     not JSON, or JSON that is not an object. With `cut_last`, a last line that has no newline and is not JSON
@@ -32,7 +33,7 @@ def read_objects(path, what: str, cut_last: bool = False) -> list[tuple[int, dic
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_float=parse_float)
         except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
             if cut_last and n == len(raw_lines) and not isinstance(e, RecursionError):  # no newline after it
                 warnings.warn(TltsimWarning(f"{path}, line {n}: cut short (no newline, not JSON: its writer stopped "
@@ -44,7 +45,7 @@ def read_objects(path, what: str, cut_last: bool = False) -> list[tuple[int, dic
                               f"is one JSON object")
         if _ESCAPED_SURROGATE.search(line):  # \ud800-\udfff: text only in pairs; a lone one is no character
             try:
-                json.dumps(obj, ensure_ascii=False).encode("utf-8")
+                json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8")  # default: parse_float's numbers
             except UnicodeEncodeError:
                 raise TltsimError(f"{path}, line {n}: a string holds a lone UTF-16 surrogate escape (\\ud800-\\udfff "
                                   f"without its pair), which is no character; {what} was changed or cut: fix the "

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tltsim.core.errors import TltsimError
+from tltsim.core.jsonl import read_objects
 from tltsim.core.io import atomic_path, sha256_file, write_json
 from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
 from tltsim.trace.polytrace import is_multiturn_log, read_multiturn_log
@@ -158,7 +159,7 @@ def _load_csv(path: Path, requests_per_step: int | None) -> Trace:
 
 
 def _load_jsonl(path: Path) -> Trace:
-    records = _read_jsonl(path)
+    records = read_objects(path, "a JSONL trace", parse_float=Decimal)  # exact: 3.0000000001 is not 3
     if not records:
         raise TltsimError(f"{path}: the file has no records; a JSONL trace needs one JSON object per line")
     _, first = records[0]
@@ -197,26 +198,6 @@ def _read_csv(path: Path) -> pd.DataFrame:
     if dup:
         raise TltsimError(f"{path}: column(s) {', '.join(map(repr, dup))} appear more than once in the header; name each column once")
     return pd.DataFrame(rows, columns=names, dtype=object)
-
-
-def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    """(line number, object) for each non-blank line; bad JSON or a non-object raises TltsimError."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise TltsimError(f"{path}: cannot read the file as UTF-8 text ({_first_line(e)})")
-    records = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line, parse_float=Decimal)  # exact: 3.0000000001 is not 3
-        except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
-            raise TltsimError(f"{path}, line {n}: not valid JSON ({e}); each line must be one JSON object")
-        if not isinstance(obj, dict):
-            raise TltsimError(f"{path}, line {n}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object")
-        records.append((n, obj))
-    return records
 
 
 def _read_sidecar(path: Path) -> TraceMeta:
