@@ -269,8 +269,9 @@ class Simulator:
             frame = pd.DataFrame({
                 "step": step, "prompt_id": df["prompt_id"][each], "sample": df["sample"][each],
                 "engine": sr.engine[each], "turn": np.arange(len(each)) - np.repeat(rec["first"][:-1], counts),
-                "prompt_tokens": rec["prompt_tokens"].astype(np.int64),
-                "cached_tokens": rec["cached_tokens"].astype(np.int64),
+                # whole tokens: a context that speculation's fractional gains summed to an ulp short still counts
+                "prompt_tokens": np.rint(rec["prompt_tokens"]).astype(np.int64),
+                "cached_tokens": np.rint(rec["cached_tokens"]).astype(np.int64),
                 "response_len": rec.get("got", rec["gen"]).astype(np.int64),
                 "admitted_at": t0 + offset + rec["admitted_at"], "finished_at": t0 + offset + rec["finished_at"],
                 "tool_latency_s": flat_turns(df["tool_latency_s"][rows], float),
