@@ -305,26 +305,24 @@ class _Timeline:
     """The log's entries merged as they come, as `_merge` merges a whole log (tltsim.core.records.merge_states):
     consecutive entries of one state make one interval."""
 
-    __slots__ = ("rows", "counts", "state")
+    __slots__ = ("rows", "counts", "last")
 
     def __init__(self):
         self.rows: list[list] = []  # [state, t_start, t_end, batch_size, tokens, accepted, strategy]
-        self.counts: list[Counter] = []
-        self.state = None
+        self.counts: dict[int, Counter] = {}  # row -> speculative iterations by strategy, where it has any
+        self.last = [None]
 
     def add(self, state: str, t0: float, t1: float, b, tokens: float = 0.0, accepted: float = math.nan,
             strategy: str = "", weight: float = 0.0) -> None:
-        if state == self.state:
-            last = self.rows[-1]
+        last = self.last
+        if state == last[0]:
             last[2] = t1
             last[4] = last[4] + tokens
         else:
-            last = [state, t0, t1, b, tokens, math.nan, ""]
+            last = self.last = [state, t0, t1, b, tokens, math.nan, ""]
             self.rows.append(last)
-            self.counts.append(Counter())
-            self.state = state
         if weight > 0:
-            c = self.counts[-1]
+            c = self.counts.setdefault(len(self.rows) - 1, Counter())
             total = sum(c.values())
             c[strategy] += weight
             last[5] = accepted if total == 0 else (last[5] * total + accepted * weight) / (total + weight)
@@ -558,8 +556,24 @@ def _fast(turns: Turns, cost, max_running: int, spec: Speculation | None, priori
         b, c = nrun, c_run
         room = (tools[0][0] if tools else inf) - t
         to_end = ends[0][0] - tau
-        if control is None:
-            plain(b, *within_plain(b, c, max(1, math.ceil(to_end - _EPS)), room))
+        if control is None:  # plain decoding (as `plain` and `within_plain`, inline: most events are these)
+            k = max(1, math.ceil(to_end - _EPS))
+            dt = stretch_time(b, c, k)
+            if dt > room:
+                k = max(1, math.ceil(k * max(room, 0.0) / dt)) if dt > 0 else k
+                dt = stretch_time(b, c, k)
+            t1 = t + dt
+            last = log.last
+            if last[0] == "decode":  # log.add's merge
+                last[2] = t1
+                last[4] = last[4] + float(b * k)
+            else:
+                log.add("decode", t, t1, b, float(b * k))
+            c_run += b * k
+            t = t1
+            tau += k
+            clock_t.append(t)
+            clock_tau.append(tau)
         else:
             s = None
             if not control.on:  # count plain iterations towards the switch
@@ -576,8 +590,10 @@ def _fast(turns: Turns, cost, max_running: int, spec: Speculation | None, priori
                 plain(b, *within_plain(b, c, k, room))
             else:
                 speculative(b, c, s, to_end, room)
-        end_turns()
-        returns()
+        if ends and ends[0][0] - tau <= _EPS:
+            end_turns()
+        if tools and tools[0][0] <= t + _EPS:
+            returns()
     record = {"admitted_at": np.array(t_admit), "finished_at": np.array(t_fin),
               "prompt_tokens": np.array(prompt_tokens), "cached_tokens": np.array(cached_tokens),
               "tau_a": np.array(tau_a), "first": turns.first, "gen": turns.gen}
