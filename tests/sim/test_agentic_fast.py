@@ -120,7 +120,7 @@ def test_fast_is_the_reference_on_every_multi_turn_policy(policy, monkeypatch):
     # small: 4 GPUs of TP 1, 6 running, a cache that evicts
     calls = []
 
-    def both(turns, cost, max_running, spec=None, priority=None):
+    def both(turns, cost, max_running, spec=None, priority=None, reference=False):
         spec_ref = copy.deepcopy(spec)
         ref = agentic_rollout(turns, cost, max_running, spec_ref, priority, reference=True)
         fast = agentic_rollout(turns, cost, max_running, spec, priority)

@@ -34,6 +34,9 @@ from tltsim.trace.schema import flat_turns
 
 
 class Simulator:
+    agentic_reference = False  # multi-turn rollouts by the event executor that scans every row (agentic._Run), the
+    # fast one's reference, instead of the fast one: for benchmarks and tests that compare them
+
     def __init__(self, trace: Trace, cfg: SimConfig, policy: Policy | None = None, cost=None):
         self.cfg = cfg.checked()
         c = cfg.cluster
@@ -158,7 +161,8 @@ class Simulator:
             pending = df["tool_pending_s"][rows] if "tool_pending_s" in df else None  # carried on in a tool call
             turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")),
                              pending)
-            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows))
+            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows),
+                                   reference=self.agentic_reference)
         if not self.cfg.exact:
             return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
         env, out = simpy.Environment(), {}  # engines do not interact within a rollout: each runs in its own clock
