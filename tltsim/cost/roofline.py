@@ -203,6 +203,53 @@ class Roofline:
         o = p.overlap
         return fixed + o * (first + rest) + (1 - o) * (_series1(a0, a1, 0, n) + _series1(b0, b1, 0, n))
 
+    def scalar_times(self):
+        """(stretch(b, c, k), prefill(tokens, sq)) in plain floats, for an executor that times one event at a time:
+        `segment_time(b, 1, c, b, k)` (k plain iterations at batch b holding c tokens) and `prefill_time(tokens,
+        sq)`, the same numbers to the last bit without numpy's per-call cost; None for an MoE model (or a subclass,
+        which may time them otherwise)."""
+        if self.model.experts or type(self) is not Roofline:
+            return None
+        p, tp, m = self.p, self.tp, self.model
+        mem0, mem1, fl_q, fl_c, o = self._mem0, self._mem1, self._fl_q, self._fl_c, p.overlap
+        link = self.gpu.interconnect_gbs * 1e9
+        per_batch: dict = {}  # b -> (fixed seconds per iteration, a1, fl_q * b, b1)
+
+        def stretch(b, c: float, k) -> float:
+            got = per_batch.get(b)
+            if got is None:
+                q = float(b)
+                allreduce = 0.0 if tp == 1 else 2 * m.layers * (
+                    p.allreduce_latency_s + 2 * (tp - 1) / tp * q * m.hidden * BYTES_BF16 / link)
+                got = per_batch[b] = (p.iteration_overhead_s + p.per_token_s * q + allreduce, mem1 * q, fl_q * q,
+                                      fl_c * 1.0 * q)
+            fixed1, a1, b0q, b1 = got
+            n = float(k)
+            a0, b0 = mem0 + mem1 * c, b0q + fl_c * 1.0 * c
+            tri = n * (0.0 + n - 1) / 2  # _series1(., ., 0, n)'s sum of i
+            both = (n * a0 + a1 * tri) + (n * b0 + b1 * tri)
+            if o == 0:  # fixed + 0 * (first + rest) + 1 * both: the same bits
+                return n * fixed1 + both
+            d0, d1 = b0 - a0, b1 - a1
+            cross = -d0 / d1 if d1 != 0 else -1.0
+            mm = min(max(math.ceil(cross), 0), n) if cross > 0 else n
+            comp_first = d0 > 0 or (d0 == 0 and d1 > 0)
+            first = _series1(b0, b1, 0, mm) if comp_first else _series1(a0, a1, 0, mm)
+            rest = _series1(a0, a1, mm, n) if comp_first else _series1(b0, b1, mm, n)
+            return n * fixed1 + o * (first + rest) + (1 - o) * both
+
+        def prefill(tokens: float, sq: float) -> float:
+            if not tokens > 0:
+                return 0.0
+            comp = fl_q * tokens + fl_c * sq / 2
+            allreduce = 0.0 if tp == 1 else 2 * m.layers * (
+                p.allreduce_latency_s + 2 * (tp - 1) / tp * (tokens * m.hidden * BYTES_BF16) / link)
+            mem = mem0 + mem1 * tokens
+            return (p.iteration_overhead_s + p.per_token_s * tokens + allreduce
+                    + (o * max(mem, comp) + (1 - o) * (mem + comp)))
+
+        return stretch, prefill
+
     # --- RL stage costs (whole cluster) ---------------------------------------------------------
     def train_time(self, tokens, gpus, sq_tokens=0.0):
         """Actor update: 6 x params x tokens over the cluster at train_mfu (attention's FLOPs, which grow with

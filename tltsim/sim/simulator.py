@@ -34,6 +34,9 @@ from tltsim.trace.schema import flat_turns
 
 
 class Simulator:
+    agentic_reference = False  # multi-turn rollouts by the event executor that scans every row (agentic._Run), the
+    # fast one's reference, instead of the fast one: for benchmarks and tests that compare them
+
     def __init__(self, trace: Trace, cfg: SimConfig, policy: Policy | None = None, cost=None):
         self.cfg = cfg.checked()
         c = cfg.cluster
@@ -156,7 +159,8 @@ class Simulator:
             pending = df["tool_pending_s"][rows] if "tool_pending_s" in df else None  # carried on in a tool call
             turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")),
                              pending)
-            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows))
+            return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows),
+                                   reference=self.agentic_reference)
         if not self.cfg.exact:
             return fast_rollout(prompt_len, response_len, self.cost, self.cfg.cluster.max_running, spec)
         env, out = simpy.Environment(), {}  # engines do not interact within a rollout: each runs in its own clock
@@ -227,10 +231,9 @@ class Simulator:
             ro = sr.rollouts.get(e)
             end = t0 + (ro.duration if ro else 0.0)
             if ro:
-                for iv in ro.intervals:
-                    if iv.t_end > iv.t_start:
-                        self.recorder.interval(TimelineRow(step, e, iv.state, t0 + iv.t_start, t0 + iv.t_end,
-                                                           iv.batch_size, iv.tokens, iv.accepted, iv.strategy))
+                self.recorder.timeline.extend(
+                    TimelineRow(step, e, iv.state, t0 + iv.t_start, t0 + iv.t_end, iv.batch_size, iv.tokens,
+                                iv.accepted, iv.strategy) for iv in ro.intervals if iv.t_end > iv.t_start)
                 if ro.iterations:
                     it = pd.DataFrame(ro.iterations)
                     it.insert(0, "worker", e)
@@ -261,20 +264,28 @@ class Simulator:
     def _record_turns(self, step: int, t0: float, df: dict, sr) -> None:
         """The step's turns (TURN_RECORD_COLUMNS) that began generating, from each engine's rollout of its rows:
         their tokens generated this step (all of a turn's, unless a policy stopped the rollout in it)."""
-        for rows, rec, offset in sr.turn_records:
+        if not sr.turn_records:
+            return
+        parts = {c: [] for c in ("each", "turn", "prompt_tokens", "cached_tokens", "response_len", "admitted_at",
+                                 "finished_at")}
+        for rows, rec, offset in sr.turn_records:  # one frame of every run's turns, in the runs' order
             counts = np.diff(rec["first"])
-            each = np.repeat(rows, counts)
-            frame = pd.DataFrame({
-                "step": step, "prompt_id": df["prompt_id"][each], "sample": df["sample"][each],
-                "engine": sr.engine[each], "turn": np.arange(len(each)) - np.repeat(rec["first"][:-1], counts),
-                "prompt_tokens": rec["prompt_tokens"].astype(np.int64),
-                "cached_tokens": rec["cached_tokens"].astype(np.int64),
-                "response_len": rec.get("got", rec["gen"]).astype(np.int64),
-                "admitted_at": t0 + offset + rec["admitted_at"], "finished_at": t0 + offset + rec["finished_at"],
-                "tool_latency_s": flat_turns(df["tool_latency_s"][rows], float),
-                "tool_tokens": flat_turns(df["tool_tokens"][rows], np.int64),
-            })[TURN_RECORD_COLUMNS]
-            self.recorder.turns.append(frame[frame["admitted_at"].notna()])
+            parts["each"].append(np.repeat(rows, counts))
+            parts["turn"].append(np.arange(int(rec["first"][-1])) - np.repeat(rec["first"][:-1], counts))
+            # whole tokens: a context that speculation's fractional gains summed to an ulp short still counts
+            parts["prompt_tokens"].append(np.rint(rec["prompt_tokens"]).astype(np.int64))
+            parts["cached_tokens"].append(np.rint(rec["cached_tokens"]).astype(np.int64))
+            parts["response_len"].append(rec.get("got", rec["gen"]).astype(np.int64))
+            parts["admitted_at"].append(t0 + offset + rec["admitted_at"])
+            parts["finished_at"].append(t0 + offset + rec["finished_at"])
+        col = {c: np.concatenate(v) for c, v in parts.items()}
+        each, rows = col.pop("each"), np.concatenate([rows for rows, _, _ in sr.turn_records])
+        frame = pd.DataFrame({
+            "step": step, "prompt_id": df["prompt_id"][each], "sample": df["sample"][each], "engine": sr.engine[each],
+            **col, "tool_latency_s": flat_turns(df["tool_latency_s"][rows], float),
+            "tool_tokens": flat_turns(df["tool_tokens"][rows], np.int64),
+        })[TURN_RECORD_COLUMNS]
+        self.recorder.turns.append(frame[frame["admitted_at"].notna()])
 
     def _turn_columns(self, df: dict, sr, rollout_s: float) -> dict:
         """A multi-turn step's trajectories, turns, tool calls and the share of the engines' rollout time in which

@@ -117,7 +117,7 @@ class Trace:
         trace, the tools' answers between them (what the trainer's forward passes read)."""
         out = self.df["response_len"].to_numpy(dtype=np.int64)
         if self.agentic:
-            out = out + np.fromiter((int(np.sum(t)) for t in self.df["tool_tokens"]), np.int64, len(out))
+            out = out + np.fromiter((int(sum(t)) for t in self.df["tool_tokens"]), np.int64, len(out))
         return out
 
     @property
@@ -238,8 +238,7 @@ def expand_turns(df: pd.DataFrame) -> pd.DataFrame:
 
 def flat_turns(col, dtype) -> np.ndarray:
     """A turn list column (one list a row) as one array of every row's turns in order, None as NaN."""
-    parts = [np.asarray([np.nan if v is None else v for v in cell], dtype=dtype) for cell in col]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype)
+    return np.asarray([np.nan if v is None else v for cell in col for v in cell], dtype=dtype)
 
 
 def _check_turns(out: pd.DataFrame, present: list[str], path) -> None:
