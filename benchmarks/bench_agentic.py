@@ -5,8 +5,8 @@ the same responses as single turns (each trajectory's tokens as one response, no
     python benchmarks/bench_agentic.py [--steps N]   # writes nothing; record with: ... | tee benchmarks/results/bench_agentic.txt
 
 Each trajectory's turns are events (a turn's end, a tool's return, a prefill), so a multi-turn step costs the
-event-driven executor (tltsim/sim/agentic.py) more than a single-turn step costs the fast path's closed form;
-the ratio says how much. The same steps by the reference executor (agentic._Run, every row scanned at every
+event-driven executor (tltsim/sim/agentic/) more than a single-turn step costs the fast path's closed form;
+the ratio says how much. The same steps by the reference executor (agentic.reference.Run, every row scanned at every
 event) give the fast one's speed-up, and on the shipped trace (traces/synthetic/agentic.parquet) the two
 executors' makespans are compared.
 """

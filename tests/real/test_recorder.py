@@ -8,7 +8,7 @@ import pytest
 from real.engine.adaptive import EngineCall
 from real.run.recorder import intervals
 from tltsim.core.records import Result
-from tltsim.sim.engine import Entry, _merge
+from tltsim.sim.engine import Entry, merge_entries
 from tltsim.core.summary import GENERATION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ CALLS = [("prefill", "", 4, math.nan, 40, 0.0, 1.0), ("decode", "", 4, math.nan,
 
 def test_real_calls_and_simulated_iterations_merge_into_the_same_rows():
     real = intervals(5, 1, [EngineCall(m, s, b, a, t, t1 - t0, t0, t1) for m, s, b, a, t, t0, t1 in CALLS])
-    sim = _merge([Entry(m, t0, t1, b, t, a, s, int(m == "spec_decode")) for m, s, b, a, t, t0, t1 in CALLS])
+    sim = merge_entries([Entry(m, t0, t1, b, t, a, s, int(m == "spec_decode")) for m, s, b, a, t, t0, t1 in CALLS])
     assert [r.state for r in real] == ["prefill", "decode", "prefill", "spec_decode"]  # by state only
     assert [(r.step, r.worker) for r in real] == [(5, 1)] * 4
     spec = real[-1]

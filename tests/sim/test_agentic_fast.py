@@ -1,5 +1,5 @@
-"""The agentic rollout's fast executor (tltsim.sim.agentic._fast) against the event executor it is held to
-(`_Run`, agentic_rollout(..., reference=True)): the same rollouts, the same numbers, on hand-made shares that
+"""The agentic rollout's fast executor (tltsim.sim.agentic.fast) against the event executor it is held to
+(`reference.Run`, agentic_rollout(..., reference=True)): the same rollouts, the same numbers, on hand-made shares that
 queue, evict and wait on tools, and on every policy that runs multi-turn trajectories."""
 import copy
 import math

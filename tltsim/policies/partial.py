@@ -10,7 +10,7 @@ recycling), or thrown away (`"drop"`).
 
 A resumed response is re-prefilled (its prompt and its tokens so far) when it is
 admitted again, because the weights changed. A multi-turn trajectory goes on from the turn it was in
-(tltsim.sim.agentic.rest_of_trajectories): the tool answers it had called for join its context. Its earliest tokens come from the
+(rest_of_trajectories, below): the tool answers it had called for join its context. Its earliest tokens come from the
 policy version of the step that started it: that is its staleness when it is
 trained (steps columns `staleness_mean`, `staleness_max`).
 
@@ -32,7 +32,6 @@ from tltsim.sim.hooks import StepOutcome
 from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
 from tltsim.control.knobs import knob
 from tltsim.policies.knobs import KnobbedPolicy
-from tltsim.sim.agentic import rest_of_trajectories
 from tltsim.sim.prompts import PromptStream
 
 
@@ -88,3 +87,37 @@ class PartialRollout(KnobbedPolicy):
             "launched_groups": self.launched,
             "carried_groups": groups_in(self.carry) if self.carry else 0,
         })
+
+
+def rest_of_trajectories(df: dict, mask: np.ndarray, turn_records: list) -> dict:
+    """What is left of the trajectories `mask` picks among a step's rows (`df`, its turn list columns) when their
+    rollout stopped (a StepRollout's `turn_records`, cut): per row the turn lists from the turn it was in (less the
+    tokens it generated of it); `tool_done`, the tokens of the tool answers it had called for by then (they join
+    its context: a tool does not depend on the policy's weights); and `tool_pending_s`, the seconds its call in
+    flight still had to run (the next rollout waits for them). A trajectory whose turns were all generated is
+    left one turn of no tokens."""
+    seen = {}  # row -> (per-turn tokens at the stop, admitted_at, finished_at, the stop)
+    for rows, rec, _ in turn_records:
+        per_turn = rec.get("got", rec["gen"]).astype(np.int64)
+        for i, r in enumerate(rows):
+            a, b = rec["first"][i], rec["first"][i + 1]
+            seen[int(r)] = (per_turn[a:b], rec["admitted_at"][a:b], rec["finished_at"][a:b], rec.get("stop", np.inf))
+    out = {c: [] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")}
+    done, pending = [], []
+    for r in np.flatnonzero(mask):
+        gen, lat, tok = (list(df[c][r]) for c in ("turn_response_len", "tool_latency_s", "tool_tokens"))
+        none = np.full(len(gen), np.nan)
+        g, admitted, finished, stop = seen.get(int(r), (np.zeros(len(gen), np.int64), none, none, np.inf))
+        j = int(np.sum(np.cumprod(g >= np.asarray(gen))))  # turns generated whole, from the first
+        if j == len(gen):
+            rest = ([0], [None], [0])
+        else:
+            rest = ([gen[j] - int(g[j])] + gen[j + 1:], lat[j:], tok[j:])
+        waits = 0 < j < len(gen) and np.isnan(admitted[j])  # its turn j waits on the call after turn j - 1
+        pending.append(max(0.0, finished[j - 1] + lat[j - 1] - stop) if waits else 0.0)
+        for c, v in zip(out, rest):
+            out[c].append(v)
+        done.append(int(sum(tok[:j])))
+    as_column = lambda lists: np.array(lists + [None], dtype=object)[:-1]  # noqa: E731 (an object array of lists)
+    return {**{c: as_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64),
+            "tool_pending_s": np.array(pending, float)}

@@ -39,7 +39,7 @@ from tltsim.sim.speculation import Speculation, Tally, speculate
 
 
 class Entry(NamedTuple):
-    """What an executor logs as it goes (merged into Intervals by `_merge`)."""
+    """What an executor logs as it goes (merged into Intervals by `merge_entries`)."""
 
     state: str
     t_start: float
@@ -194,7 +194,7 @@ def _fast_speculative(seg, pre, prompt_len, tau_a, response_len, cost, spec, spl
         t = t_seg
     t_event = np.concatenate([[0.0], np.cumsum(seg_times)])
     bounds = np.concatenate([start, [start[-1] + length[-1]]])
-    return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, _merge(log), sd_iterations=tally.iterations,
+    return _timed(t_event[-1], t_event, bounds, pre, tau_a, response_len, merge_entries(log), sd_iterations=tally.iterations,
                   sd_accepted=tally.accepted, strategies=tally.strategies, switch_at=switch_at)
 
 
@@ -323,12 +323,12 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
         running = [r for r in running if generated[r] < response_len[r]]
     clock_t, clock_tau = np.array(clock).T
     out["rollout"] = EngineRollout(
-        env.now - t0, admitted_at, finished_at, _merge(state_log), sd_iters, sd_acc, strategies, switch_at, records,
+        env.now - t0, admitted_at, finished_at, merge_entries(state_log), sd_iters, sd_acc, strategies, switch_at, records,
         clock_t, clock_tau, tau_a,
     )
 
 
-def _merge(log: list[Entry]) -> list[Interval]:
+def merge_entries(log: list[Entry]) -> list[Interval]:
     """The log's entries as intervals, merged as timeline rows are (tltsim.core.records.merge_states)."""
     rows = merge_states([TimelineRow(0, 0, e.state, e.t_start, e.t_end, e.batch_size, e.tokens, e.accepted, e.strategy)
                          for e in log], [e.weight for e in log])

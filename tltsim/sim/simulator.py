@@ -34,8 +34,9 @@ from tltsim.trace.schema import flat_turns
 
 
 class Simulator:
-    agentic_reference = False  # multi-turn rollouts by the event executor that scans every row (agentic._Run), the
-    # fast one's reference, instead of the fast one: for benchmarks and tests that compare them
+    agentic_reference = False  # multi-turn rollouts by the event executor that scans every row
+    # (agentic.reference.Run), the fast one's reference, instead of the fast one: for benchmarks and tests that
+    # compare them
 
     def __init__(self, trace: Trace, cfg: SimConfig, policy: Policy | None = None, cost=None):
         self.cfg = cfg.checked()
