@@ -53,6 +53,7 @@ class SpeculationGuard:
         self.retry_plain = retry_plain  # plain iterations at a refused batch before it is tried again (x2 per refusal)
         self._plain: dict[int, RewardWindow] = {}  # batch -> seconds per plain iteration
         self._sizes: list[int] = []  # sorted keys of _plain
+        self._floors: list[float] | None = None  # per _sizes[j]: the least median at _sizes[j:]; None: stale
         self._spec: dict[int, tuple[RewardWindow, int]] = {}  # batch -> (tokens/s of spec iterations, rollout)
         self._rollout = 0  # rollouts begun
         self._waited: dict[int, int] = {}  # refused batch -> plain iterations at it since it was refused
@@ -70,6 +71,7 @@ class SpeculationGuard:
             self._plain[batch] = RewardWindow(self.window)
             bisect.insort(self._sizes, batch)
         self._plain[batch].add(float(seconds), n)
+        self._floors = None
         if self.tried(batch) and not self.pays(batch):
             self._waited[batch] = self._waited.get(batch, 0) + n
             if self._waited[batch] >= self._wait(batch):  # waited long enough: the next decision there tries again
@@ -100,6 +102,7 @@ class SpeculationGuard:
         self._plain = {int(b): RewardWindow.restored(self.window, w) for b, w in state["plain"]}
         self._spec = {int(b): (RewardWindow.restored(self.window, w), int(r)) for b, w, r in state["spec"]}
         self._sizes = sorted(self._plain)
+        self._floors = None
         self._waited = {int(b): int(k) for b, k in state.get("waited", [])}  # a checkpoint from before retries: none
         self._refusals = {int(b): int(k) for b, k in state.get("refusals", [])}
         self._best = {int(b): float(r) for b, r in state.get("best", [])}  # from before the trial: none
@@ -108,8 +111,14 @@ class SpeculationGuard:
         """Tokens per second of plain decoding at `batch`, estimated; 0 when nothing was observed."""
         if not self._sizes:
             return 0.0
+        if self._floors is None:  # asked far more often than a plain iteration changes it: kept until then
+            floors, least = [], float("inf")
+            for size in reversed(self._sizes):
+                least = min(least, self._plain[size].median())
+                floors.append(least)
+            self._floors = floors[::-1]
         i = min(bisect.bisect_left(self._sizes, batch), len(self._sizes) - 1)
-        return batch / min(self._plain[s].median() for s in self._sizes[i:])
+        return batch / self._floors[i]
 
     def spec_rate(self, batch: int) -> float:
         """Tokens per second of speculation at `batch`, as measured (NaN when untried or expired)."""

@@ -194,8 +194,16 @@ class BEGTuner(Tuner):
         cands = self.candidates(batch_size)
         if self.rng.random() < self.eps:
             return cands[int(self.rng.integers(len(cands)))]
-        scores = [self.median_reward(a, batch_size) for a in cands]
-        return cands[int(np.argmax(scores))]
+        # the largest windowed median (+inf untried), the earlier arm on a tie, as np.argmax picks (in plain Python:
+        # this runs every speculative chunk)
+        bucket = self.bucket_of(batch_size)
+        best, best_score = None, None
+        for arm in cands:
+            window = self._windows.get((bucket, arm))
+            score = math.inf if window is None else window.median()
+            if best is None or score > best_score:
+                best, best_score = arm, score
+        return best
 
     def update(self, strategy: Strategy, batch_size: int, reward: float, n: int = 1) -> None:
         super().update(strategy, batch_size, reward, n)
