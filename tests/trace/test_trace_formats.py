@@ -253,3 +253,28 @@ def test_parquet_column_types(tmp_path, column, text):
         assert load(path).df["response_len"].tolist() == [5, 6]
     else:
         assert load_error(path).startswith(f"{path}, {text}")
+
+
+def test_each_format_is_recognised_by_the_registry_in_its_order(tmp_path):
+    """detect() tries FORMATS in order: a log recognised by its content before the plain format of its suffix, and
+    PolyTrace's step files before a rollout dump (a folder of .jsonl files is also what a dump looks like)."""
+    from tltsim.trace.formats import FORMATS, detect
+
+    poly = tmp_path / "poly"
+    poly.mkdir()
+    (poly / "multiturn_workload_step_1.jsonl").write_text('{"turns": [], "tool_calls": []}\n')
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    (dump / "1.jsonl").write_text('{"input": "q", "output": "a"}\n')
+    files = {"lengths.jsonl": '{"output": [3, 4]}\n', "ours.jsonl": '{"step": 0}\n',
+             "vidur.csv": "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,2\n", "ours.csv": "step,response_len\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "t.parquet").write_bytes(b"")
+    found = {p: detect(tmp_path / p).name for p in ("poly", "dump", *files, "t.parquet")}
+    assert found == {"poly": "PolyTrace's multi-turn workload log", "dump": "verl rollout dump",
+                     "lengths.jsonl": "verl length log", "ours.jsonl": "JSONL trace", "vidur.csv": "Vidur CSV trace",
+                     "ours.csv": "CSV trace", "t.parquet": "Parquet trace"}
+    assert len({f.name for f in FORMATS}) == len(FORMATS) == 7
+    with pytest.raises(TltsimError, match="count_tokens applies to verl rollout dumps only"):
+        load(tmp_path / "ours.jsonl", count_tokens=len)

@@ -9,11 +9,9 @@ from tltsim.core.errors import TltsimError
 from tltsim.core.io import check_apart, check_file
 from tltsim.trace import FAMILIES, load, save, stats, synth
 from tltsim.trace.synth import COMMON
-from tltsim.trace.formats import SUFFIXES, sidecar
+from tltsim.trace.formats import SUFFIXES, detect, sidecar
 from tltsim.trace.schema import Trace, TraceMeta
 from tltsim.trace.tokens import token_counter
-from tltsim.trace.polytrace import is_multiturn_log
-from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
 
 
 def register(subparsers) -> None:
@@ -150,7 +148,8 @@ def _convert(args) -> int:
 
 
 def _read_input(args) -> Trace:
-    if is_multiturn_log(args.input) or not is_rollout_dump(args.input):
+    fmt = detect(args.input)  # the registry's order: a log recognised by content before plain JSONL
+    if "count_tokens" not in fmt.options:
         if args.tokenizer:
             raise TltsimError(f"--tokenizer applies to verl rollout dumps (texts); {args.input} is not one: drop it")
         return load(args.input, requests_per_step=args.requests_per_step)
@@ -161,4 +160,4 @@ def _read_input(args) -> Trace:
         raise TltsimError("--requests-per-step applies to Vidur CSV traces only; drop it")
     from real.models.hub import resolve_model  # a known model's name (smollm2-135m) -> its directory in the cache
 
-    return read_rollout_dump(args.input, token_counter(str(resolve_model(args.tokenizer))), tokenizer=args.tokenizer)
+    return load(args.input, count_tokens=token_counter(str(resolve_model(args.tokenizer))), tokenizer=args.tokenizer)

@@ -1,14 +1,23 @@
-"""Reading and writing traces: Parquet (primary), CSV and JSONL, plus format sniffing.
+"""Reading and writing traces: Parquet (primary), CSV and JSONL, and every format tltsim reads, in one registry.
 
-`load(path)` picks the reader from the suffix and, within a suffix, from the content:
+`FORMATS` lists the formats in the order a path is tried against them, each with how it is recognised and read;
+`detect(path)` is the first that recognises it, `load(path)` reads it. A format recognised by its content comes
+before the plain ones that share its suffix or its folder:
 
-    .parquet  our schema; TraceMeta in the Parquet schema metadata (key b"tltsim.meta")
-    .csv      our schema, or a Vidur request trace when the header has
-              arrived_at, num_prefill_tokens, num_decode_tokens and no response_len
-    .jsonl    our schema (one response per line), or a verl-style length log when the
-              first record has an "output" list (one prompt per line), or PolyTrace's multi-turn
-              workload log when it has "turns" and "tool_calls" lists (one trajectory per line)
-    a directory of PolyTrace's step files (multiturn_workload_step_<step>.jsonl): the whole log
+    PolyTrace's multi-turn workload log   a directory of multiturn_workload_step_<step>.jsonl files, or one such
+                                          file: a first record with "turns" and "tool_calls" lists
+                                          (tltsim.trace.polytrace)
+    a verl rollout dump                   a directory of <step>.jsonl files, or one: a first record with a response
+                                          text in "output"; read with a token counter (`trace convert --tokenizer`)
+                                          (tltsim.trace.verl)
+    a Vidur request trace                 .csv whose header has arrived_at, num_prefill_tokens, num_decode_tokens
+                                          and no response_len (tltsim.trace.importers)
+    a verl length log                     .jsonl whose first record has an "output" list (one prompt per line)
+    a Parquet trace                       our schema; TraceMeta in the Parquet schema metadata (b"tltsim.meta")
+    a CSV trace, a JSONL trace            our schema (one response per line)
+
+Adding a format: its recogniser and reader (a module of its own for anything longer than a few lines), and its
+place in FORMATS.
 
 CSV and JSONL keep the metadata in a sidecar `<file>.meta.json` (e.g. `t.csv.meta.json`) that
 names the sha256 of the data it describes; without one the trace gets default metadata, and one
@@ -25,44 +34,64 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tltsim.core.errors import TltsimError
-from tltsim.core.jsonl import read_objects
+from tltsim.core.jsonl import first_object, read_objects
 from tltsim.core.io import atomic_path, sha256_file, write_json
 from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
 from tltsim.trace.polytrace import is_multiturn_log, read_multiturn_log
+from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
 from tltsim.trace.schema import REQUIRED, Trace, TraceMeta
 
-SUFFIXES = (".parquet", ".csv", ".jsonl")
+SUFFIXES = (".parquet", ".csv", ".jsonl")  # what `save` writes
 META_KEY = b"tltsim.meta"
 
 
-def load(path, requests_per_step: int | None = None) -> Trace:
-    """Read and validate a trace from `path` (see the module docstring for the formats).
+@dataclass(frozen=True)
+class Format:
+    """A trace format: its name in messages, whether a path is one, and its reader."""
 
-    `requests_per_step` applies to Vidur traces only (see `frame_from_vidur`).
-    Raises TltsimError for a missing or unreadable file, an unknown suffix or bad content.
-    """
+    name: str
+    recognises: Callable[[Path], bool]
+    read: Callable[..., Trace]  # read(path, **options): the Trace, or TltsimError naming the file and line
+    options: tuple[str, ...] = ()  # the keyword options `read` takes
+
+
+def load(path, requests_per_step: int | None = None, count_tokens=None, tokenizer: str = "") -> Trace:
+    """Read and validate the trace at `path`, in whichever of FORMATS it is (the module docstring).
+
+    `requests_per_step` applies to Vidur traces only (see `frame_from_vidur`); `count_tokens` (texts -> token
+    counts, tltsim.trace.tokens.token_counter) and `tokenizer` (its name, for the provenance) to verl rollout dumps,
+    which need them. Raises TltsimError for a missing or unreadable file, an unknown format or bad content."""
     path = Path(path)
-    if is_multiturn_log(path):
-        if requests_per_step is not None:
-            raise TltsimError(f"{path}: requests_per_step applies to Vidur CSV traces only; drop it")
-        return read_multiturn_log(path)
-    suffix = _suffix(path)
-    if not path.is_file():
-        what = "is a directory" if path.is_dir() else "does not exist"
-        raise TltsimError(f"{path} {what}; give the path of a trace file ({', '.join(SUFFIXES)})")
-    if suffix == ".csv":
-        return _load_csv(path, requests_per_step)
-    if requests_per_step is not None:
-        raise TltsimError(f"{path}: requests_per_step applies to Vidur CSV traces only; drop it")
-    return _load_parquet(path) if suffix == ".parquet" else _load_jsonl(path)
+    fmt = detect(path)
+    given = {"requests_per_step": requests_per_step, "count_tokens": count_tokens, "tokenizer": tokenizer or None}
+    given = {k: v for k, v in given.items() if v is not None}
+    for key in given:
+        if key not in fmt.options:
+            takes = next(f.name for f in FORMATS if key in f.options)
+            raise TltsimError(f"{path}: {key} applies to {takes}s only; drop it")
+    return fmt.read(path, **given)
+
+
+def detect(path) -> Format:
+    """The first of FORMATS that recognises `path`; TltsimError for a path none does (missing, a directory of
+    neither log, an unknown suffix)."""
+    path = Path(path)
+    for fmt in FORMATS:
+        if fmt.recognises(path):
+            return fmt
+    _suffix(path)
+    what = "is a directory" if path.is_dir() else "does not exist"
+    raise TltsimError(f"{path} {what}; give the path of a trace file ({', '.join(SUFFIXES)})")
 
 
 def save(trace: Trace, path) -> Path:
@@ -143,34 +172,79 @@ def _load_parquet(path: Path) -> Trace:
     return Trace.from_frame(df, meta, path=path)
 
 
-def _load_csv(path: Path, requests_per_step: int | None) -> Trace:
+def _load_csv(path: Path) -> Trace:
     df = _read_csv(path)
-    if "response_len" not in df.columns and all(c in df.columns for c in VIDUR_COLUMNS):
-        df, meta = frame_from_vidur(df, path, requests_per_step)
-        return Trace.from_frame(df, meta, path=path)
     if "response_len" not in df.columns:
         raise TltsimError(
             f"{path}: missing column 'response_len'; a CSV trace needs {', '.join(REQUIRED)}, "
             f"or the Vidur columns {', '.join(VIDUR_COLUMNS)}"
         )
-    if requests_per_step is not None:
-        raise TltsimError(f"{path}: requests_per_step applies to Vidur CSV traces only; drop it")
     return Trace.from_frame(df, _read_sidecar(path), path=path)
 
 
-def _load_jsonl(path: Path) -> Trace:
+def _is_vidur(path: Path) -> bool:
+    """A .csv file whose header has Vidur's request columns and no response_len."""
+    if path.suffix.lower() != ".csv" or not path.is_file():
+        return False
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            header = [c.strip() for c in next(csv.reader(f), [])]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False  # the CSV reader names what is wrong
+    return "response_len" not in header and all(c in header for c in VIDUR_COLUMNS)
+
+
+def _load_vidur(path: Path, requests_per_step: int | None = None) -> Trace:
+    df, meta = frame_from_vidur(_read_csv(path), path, requests_per_step)
+    return Trace.from_frame(df, meta, path=path)
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     records = read_objects(path, "a JSONL trace", parse_float=Decimal)  # exact: 3.0000000001 is not 3
     if not records:
         raise TltsimError(f"{path}: the file has no records; a JSONL trace needs one JSON object per line")
-    _, first = records[0]
-    if isinstance(first.get("output"), str):
-        raise TltsimError(f"{path}: a verl rollout dump (response texts, not lengths); convert it with "
-                          f"`tltsim trace convert {path} out.parquet --tokenizer MODEL_DIR` (the run's tokenizer counts the tokens)")
-    if isinstance(first.get("output"), list):
-        df, meta = frame_from_verl(records, path)
-        return Trace.from_frame(df, meta, path=path)
-    df = pd.DataFrame([r for _, r in records])
+    return records
+
+
+def _is_length_log(path: Path) -> bool:
+    """A .jsonl file whose first record has an "output" list of lengths."""
+    first = first_object(path)
+    return first is not None and isinstance(first.get("output"), list)
+
+
+def _load_length_log(path: Path) -> Trace:
+    df, meta = frame_from_verl(_read_jsonl(path), path)
+    return Trace.from_frame(df, meta, path=path)
+
+
+def _load_jsonl(path: Path) -> Trace:
+    df = pd.DataFrame([r for _, r in _read_jsonl(path)])
     return Trace.from_frame(df, _read_sidecar(path), path=path)
+
+
+def _read_dump(path: Path, count_tokens=None, tokenizer: str | None = None) -> Trace:
+    if count_tokens is None:
+        raise TltsimError(f"{path}: a verl rollout dump (response texts, not lengths); convert it with "
+                          f"`tltsim trace convert {path} out.parquet --tokenizer MODEL_DIR` (the run's tokenizer counts "
+                          f"the tokens)")
+    return read_rollout_dump(path, count_tokens, tokenizer=tokenizer or "")
+
+
+def _suffixed(suffix: str) -> Callable[[Path], bool]:
+    """Recognises a file of `suffix`."""
+    return lambda path: path.suffix.lower() == suffix and path.is_file()
+
+
+# in the order a path is tried (the module docstring)
+FORMATS = (
+    Format("PolyTrace's multi-turn workload log", is_multiturn_log, read_multiturn_log),
+    Format("verl rollout dump", is_rollout_dump, _read_dump, ("count_tokens", "tokenizer")),
+    Format("Vidur CSV trace", _is_vidur, _load_vidur, ("requests_per_step",)),
+    Format("verl length log", _is_length_log, _load_length_log),
+    Format("Parquet trace", _suffixed(".parquet"), _load_parquet),
+    Format("CSV trace", _suffixed(".csv"), _load_csv),
+    Format("JSONL trace", _suffixed(".jsonl"), _load_jsonl),
+)
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
