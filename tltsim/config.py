@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tltsim.cost import CostParams, PhaseCalibration
 from tltsim.core.errors import TltsimError
-from tltsim.core.io import read_toml
+from tltsim.core.config_files import read_toml
 from tltsim.sim.drafter_families import FAMILIES
 from tltsim.sim.drafter_quality import DrafterConfig
 

@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from tltsim.core.errors import TltsimError
-from tltsim.core.io import parse_toml
+from tltsim.core.config_files import parse_toml
 
 BYTES_BF16 = 2
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tltsim.core.errors import TltsimError
 from tltsim.hardware import preset_names
-from tltsim.core.io import read_config
+from tltsim.core.config_files import read_config
 from tltsim.trace import Trace, TraceMeta
 
 ROLLOUT = "actor_rollout_ref.rollout"

@@ -10,7 +10,7 @@ import pytest
 from tltsim.analysis.calibration import FORMAT
 from tltsim.analysis.report.export import write_chrome_trace
 from tltsim.cli import main
-from tltsim.core.io import written_by_tltsim
+from tltsim.core.marks import written_by_tltsim
 from tltsim.core.records import Result
 from tltsim.trace import load
 

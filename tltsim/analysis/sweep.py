@@ -42,8 +42,9 @@ from tqdm.auto import tqdm
 
 from tltsim import config as configmod
 from tltsim.core.errors import TltsimError
+from tltsim.core.config_files import read_toml
 from tltsim.core.io import (MANIFEST, atomic_path, check_output, exclusive, is_temporary, manifest_kind, read_manifest,
-                       read_toml, write_manifest, write_text)
+                       write_manifest, write_text)
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import simulate
 from tltsim.trace import load as load_trace

@@ -18,7 +18,8 @@ from tltsim.core.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.hardware import preset_names
 from tltsim.analysis.report.export import write_chrome_trace
-from tltsim.core.io import atomic_dir, check_apart, check_output, read_toml, sealed, write_manifest
+from tltsim.core.config_files import read_toml
+from tltsim.core.io import atomic_dir, check_apart, check_output, sealed, write_manifest
 from tltsim.policies import make_policy, policy_names
 from tltsim.control.decisions import knobs_from_text
 from tltsim.analysis.report.tuning import tune

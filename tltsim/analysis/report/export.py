@@ -41,7 +41,7 @@ def chrome_trace(result: Result) -> dict:
                 "args": args,
             }
         )
-    # otherData first: its format is the mark tltsim.core.io.written_by_tltsim reads in the file's head
+    # otherData first: its format is the mark tltsim.core.marks.written_by_tltsim reads in the file's head
     return {"otherData": {"format": FORMAT, "policy": result.name}, "traceEvents": events, "displayTimeUnit": "ms"}
 
 

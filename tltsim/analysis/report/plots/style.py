@@ -177,7 +177,7 @@ def png_bytes(fig: Figure, dpi: int = DPI) -> bytes:
     out.putpalette(palette.astype(np.uint8).ravel().tolist())
     data = io.BytesIO()
     info = PngInfo()
-    info.add_text("Software", "tltsim")  # the mark that lets tltsim replace it (tltsim.core.io.written_by_tltsim)
+    info.add_text("Software", "tltsim")  # the mark that lets tltsim replace it (tltsim.core.marks.written_by_tltsim)
     out.save(data, format="PNG", optimize=True, pnginfo=info)
     return data.getvalue()
 
