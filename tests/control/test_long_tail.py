@@ -1,0 +1,109 @@
+"""The long-tail policies' decisions on hand-worked cases, without a simulator: partial rollout (tltsim.control: groups, partial)."""
+import json
+
+import numpy as np
+
+from tltsim.control.groups import GroupQuota, concat, groups_in, needs_engine, quota_stop, take_rows
+from tltsim.control.partial import PartialControl, PartialKnobs, groups_to_launch, rest_of_trajectories
+
+
+def rows(groups, response_len, step=0, first_group=0):
+    """Rows of `groups` prompt groups of `len(response_len) // groups` samples, numbered from `first_group`."""
+    n = len(response_len)
+    group = first_group + np.repeat(np.arange(groups), n // groups)
+    return {"step": np.full(n, step), "prompt_id": group % 100, "prompt_len": np.full(n, 10),
+            "response_len": np.asarray(response_len, np.int64), "group": group, "origin": np.full(n, step),
+            "carried": np.zeros(n, np.int64)}
+
+
+def roundtrip(state: dict) -> dict:
+    return json.loads(json.dumps(state))  # a checkpoint holds plain data
+
+
+# groups: the quota stop
+
+def test_quota_stops_at_the_target_th_group_and_keeps_ties():
+    group = np.array([0, 0, 1, 1, 2, 2])
+    finish = np.array([1.0, 5.0, 2.0, 3.0, 3.0, 9.0])  # groups finish at 5, 3, 9
+    stop, done = quota_stop(group, finish, 2)
+    assert stop == 5.0 and done.tolist() == [True, True, True, True, False, False]
+    stop, done = quota_stop(group, np.array([1.0, 3.0, 2.0, 3.0, 3.0, 9.0]), 1)  # two groups finish at 3
+    assert stop == 3.0 and done.tolist() == [True, True, True, True, False, False]
+    assert quota_stop(group, finish, 0)[0] == 0.0 and quota_stop(group, finish, 7)[0] == 9.0
+
+
+def test_group_quota_told_online_agrees_with_the_offline_stop():
+    rng = np.random.default_rng(0)
+    group = np.repeat(np.arange(6), 3)
+    finish = rng.integers(1, 8, len(group)).astype(float)  # integer times: ties
+    for target in range(7):
+        stop, done = quota_stop(group, finish, target)
+        q = GroupQuota(group, target)
+        at = 0.0 if q.stopped else next(t for t in np.unique(finish) if q.finished(np.flatnonzero(finish == t)))
+        assert at == stop and q.done.tolist() == done.tolist()
+
+
+def test_rows_helpers_and_which_rows_run():
+    a, b = rows(2, [1, 2, 3, 4]), rows(1, [5, 6], first_group=2)
+    both = concat([{}, a, b])
+    assert groups_in(both) == 3 and both["response_len"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert concat([{}, take_rows(a, np.zeros(4, bool))]) == {}
+    assert needs_engine(np.array([0, 3, 0]), np.array([True, False, False])).tolist() == [True, True, False]
+    assert needs_engine(np.array([0, 3])).tolist() == [False, True]
+
+
+# partial rollout
+
+def test_partial_launches_ratio_times_need_carried_first():
+    assert groups_to_launch(2.0, 4, 0) == (8, 8)
+    assert groups_to_launch(2.0, 4, 3) == (8, 5)
+    assert groups_to_launch(1.5, 3, 0) == (5, 5)  # ceil(4.5)
+    assert groups_to_launch(2.0, 4, 10) == (10, 0)  # never fewer than it carries
+    assert groups_to_launch(1.1, 10, 0) == (11, 11)  # 11.000000000000002 is 11
+
+
+def test_partial_carries_unfinished_rows_with_their_tokens_and_first_version():
+    c = PartialControl(PartialKnobs(ratio=2.0))
+    assert c.begin_step(1) == 2 and c.launched == 2
+    step0 = c.rows(rows(2, [4, 6, 8, 10]))  # groups 0 and 1, two samples each
+    done = np.array([True, True, False, False])
+    assert c.end_step(0, step0, done, generated=np.array([4, 6, 6, 0])) == 0
+    carry = c.carry
+    assert carry["group"].tolist() == [1, 1] and c.carried_groups == 1
+    assert carry["prompt_len"].tolist() == [16, 10] and carry["response_len"].tolist() == [2, 10]
+    assert carry["carried"].tolist() == [6, 0]
+    assert carry["origin"].tolist() == [0, 1]  # a row with no tokens yet gets its first from step 1 at the earliest
+    state = roundtrip(c.state_dict())
+
+    assert c.begin_step(1) == 1 and c.launched == 2  # one carried, one fresh
+    step1 = c.rows(rows(1, [5, 5], step=1, first_group=2))
+    assert step1["group"].tolist() == [1, 1, 2, 2] and c.carry == {}
+    c.end_step(1, step1, np.array([False, False, True, True]), generated=np.array([1, 3, 5, 5]))
+    assert c.carry["carried"].tolist() == [7, 3] and c.carry["origin"].tolist() == [0, 1]
+
+    again = PartialControl(PartialKnobs(ratio=2.0))
+    again.load_state_dict(state)  # resumed after step 0: the same carry, the same next step
+    assert {k: v.tolist() for k, v in again.carry.items()} == {k: v.tolist() for k, v in carry.items()}
+    assert again.begin_step(1) == 1 and again.rows({})["carried"].dtype == np.int64
+
+
+def test_partial_drop_throws_the_unfinished_tokens_away():
+    c = PartialControl(PartialKnobs(unfinished="drop"))
+    c.begin_step(1)
+    r = c.rows(rows(2, [4, 6, 8, 10]))
+    assert c.end_step(0, r, np.array([True, True, False, False]), np.array([4, 6, 8, 0])) == 1
+    assert c.carry == {} and c.carried_groups == 0 and c.begin_step(1) == 2
+
+
+def test_a_trajectory_goes_on_from_the_turn_it_was_in():
+    lists = lambda *v: np.array(list(v) + [None], dtype=object)[:-1]  # noqa: E731
+    r = {"turn_response_len": lists([3, 4, 5], [2, 2]), "tool_latency_s": lists([1.0, 2.0, None], [0.5, None]),
+         "tool_tokens": lists([7, 8, 0], [9, 0])}
+    seen = {0: (np.array([3, 1, 0]), np.array([0.0, 6.0, np.nan]), np.array([2.0, np.nan, np.nan]), 7.0)}
+    rest = rest_of_trajectories(r, np.array([True, True]), seen)
+    assert rest["turn_response_len"].tolist() == [[3, 5], [2, 2]]  # row 1 had run nothing
+    assert rest["tool_latency_s"].tolist() == [[2.0, None], [0.5, None]]
+    assert rest["tool_done"].tolist() == [7, 0] and rest["tool_pending_s"].tolist() == [0.0, 0.0]
+    seen = {0: (np.array([3, 0, 0]), np.array([0.0, np.nan, np.nan]), np.array([2.0, np.nan, np.nan]), 2.5)}
+    rest = rest_of_trajectories(r, np.array([True, False]), seen)  # stopped in its first tool call
+    assert rest["turn_response_len"].tolist() == [[4, 5]] and rest["tool_pending_s"].tolist() == [0.5]
