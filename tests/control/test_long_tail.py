@@ -1,10 +1,11 @@
-"""The long-tail policies' decisions on hand-worked cases, without a simulator: partial rollout (tltsim.control: groups, partial)."""
+"""The long-tail policies' decisions on hand-worked cases, without a simulator: partial rollout, tail batching (tltsim.control: groups, partial, tail)."""
 import json
 
 import numpy as np
 
 from tltsim.control.groups import GroupQuota, concat, groups_in, needs_engine, quota_stop, take_rows
 from tltsim.control.partial import PartialControl, PartialKnobs, groups_to_launch, rest_of_trajectories
+from tltsim.control.tail import TailBatchingKnobs, TailControl, is_long_round, short_round_groups
 
 
 def rows(groups, response_len, step=0, first_group=0):
@@ -107,3 +108,45 @@ def test_a_trajectory_goes_on_from_the_turn_it_was_in():
     seen = {0: (np.array([3, 0, 0]), np.array([0.0, np.nan, np.nan]), np.array([2.0, np.nan, np.nan]), 2.5)}
     rest = rest_of_trajectories(r, np.array([True, False]), seen)  # stopped in its first tool call
     assert rest["turn_response_len"].tolist() == [[4, 5]] and rest["tool_pending_s"].tolist() == [0.5]
+
+
+# tail batching
+
+def test_tail_long_round_rule_and_short_round_size():
+    assert is_long_round(parked=4, need=4, short_rounds=0, long_every=4)
+    assert not is_long_round(parked=3, need=4, short_rounds=3, long_every=4)
+    assert is_long_round(parked=1, need=4, short_rounds=4, long_every=4)
+    assert not is_long_round(parked=0, need=4, short_rounds=9, long_every=4)
+    assert short_round_groups(1.25, 4) == 5 and short_round_groups(1.0, 4) == 4
+
+
+def test_tail_parks_aborted_groups_and_runs_the_oldest_in_a_long_round():
+    c = TailControl(TailBatchingKnobs(eta=1.5, long_every=2))
+    assert c.begin_step(2) == 3 and not c.long
+    r = c.rows(0, rows(3, [1, 1, 9, 9, 1, 1]))
+    assert c.end_step(r, np.array([True, True, False, False, True, True]), np.array([1, 1, 4, 0, 1, 1])) == 1
+    assert c.parked["group"].tolist() == [1, 1] and c.short_rounds == 1
+
+    assert c.begin_step(2) == 3 and not c.long  # one parked of two needed, one short round so far
+    r = c.rows(1, rows(3, [9, 9, 1, 1, 1, 1], step=1, first_group=3))
+    c.end_step(r, np.array([False, False, True, True, True, True]), np.array([2, 2, 1, 1, 1, 1]))
+    assert c.parked_groups == 2 and c.short_rounds == 2
+    state = roundtrip(c.state_dict())
+
+    for d in (c, TailControl(TailBatchingKnobs(eta=1.5, long_every=2))):
+        d.load_state_dict(state)
+        assert d.begin_step(1) == 0 and d.long  # parked fill the batch: group 1, the oldest, runs anew
+        long = d.rows(2, {})
+        assert long["group"].tolist() == [1, 1]
+        assert long["origin"].tolist() == [2, 2] and long["step"].tolist() == [2, 2]
+        assert d.parked["group"].tolist() == [3, 3]
+        assert d.end_step(long, None, np.array([9, 9])) == 0 and d.short_rounds == 0 and d.parked_groups == 1
+
+
+def test_tail_long_round_after_long_every_short_rounds_tops_up_with_fresh():
+    c = TailControl(TailBatchingKnobs(eta=2.0, long_every=1))
+    c.begin_step(2)
+    r = c.rows(0, rows(4, [1, 1, 1, 9]))
+    c.end_step(r, np.array([True, True, True, False]), np.array([1, 1, 1, 3]))
+    assert c.begin_step(2) == 1 and c.long  # one parked, after one short round: it and one fresh group
+    assert c.rows(1, rows(1, [2], step=1, first_group=4))["group"].tolist() == [3, 4]

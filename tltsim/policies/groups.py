@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tltsim.control.groups import concat, groups_in, needs_engine, quota_stop, take_rows  # noqa: F401 (tail batching's)
+from tltsim.control.groups import needs_engine, quota_stop
 from tltsim.sim.rollout import StepRollout, truncate
 
 
