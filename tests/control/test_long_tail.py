@@ -1,10 +1,12 @@
-"""The long-tail policies' decisions on hand-worked cases, without a simulator: partial rollout, tail batching (tltsim.control: groups, partial, tail)."""
+"""The long-tail policies' decisions on hand-worked cases, without a simulator: partial rollout, tail batching,
+longest-first placement (tltsim.control: groups, partial, tail, placement)."""
 import json
 
 import numpy as np
 
 from tltsim.control.groups import GroupQuota, concat, groups_in, needs_engine, quota_stop, take_rows
 from tltsim.control.partial import PartialControl, PartialKnobs, groups_to_launch, rest_of_trajectories
+from tltsim.control.placement import HistoryPredictor, lpt_shares
 from tltsim.control.tail import TailBatchingKnobs, TailControl, is_long_round, short_round_groups
 
 
@@ -150,3 +152,23 @@ def test_tail_long_round_after_long_every_short_rounds_tops_up_with_fresh():
     c.end_step(r, np.array([True, True, True, False]), np.array([1, 1, 1, 3]))
     assert c.begin_step(2) == 1 and c.long  # one parked, after one short round: it and one fresh group
     assert c.rows(1, rows(1, [2], step=1, first_group=4))["group"].tolist() == [3, 4]
+
+
+# longest-first
+
+def test_history_predicts_a_prompts_mean_and_the_overall_mean_for_a_new_one():
+    p = HistoryPredictor()
+    assert p.predict(np.array([1, 2])).tolist() == [0.0, 0.0]
+    p.observe(np.array([1, 1, 2]), np.array([10, 20, 60]))
+    assert p.predict(np.array([1, 2, 3])).tolist() == [15.0, 60.0, 30.0]
+    q = HistoryPredictor()
+    q.load_state_dict(roundtrip(p.state_dict()))
+    assert q.predict(np.array([1, 2, 3])).tolist() == [15.0, 60.0, 30.0]
+
+
+def test_lpt_places_longest_first_on_the_least_loaded_engine():
+    shares = lpt_shares(np.array([1.0, 8.0, 3.0, 5.0, 4.0]), 2)
+    # 8 -> e0; 5 -> e1; 4 -> e1 (5 < 8); 3 -> e0 (8 < 9); 1 -> e1 (9 < 11)
+    assert [s.tolist() for s in shares] == [[1, 2], [3, 4, 0]]
+    # equal predictions (step 0: nothing known) are dealt round-robin, in row order
+    assert [s.tolist() for s in lpt_shares(np.zeros(5), 2)] == [[0, 2, 4], [1, 3]]
