@@ -1,13 +1,17 @@
 """The long-tail policies' decisions on hand-worked cases, without a simulator: partial rollout, tail batching,
-longest-first placement (tltsim.control: groups, partial, tail, placement)."""
+longest-first placement, tail migration (tltsim.control: groups, partial, tail, placement, migration)."""
 import json
 
 import numpy as np
+import pytest
 
 from tltsim.control.groups import GroupQuota, concat, groups_in, needs_engine, quota_stop, take_rows
+from tltsim.control.knobs import build
+from tltsim.control.migration import MigrateKnobs, MigrationControl, next_stage_span
 from tltsim.control.partial import PartialControl, PartialKnobs, groups_to_launch, rest_of_trajectories
 from tltsim.control.placement import HistoryPredictor, lpt_shares
 from tltsim.control.tail import TailBatchingKnobs, TailControl, is_long_round, short_round_groups
+from tltsim.core.errors import TltsimError
 
 
 def rows(groups, response_len, step=0, first_group=0):
@@ -172,3 +176,28 @@ def test_lpt_places_longest_first_on_the_least_loaded_engine():
     assert [s.tolist() for s in shares] == [[1, 2], [3, 4, 0]]
     # equal predictions (step 0: nothing known) are dealt round-robin, in row order
     assert [s.tolist() for s in lpt_shares(np.zeros(5), 2)] == [[0, 2, 4], [1, 3]]
+
+
+# migration
+
+def test_migration_point_targets_and_round_robin():
+    c = MigrationControl(MigrateKnobs(remaining=0.25, to_engines=2))
+    assert c.keep(8) == 2 and c.keep(3) == 0
+    assert c.due(2, 8) and not c.due(3, 8) and not c.due(0, 3)
+    finish = np.array([1.0, 2, 3, 4, 5, 6, 7, 8])
+    assert c.when(finish) == 6.0  # the 6th finish leaves 2
+    assert c.when(finish[:3]) is None  # keep 0: never
+    assert c.targets({0: 1, 1: 3, 2: 3, 3: 0}) == [1, 2]  # most unfinished, lowest index on a tie
+    assert c.targets({0: 1, 1: 3, 2: 0}) is None  # already on two engines
+    assert {e: p.tolist() for e, p in c.assign(5, [1, 2]).items()} == {1: [0, 2, 4], 2: [1, 3]}
+    assert c.released([0, 1, 2, 3], [1, 2]) == [0, 3]
+    assert next_stage_span(work_gpu_s=80.0, tp=4, released=2, time_left=30.0) == 10.0
+    assert next_stage_span(80.0, 4, 2, 5.0) == 5.0 and next_stage_span(80.0, 4, 0, 5.0) == 0.0
+
+
+def test_knobs_are_checked_where_both_executors_build_them():
+    with pytest.raises(TltsimError, match="ratio = 0.5"):
+        build(PartialKnobs, "partial", {"ratio": 0.5})
+    with pytest.raises(TltsimError, match="release"):
+        build(MigrateKnobs, "migrate", {"release": "nope"})
+    assert build(TailBatchingKnobs, "tail-batching", {"eta": 2}).eta == 2.0
