@@ -18,38 +18,33 @@ migration point and the number of kept instances from its cost model; on the shi
 DAPO-like trace at 64 GPUs, TP 4, these beat 0.1 / 1 and 0.05 / 2, which lengthen the
 rollout by more than the fusion saves); `release = "next-stage"` is RLHFuse's fusion.
 On-policy: nothing is stopped or carried.
+
+The decisions (when the tail moves, onto which engines, which rows go where, how long the released engines run
+the next stage) are tltsim.control.migration's, which a real executor drives too; this module is the simulator's
+glue: it cuts and appends the engines' rollouts and prices the next stage's work.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
-from tltsim.core.padding import padded_tokens
+from tltsim.control.migration import MigrateKnobs, MigrationControl, next_stage_span
 from tltsim.core.errors import TltsimError
-from tltsim.sim.hooks import StepOutcome
-from tltsim.control.knobs import knob
+from tltsim.core.padding import padded_tokens
 from tltsim.policies.knobs import KnobbedPolicy
+from tltsim.sim.hooks import StepOutcome
 from tltsim.sim.rollout import StepRollout, truncate
-
-RELEASE = ("idle", "next-stage", "drafter")
-
-
-@dataclass(frozen=True)
-class MigrateKnobs:
-    remaining: float = knob(0.02, lo=0.0, hi=1.0)  # migrate once unfinished responses <= this share of the step's
-    to_engines: int = knob(2, lo=1)  # engines the tail is consolidated onto
-    release: str = knob("next-stage", choices=RELEASE)  # what the released engines do until the barrier
 
 
 class Migrate(KnobbedPolicy):
+    """The simulator's glue around tltsim.control's `MigrationControl`, which decides."""
+
     name = "migrate"
     multi_turn = False  # moves requests on the single-turn token clock
     Knobs = MigrateKnobs
 
     def bind(self, sim) -> None:
         super().bind(sim)
+        self.control = MigrationControl(self.k)
         if self.k.release == "drafter" and not getattr(sim.policy, "trains_drafter", False):
             raise TltsimError(f"policy {sim.policy.name!r}: release = 'drafter' needs a drafter to train; "
                               f"use migrate+tlt, or release = 'next-stage' or 'idle'")
@@ -62,16 +57,14 @@ class Migrate(KnobbedPolicy):
         full = {e: (rows, run(e, df["prompt_len"][rows], df["response_len"][rows], rows)) for e, rows in enumerate(shares)
                 if len(rows)}
         finish = np.sort(np.concatenate([ro.finished_at for _, ro in full.values()])) if full else np.array([])
-        keep = math.floor(self.k.remaining * n + 1e-9)  # unfinished responses at which the tail moves
         self.at, self.moved, self.released = None, 0, []
         sr = StepRollout.empty(n)
-        if 0 < keep < n:
-            at = float(finish[n - keep - 1])  # the (n - keep)-th finish: `keep` left
-            running = {e: int(np.sum(ro.finished_at > at)) for e, (_, ro) in full.items()}
-            busy = [e for e, k in sorted(running.items(), key=lambda x: (-x[1], x[0])) if k > 0]
-            if len(busy) > self.k.to_engines:
+        at = self.control.when(finish, n)
+        if at is not None:
+            targets = self.control.targets({e: int(np.sum(ro.finished_at > at)) for e, (_, ro) in full.items()})
+            if targets is not None:
                 self.at = at
-                return self._migrate(df, full, busy[: self.k.to_engines], at, sr, run)
+                return self._migrate(df, full, targets, at, sr, run)
         for e, (rows, ro) in full.items():
             sr.add(e, rows, ro, df["response_len"][rows])
         return sr
@@ -84,12 +77,11 @@ class Migrate(KnobbedPolicy):
             left = got < df["response_len"][rows]
             moving.append(rows[left])
             got_all.append(got[left])
-            if e not in targets:
-                self.released.append(e)
+        self.released = self.control.released(full, targets)
         rows, got = np.concatenate(moving), np.concatenate(got_all)
         self.moved = len(rows)
-        for i, e in enumerate(targets):  # round-robin: the engines know no lengths
-            r, g = rows[i :: len(targets)], got[i :: len(targets)]
+        for e, pos in self.control.assign(len(rows), targets).items():
+            r, g = rows[pos], got[pos]
             if len(r):
                 rest = df["response_len"][r] - g
                 sr.add(e, r, run(e, df["prompt_len"][r] + g, rest, r), rest, offset=at)
@@ -107,6 +99,6 @@ class Migrate(KnobbedPolicy):
         work = float(self.sim.cost.logprob_time(tokens, gpus, sq_tokens=sq)) * gpus  # GPU-seconds
         tp = self.sim.cfg.cluster.tp
         t_at = self.t0 + self.at  # absolute time of the move
-        span = min(t - t_at, work / (tp * len(self.released))) if self.released else 0.0
+        span = next_stage_span(work, tp, len(self.released), t - t_at)
         spans = {e: ("reward", t_at, t_at + span) for e in self.released} if span > 0 else {}
         return StepOutcome(spans=spans, prework_gpu_s=span * tp * len(self.released), columns=cols)

@@ -2,7 +2,7 @@
 Synchronous RL Post-Training").
 
 Short rounds: launch `eta` x the prompt groups the step trains on, fresh from
-the prompt stream (tltsim.policies.groups); when as many groups as the step
+the prompt stream (tltsim.sim.prompts); when as many groups as the step
 trains on have finished, abort the rest. The aborted responses' tokens are thrown
 away (`dropped`) and their prompts are parked: prompts whose responses run long.
 Long round: once the parked prompts fill a step's batch, or `long_every` short
@@ -15,28 +15,24 @@ Defaults: RollPacker launches more prompts than a step needs in short rounds and
 defers long-tail prompts to long rounds; `eta = 1.25` and `long_every = 4` are our
 choices (with eta 1.25, a quarter of a batch is parked per short round, so four
 short rounds fill one long round).
+
+The decisions (what a step launches, which rows are parked, when a long round runs) are tltsim.control.tail's,
+which a real executor drives too; this module is the simulator's glue: its prompt stream, rollout and step record.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-import numpy as np
-
-from tltsim.sim.hooks import StepOutcome
-from tltsim.policies.groups import concat, groups_in, rollout_until_groups, take_rows
-from tltsim.control.knobs import knob
+from tltsim.control.groups import groups_in
+from tltsim.control.tail import TailBatchingKnobs, TailControl
+from tltsim.policies.groups import rollout_until_groups
 from tltsim.policies.knobs import KnobbedPolicy
+from tltsim.sim.hooks import StepOutcome
 from tltsim.sim.prompts import PromptStream
 
 
-@dataclass(frozen=True)
-class TailBatchingKnobs:
-    eta: float = knob(1.25, lo=1.0, hi=16.0)  # prompt groups launched in a short round per group trained on
-    long_every: int = knob(4, lo=1)  # a long round after at most this many short rounds with prompts parked
-
-
 class TailBatching(KnobbedPolicy):
+    """The simulator's glue: its prompt stream, rollout hook and step record around tltsim.control's `TailControl`,
+    which decides."""
+
     name = "tail-batching"
     multi_turn = False  # stops a rollout on the single-turn token clock
     Knobs = TailBatchingKnobs
@@ -44,41 +40,23 @@ class TailBatching(KnobbedPolicy):
     def bind(self, sim) -> None:
         super().bind(sim)
         self.stream = PromptStream(sim.trace.df)
-        self.parked: dict = {}
-        self.short_rounds = 0  # since the last long round
+        self.control = TailControl(self.k)
 
     def prepare_step(self, step: int, df: dict) -> dict:
-        self.need = groups_in(df)
-        parked = groups_in(self.parked) if self.parked else 0
-        self.long = parked >= self.need or (parked > 0 and self.short_rounds >= self.k.long_every)
-        if self.long:
-            ids = np.unique(self.parked["group"])[: self.need]  # oldest first: group ids grow in serving order
-            run_now = np.isin(self.parked["group"], ids)
-            out = concat([take_rows(self.parked, run_now), self.stream.take(self.need - len(ids), step)])
-            out["origin"] = np.full(len(out["step"]), step)
-            out["step"] = out["origin"]
-            self.parked = take_rows(self.parked, ~run_now)
-            return out
-        return self.stream.take(max(self.need, math.ceil(self.k.eta * self.need - 1e-9)), step)
+        fresh = self.control.begin_step(groups_in(df))
+        return self.control.rows(step, self.stream.take(fresh, step))
 
     def rollout(self, step, df, shares, run):
-        if self.long:
+        if self.control.long:
             self.done = None
             return super().rollout(step, df, shares, run)
-        sr, self.done = rollout_until_groups(df, shares, run, self.need)
+        sr, self.done = rollout_until_groups(df, shares, run, self.control.need)
         return sr
 
     def end_rollout(self, step: int, t: float, df: dict, sr) -> StepOutcome:
-        launched = groups_in(df)
-        if self.long:
-            self.short_rounds = 0
-            return StepOutcome(columns=self._columns(True, launched))
-        self.short_rounds += 1
-        left = ~self.done
-        self.parked = concat([self.parked, take_rows(df, left)])
-        return StepOutcome(trained=self.done, dropped=int(np.sum(left & (sr.generated > 0))),
-                           columns=self._columns(False, launched))
-
-    def _columns(self, long: bool, launched: int) -> dict:
-        return {"long_round": long, "launched_groups": launched,
-                "parked_groups": groups_in(self.parked) if self.parked else 0}
+        long = self.control.long
+        dropped = self.control.end_step(df, self.done, sr.generated)
+        columns = {"long_round": long, "launched_groups": groups_in(df), "parked_groups": self.control.parked_groups}
+        if long:
+            return StepOutcome(columns=columns)
+        return StepOutcome(trained=self.done, dropped=dropped, columns=columns)
