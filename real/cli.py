@@ -428,7 +428,8 @@ def check_device(torch, device: str) -> None:
 def _pretrain(args) -> int:
     import numpy as np
 
-    from real.models.pretrain import pretrain, replaceable
+    from real.checks import replaceable_checkpoint as replaceable
+    from real.models.pretrain import pretrain
     from tltsim.core.io import check_output
 
     check_output(args.out, replaceable, "empty or a checkpoint of `tltsim real pretrain`")  # before the training
