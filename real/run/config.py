@@ -6,8 +6,6 @@ import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import pandas as pd
-
 from real.checks import check_target, cuda_available, plan_task, response_cap
 from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
@@ -156,6 +154,8 @@ class RunConfig:
             if recorded.get(name) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
                 raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
                                   f"a run replays the answers of a run of the same prompts, sampling and training")
+        import pandas as pd  # here: `tltsim real` builds its parser from this module, and most runs have no --answers
+
         per_step = pd.read_parquet(where / ANSWERS_FILE, columns=["step"])["step"].value_counts()
         whole = next((s for s in range(self.steps) if per_step.get(s, 0) < self.prompts * self.group), self.steps)
         if whole < self.steps:  # a run stopped early holds fewer steps than its config.json asked for
