@@ -2,7 +2,10 @@
 
 tltsim/cli/real_cmd.py hands the arguments after `real` to `main`. A subcommand
 is one function `add_<name>(sub)` that adds its parser with `func=` set to its
-handler; list it in SUBCOMMANDS. Handlers raise TltsimError for bad input.
+handler; list it in SUBCOMMANDS, and its check in CHECKS. A check reads the
+arguments, the paths and the model cache without torch (real.checks) and raises
+TltsimError for bad input; `main` runs it before it imports torch, so bad input
+is refused at once, and the handler then does the work.
 """
 from __future__ import annotations
 
@@ -13,8 +16,13 @@ import sys
 import time
 from dataclasses import fields
 
+from real import drafters
+from real.checks import (DTYPE_BYTES, check_device, check_kv_memory, check_target, draftable, plan_task,
+                         positive_ints, replaceable_checkpoint, response_cap, saved_config)
 from real.models import hub
-from real.settings import PRESETS, TASKS, PretrainConfig, SpeedSettings, WarmupSettings
+from real.settings import (PRESETS, PROFILE_COLUMNS, TASKS, PretrainConfig, ProfileSettings, SamplingParams,
+                           SpeedSettings, WarmupSettings)
+from real.tasks.gcd import GcdTask
 from tltsim.core.argparser import Parser, add_fields, add_force, number, parse, show_progress, whole
 from tltsim.core.errors import TltsimError
 
@@ -83,37 +91,37 @@ def add_profile(sub) -> None:
     p.set_defaults(func=_profile, threads=1)  # as each `tltsim real run` worker computes on the CPU
 
 
-def _profile(args) -> int:
-    from real import drafters
-    from real.models.targets import load_target, load_task
-    from real.tools.profile import profile_processes
-    from real.settings import ProfileSettings, SamplingParams
-    from real.tools.profile import COLUMNS
-    from tltsim.core.io import atomic_path, check_apart, check_file
+def _check_profile(args) -> None:
+    from tltsim.core.io import check_apart, check_file
 
     check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
-    check_file(args.out, args.force, ours=lambda p: _csv_header(p) == COLUMNS)
+    check_file(args.out, args.force, ours=lambda p: _csv_header(p) == PROFILE_COLUMNS)
+    check_target(args.model)
+    plan_task(args.model, args.task)
+    for strategy in _profile_settings(args).strategies or ():
+        draftable(strategy)
+    if args.drafter is not None and drafters.resolve(args.drafter, args.model)[0] != "checkpoint":
+        raise TltsimError(f"--drafter {args.drafter}: a profile times a drafter that trains; give a trained drafter's "
+                          f"checkpoint (or {drafters.SHIPPED}, a known --model's)")
 
-    def ints(text, flag):
-        try:
-            out = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            out = []
-        if not out or min(out) < 1:
-            raise TltsimError(f"{flag} {text!r}: expected comma-separated positive integers, e.g. 1,4,16")
-        return tuple(out)
 
+def _profile_settings(args) -> ProfileSettings:
     strategies = None if args.strategies is None else tuple(s.strip() for s in args.strategies.split(",") if s.strip())
-    if args.max_new_tokens is None:
-        args.max_new_tokens = load_task(args.model, args.task).max_response_tokens
-    settings = ProfileSettings(batches=ints(args.batches, "--batches"), contexts=ints(args.contexts, "--contexts"),
-                               strategies=strategies, repeats=args.repeats, train_rows=ints(args.train_rows, "--train-rows"),
-                               seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
-                               max_new_tokens=args.max_new_tokens)
-    if args.processes > 1:  # a bad --model or --drafter fails here, with its message, before processes start
-        load_task(args.model, args.task)
-        if args.drafter:
-            drafters.load(args.drafter, load_target(args.model, args.device))
+    return ProfileSettings(batches=positive_ints(args.batches, "--batches"),
+                           contexts=positive_ints(args.contexts, "--contexts"), strategies=strategies,
+                           repeats=args.repeats, train_rows=positive_ints(args.train_rows, "--train-rows"),
+                           seed=args.seed, sampling=SamplingParams(args.greedy, args.temperature),
+                           max_new_tokens=args.max_new_tokens or response_cap(args.model, args.task))
+
+
+def _profile(args) -> int:
+    from real.models.targets import load_target
+    from real.tools.profile import profile_processes
+    from tltsim.core.io import atomic_path
+
+    settings = _profile_settings(args)
+    if args.processes > 1 and args.drafter:  # a drafter of another target fails here, before processes start
+        drafters.load(args.drafter, load_target(args.model, args.device), args.model)
     df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings, task=args.task,
                            dtype=args.dtype)
     with atomic_path(args.out) as tmp:
@@ -191,26 +199,35 @@ def _typed_path(value) -> str:
     return os.path.relpath(path) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(value)
 
 
-def _run(args) -> int:
+def _check_run(args) -> None:
+    from real.run.config import check_run_dir
+    from tltsim.core.io import check_apart, check_output, manifest_kind
+
     if args.model is None:  # the shipped target, spelled out in the run's provenance
         from real.settings import SHIPPED_TARGET
 
         args.model = str(SHIPPED_TARGET)
-    from real.settings import task_grpo
-    from real.run.launch import RunConfig, launch
-    from tltsim.control.decisions import knobs_from_text
-
-    from real.models.targets import check_target
-    from tltsim.core.io import check_apart, check_output, manifest_kind
-
     if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
         check_output(args.out, lambda d: not any(d.iterdir()) or manifest_kind(d) == "result",
                      "empty or a run of `tltsim real run`")
     check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter, "--answers": args.answers})
-    check_target(args.model)  # here, with its message, not in every worker after they spawn
+    check_run_dir(_run_config(args).checked(), args.out, args.resume)  # here, not in every worker after they spawn
+
+
+def _run_config(args):
+    from real.run.config import RunConfig
+    from real.settings import task_grpo
+    from tltsim.control.decisions import knobs_from_text
+
     flags = [f.name for f in fields(RunConfig) if f.name not in ("knobs", "grpo")]
-    config = RunConfig(**{name: getattr(args, name) for name in flags}, knobs=knobs_from_text(args.knob),
-                       grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank))
+    return RunConfig(**{name: getattr(args, name) for name in flags}, knobs=knobs_from_text(args.knob),
+                     grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank))
+
+
+def _run(args) -> int:
+    from real.run.launch import launch
+
+    config = _run_config(args)
     out = launch(config, args.out, resume=args.resume, command=_run_command(args), bar=show_progress(args))
     if os.environ.get("RANK", "0") != "0":  # under torchrun, rank 0 reports
         return 0
@@ -232,6 +249,11 @@ def add_model(sub) -> None:
         v.add_argument("--cache", default=None, help="cache directory (default: $TLTSIM_CACHE, else the user cache)")
     fetch.set_defaults(func=lambda args: print(hub.fetch(args.name, args.cache)))
     listing.set_defaults(func=_model_list)
+
+
+def _check_model(args) -> None:
+    if args.model_command == "fetch":
+        hub.prepare(args.name, args.cache)
 
 
 def _model_list(args) -> int:
@@ -273,8 +295,7 @@ def add_drafter(sub) -> None:
     p.set_defaults(func=_drafter)
 
 
-def _drafter(args) -> int:
-    from real.drafters.warmup import make_drafter
+def _check_drafter(args) -> None:
     from tltsim.core.io import check_apart, check_file, check_output
 
     check_output(args.out)
@@ -286,16 +307,28 @@ def _drafter(args) -> int:
     check_file(args.out, args.force)
     if args.data:  # collected answers tltsim wrote are read again where their settings match, else replaced
         check_file(args.data, args.force)
+    check_target(args.model)
+    plan_task(args.model, args.task)  # a chat task: the model's own tokenizer
+    _warmup_settings(args)
+    if args.init:
+        drafters.check_checkpoint(args.init)
+
+
+def _warmup_settings(args) -> WarmupSettings:
+    return WarmupSettings(problems=args.problems, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                          vocab=args.vocab, steps=args.steps, lr=args.lr, unroll=args.unroll, heldout=args.heldout,
+                          seed=args.seed, task=args.task, dtype=args.dtype, init=args.init)
+
+
+def _drafter(args) -> int:
+    from real.drafters.warmup import make_drafter
 
     command = " ".join(["tltsim real drafter -o", args.out] + [f"--{k.replace('_', '-')} {v}" for k, v in (
         ("model", args.model), ("task", args.task), ("problems", args.problems), ("temperature", args.temperature),
         ("max_new_tokens", args.max_new_tokens), ("vocab", args.vocab), ("steps", args.steps), ("lr", args.lr),
         ("unroll", args.unroll), ("heldout", args.heldout), ("seed", args.seed), ("dtype", args.dtype),
         ("init", args.init), ("threads", args.threads)) if v is not None])
-    settings = WarmupSettings(problems=args.problems, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                              vocab=args.vocab, steps=args.steps, lr=args.lr, unroll=args.unroll, heldout=args.heldout,
-                              seed=args.seed, task=args.task, dtype=args.dtype, init=args.init)
-    result = make_drafter(args.model, args.out, settings, data=args.data, command=command,
+    result = make_drafter(args.model, args.out, _warmup_settings(args), data=args.data, command=command,
                           log=lambda m: print(m, flush=True))
     print(json.dumps(result))
     print(f"wrote {args.out}")
@@ -329,23 +362,40 @@ def add_speed(sub) -> None:
     p.set_defaults(func=_speed)
 
 
-def _speed(args) -> int:
-    from real import drafters
-    from real.tools import speed
-    from real.models.targets import load_target, load_task
-    from real.engine.spec import draftable
+def _check_speed(args) -> None:
+    names = _speed_drafters(args)
+    settings = _speed_settings(args)
+    draftable(args.strategy)
+    check_target(args.model)
+    plan_task(args.model, args.task)  # a chat task: the model's own tokenizer
+    for name in names:  # a bad name, or shipped for a model with none shipped, fails here
+        drafters.resolve(name, args.model)
+    config = saved_config(args.model)
+    if config is not None:  # the answers alone, without the prompts (read once the tokenizer is loaded): a floor
+        check_kv_memory(config, max(settings.batches), args.max_new_tokens, DTYPE_BYTES[args.dtype], args.device)
 
-    batches = [int(x) for x in args.batches.split(",") if x.strip().isdigit() and int(x) > 0]
-    if not batches or len(batches) != len(args.batches.split(",")):
-        raise TltsimError(f"--batches {args.batches!r}: expected comma-separated positive integers, e.g. 1,4,16")
+
+def _speed_drafters(args) -> list[str]:
     names = [n.strip() for n in args.drafters.split(",") if n.strip()]
     if not names or len(set(names)) != len(names):
         raise TltsimError(f"--drafters {args.drafters!r}: expected distinct comma-separated drafters, e.g. shipped,suffix")
-    settings = SpeedSettings(batches=tuple(batches), strategy=args.strategy, max_new_tokens=args.max_new_tokens,
-                             rounds=args.rounds, group=args.group, temperature=args.temperature)
-    draftable(args.strategy)
+    return names
+
+
+def _speed_settings(args) -> SpeedSettings:
+    return SpeedSettings(batches=positive_ints(args.batches, "--batches"), strategy=args.strategy,
+                         max_new_tokens=args.max_new_tokens, rounds=args.rounds, group=args.group,
+                         temperature=args.temperature)
+
+
+def _speed(args) -> int:
+    from real.tools import speed
+    from real.models.targets import load_target, load_task
+
+    names, settings = _speed_drafters(args), _speed_settings(args)
+    batches = settings.batches
     target = load_target(args.model, args.device, dtype=args.dtype)
-    for name in names:  # a bad name fails here, before anything is timed
+    for name in names:  # a drafter that does not fit the target fails here, before anything is timed
         drafters.load(name, target, args.model)
     factories = {name: (lambda name=name: drafters.load(name, target, args.model)) for name in names}
     prompts = speed.heldout_prompts(load_task(args.model, args.task), -(-max(batches) // args.group))
@@ -359,16 +409,7 @@ def _speed(args) -> int:
 
 def _check_memory(target, batch: int, tokens: int, device: str) -> None:
     """That `batch` rows of `tokens` tokens of `target`'s KV cache fit in the CPU's free memory; TltsimError else."""
-    if device != "cpu":
-        return
-    c = target.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    element = next(target.parameters()).element_size()
-    need = batch * tokens * 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * element
-    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    if need > free:
-        raise TltsimError(f"--batches {batch}: its KV cache ({batch} rows x {tokens} tokens) needs {need / 2**30:.1f} GiB, "
-                          f"the machine has {free / 2**30:.1f} GiB free; give smaller batch sizes")
+    check_kv_memory(target.config, batch, tokens, next(target.parameters()).element_size(), device)
 
 
 SUBCOMMANDS = [add_pretrain, add_evaluate, add_profile, add_run, add_model, add_drafter, add_speed]
@@ -391,13 +432,20 @@ def main(argv: list[str]) -> int:
         return args.func(args) or 0
     if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers")):
         raise TltsimError("`tltsim real` needs torch and transformers: pip install tltsim[real]")
+    check(args)  # the rest of bad input ends here, before torch is imported
     import torch
 
     quiet()
-    if getattr(args, "device", None) is not None:
-        check_device(torch, args.device)
     torch.set_num_threads(args.threads)
     return args.func(args) or 0
+
+
+def check(args) -> None:
+    """Every check of a subcommand's arguments that needs no torch: its --device, then its own (CHECKS), which
+    reads the paths, the model cache and the target's files it is given; TltsimError for bad input."""
+    if getattr(args, "device", None) is not None:
+        check_device(args.device)
+    CHECKS[args.real_command](args)
 
 
 def quiet() -> None:
@@ -412,29 +460,24 @@ def quiet() -> None:
     logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
 
 
-def check_device(torch, device: str) -> None:
-    """That `--device` names a device this torch has; TltsimError else."""
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, ValueError):
-        raise TltsimError(f"--device {device!r}: not a torch device; use cpu or cuda") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise TltsimError(f"--device {device}: this torch sees no CUDA device (a CPU build, or no GPU visible); "
-                          f"use --device cpu")
-    if kind not in ("cpu", "cuda"):
-        raise TltsimError(f"--device {device}: real/ runs on cpu or cuda; use one of those")
+def _check_pretrain(args) -> None:
+    from tltsim.core.io import check_output
+
+    check_output(args.out, replaceable_checkpoint, "empty or a checkpoint of `tltsim real pretrain`")
+    _pretrain_config(args)
+
+
+def _pretrain_config(args) -> PretrainConfig:
+    return PretrainConfig(preset=args.preset, steps=args.steps, seconds=args.seconds, batch_tokens=args.batch_tokens,
+                          lr=args.lr, seed=args.seed)
 
 
 def _pretrain(args) -> int:
     import numpy as np
 
-    from real.models.pretrain import pretrain, replaceable
-    from tltsim.core.io import check_output
+    from real.models.pretrain import pretrain
 
-    check_output(args.out, replaceable, "empty or a checkpoint of `tltsim real pretrain`")  # before the training
-
-    config = PretrainConfig(preset=args.preset, steps=args.steps, seconds=args.seconds,
-                            batch_tokens=args.batch_tokens, lr=args.lr, seed=args.seed)
+    config = _pretrain_config(args)
     t0 = time.perf_counter()
     result = pretrain(config, args.out, log=lambda step, loss: print(
         f"step {step}/{config.steps}  loss {loss:.4f}  {time.perf_counter() - t0:.0f} s", flush=True)
@@ -444,6 +487,11 @@ def _pretrain(args) -> int:
     if args.eval:
         _report(args.out, args.eval, samples=8, temperature=1.0, max_new_tokens=None, seed=args.seed, device="cpu")
     return 0
+
+
+def _check_evaluate(args) -> None:
+    check_target(args.target)
+    GcdTask.load(args.target)  # a `tltsim real pretrain` checkpoint: its task file
 
 
 def _evaluate(args) -> int:
@@ -457,7 +505,6 @@ def _report(target, problems: int, samples: int, temperature: float, max_new_tok
 
     from real.tasks.evaluate import evaluate
     from real.models.targets import load_target
-    from real.tasks.gcd import GcdTask
 
     model, task = load_target(target, device), GcdTask.load(target)
     held_out = task.sample(np.random.default_rng(seed), problems, split="test")
@@ -466,3 +513,8 @@ def _report(target, problems: int, samples: int, temperature: float, max_new_tok
     sampled = evaluate(model, task, held_out, greedy=False, temperature=temperature, samples=samples,
                        max_new_tokens=max_new_tokens, seed=seed)
     print("sampled", json.dumps(sampled.summary()))
+
+
+# each subcommand's checks (main runs them before it imports torch)
+CHECKS = {"pretrain": _check_pretrain, "evaluate": _check_evaluate, "profile": _check_profile, "run": _check_run,
+          "model": _check_model, "drafter": _check_drafter, "speed": _check_speed}

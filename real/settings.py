@@ -125,6 +125,10 @@ class GRPOConfig:
             raise TltsimError(f"grpo lora_rank={self.lora_rank}: must be >= 0 (0: full fine-tuning)")
 
 
+# the columns of a profile CSV (real.tools.profile.profile's rows; `tltsim real profile` replaces a CSV of these only)
+PROFILE_COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
+
+
 @dataclass(frozen=True)
 class ProfileSettings:
     """The grid real.tools.profile.profile times (`tltsim real profile`)."""

@@ -36,6 +36,8 @@ import zipfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from real.models.hub import KNOWN, known_name
+from real.settings import ASSETS
 from tltsim.core.errors import TltsimError
 
 # kind name -> "module:Class"; "eagle" (real.drafters.eagle) is the trained drafter whose checkpoints `load` reads
@@ -99,22 +101,56 @@ def kind(name: str) -> type:
 def load(name: str | Path, target, model: str | Path | None = None) -> Drafting:
     """The drafter `name` names for `target`: SHIPPED (the trained drafter shipped for the known model `model`),
     a kind name of DRAFTERS (its `build(target, model)`), "hybrid:NAME" (the hybrid over the trained drafter NAME
-    names, with a fresh history), or else a path to a trained drafter's checkpoint."""
+    names, with a fresh history), or else a path to a trained drafter's checkpoint (`resolve` checks the name)."""
+    return _build(resolve(name, model), target, model)
+
+
+def resolve(name: str | Path, model: str | Path | None = None) -> tuple:
+    """What drafter name `name` names for `model`, checked without torch, so a command refuses a bad name before
+    it loads anything: ("hybrid", the inner name's resolve), ("checkpoint", its path) for SHIPPED (the drafter
+    shipped for `model`) or a trained drafter's checkpoint file (its format checked: check_checkpoint), or
+    (kind, None) for a kind of DRAFTERS; TltsimError for anything else."""
     if str(name).startswith("hybrid:"):
         inner = str(name)[len("hybrid:"):]
         if not inner.strip() or inner in ("hybrid", "suffix") or inner.startswith("hybrid:"):
             raise TltsimError(f"drafter {name}: name the trained drafter the hybrid drafts with after 'hybrid:' "
                               f"({SHIPPED} or a checkpoint file)")
-        return kind("hybrid")(load(inner, target, model), kind("suffix")())
+        return "hybrid", resolve(inner, model)
     if not str(name).strip():
         raise TltsimError("drafter '': no drafter named; give a kind, a checkpoint file or hybrid:CHECKPOINT")
     if name == SHIPPED:
-        return kind("eagle").build(target, model)
+        return "checkpoint", shipped_drafter(model)
     if str(name) in DRAFTERS:
-        return kind(str(name)).build(target, model)
+        return str(name), None
     if not Path(name).exists():
         raise TltsimError(f"drafter {name}: not {SHIPPED}, a kind ({', '.join(DRAFTERS)}) or a checkpoint file")
-    return kind("eagle").load(name, target)
+    check_checkpoint(name)
+    return "checkpoint", Path(name)
+
+
+def _build(resolved: tuple, target, model) -> Drafting:
+    how, what = resolved
+    if how == "hybrid":
+        return kind("hybrid")(_build(what, target, model), kind("suffix")())
+    if how == "checkpoint":
+        return kind("eagle").load(what, target)
+    return kind(how).build(target, model)
+
+
+def find_shipped_drafter(model: str | Path | None) -> Path | None:
+    """The drafter shipped for `model` (a known model's name or its cached directory: real.models.hub.KNOWN's
+    `drafter`, in real/assets/, whose README.md says how each was made), or None."""
+    known = KNOWN.get(known_name(model)) if model is not None else None
+    return ASSETS / known.drafter if known is not None and known.drafter else None
+
+
+def shipped_drafter(model: str | Path | None) -> Path:
+    """The shipped drafter of `model`; TltsimError if none."""
+    found = find_shipped_drafter(model)
+    if found is None:
+        raise TltsimError(f"model {model}: no drafter is shipped for it (shipped for: {', '.join(k for k, m in KNOWN.items() if m.drafter)}); "
+                          f"pass --drafter, or warm one up with `tltsim real drafter`")
+    return found
 
 
 def check_checkpoint(path: str | Path) -> None:
@@ -122,8 +158,8 @@ def check_checkpoint(path: str | Path) -> None:
     CHECKPOINT_FORMAT), so a command refuses another file before it starts workers; TltsimError else."""
     path = Path(path)
     if not path.is_file():
-        raise TltsimError(f"{path}: {'is a directory' if path.is_dir() else 'no such file'}; give a drafter "
-                          f"checkpoint (`tltsim real drafter -o FILE` writes one)")
+        raise TltsimError(f"{path}: {'not a drafter checkpoint but a directory' if path.is_dir() else 'no such file'}; "
+                          f"give a drafter checkpoint (`tltsim real drafter -o FILE` writes one)")
     try:
         with zipfile.ZipFile(path) as z:
             found = any(name.endswith("/data.pkl") and CHECKPOINT_FORMAT.encode() in z.read(name)

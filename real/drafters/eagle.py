@@ -44,7 +44,7 @@ from torch import nn
 
 from real.engine import attention
 from real.drafters.master_weights import MasterWeightAdamW
-from real.drafters import CHECKPOINT_FORMAT
+from real.drafters import CHECKPOINT_FORMAT, shipped_drafter
 from real.drafters.eagle_session import EagleSession
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import atomic_path
@@ -111,8 +111,6 @@ class Drafter(nn.Module):
     @classmethod
     def build(cls, target, model) -> "Drafter":
         """The drafter shipped for the known model `model` (real.models.hub.KNOWN's `drafter`)."""
-        from real.drafters.warmup import shipped_drafter  # real.drafters.warmup trains this class
-
         return cls.load(shipped_drafter(model), target)
 
     def session(self) -> EagleSession:

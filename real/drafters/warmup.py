@@ -18,30 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from real.drafters import find_shipped_drafter, shipped_drafter  # noqa: F401  (scripts import them from here)
 from real.engine.generate import generate
 from real.drafters.eagle import Drafter, DrafterLoss
 from real.tasks.evaluate import accepted_length
-from real.models.hub import KNOWN, known_name
-from real.settings import ASSETS, GenerateSettings, SamplingParams, WarmupSettings
+from real.models.hub import known_name
+from real.settings import GenerateSettings, SamplingParams, WarmupSettings
 from real.tasks.wordproblems import WordProblemTask
-from tltsim.core.errors import TltsimError
 from tltsim.core.io import atomic_path
-
-def find_shipped_drafter(model: str | Path) -> Path | None:
-    """The drafter shipped for `model` (a known model's name or its cached directory: real.models.hub.KNOWN's
-    `drafter`, in real/assets/, whose README.md says how each was made), or None."""
-    known = KNOWN.get(known_name(model))
-    return ASSETS / known.drafter if known is not None and known.drafter else None
-
-
-def shipped_drafter(model: str | Path) -> Path:
-    """The shipped drafter of `model`; TltsimError if none."""
-    found = find_shipped_drafter(model)
-    if found is None:
-        raise TltsimError(f"model {model}: no drafter is shipped for it (shipped for: {', '.join(k for k, m in KNOWN.items() if m.drafter)}); "
-                          f"pass --drafter, or warm one up with `tltsim real drafter`")
-    return found
-
 
 def collect(target, task: WordProblemTask, problems, batch: int = 16, max_new_tokens: int = 128,
             temperature: float | None = None, seed: int = 0, log=None):

@@ -14,18 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tltsim.core.errors import TltsimError
-from tltsim.control.strategy import Strategy
-
-
-def draftable(strategy: str | Strategy) -> Strategy:
-    """The strategy (a "depth_topk_verify" string or a Strategy), checked against what drafting can produce."""
-    strategy = Strategy.parse(strategy)
-    most = strategy.topk + (strategy.depth - 1) * strategy.topk**2
-    if strategy.verify > most:
-        raise TltsimError(f"strategy {strategy}: verify={strategy.verify} exceeds the {most} nodes that depth "
-                          f"{strategy.depth} and top-k {strategy.topk} draft; lower verify")
-    return strategy
+from real.checks import draftable  # noqa: F401  (torch-free, so real/cli.py checks --strategy before torch)
 
 
 @dataclass

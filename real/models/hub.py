@@ -141,13 +141,20 @@ def known_name(name_or_path: str | Path) -> str | None:
     return None
 
 
-def fetch(name: str, cache: str | Path | None = None, log=print) -> Path:
-    """Known model `name` as a converted save_pretrained directory in the cache (made on first call)."""
+def prepare(name: str, cache: str | Path | None = None) -> Path:
+    """Where `fetch` puts known model `name`, its cache's directory made: TltsimError for a name that is not a known
+    model's or a cache that cannot be written (the checks of `tltsim real model fetch`, before torch)."""
     if name not in KNOWN:
         raise TltsimError(f"model {name!r}: not a known model; known: {', '.join(KNOWN)} (or pass a directory)")
     out = model_dir(name, cache)
     with _user_error(out):
         out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def fetch(name: str, cache: str | Path | None = None, log=print) -> Path:
+    """Known model `name` as a converted save_pretrained directory in the cache (made on first call)."""
+    out = prepare(name, cache)
     with exclusive(out, wait=True):  # a second fetch of the same model waits here, then finds it fetched
         if is_fetched(name, cache):
             problem = damage(name, cache)

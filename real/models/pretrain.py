@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from real.checks import replaceable_checkpoint
 from real.models.targets import build_target
-from real.tasks.gcd import TASK_FILE, GcdTask
+from real.tasks.gcd import GcdTask
 from real.settings import PretrainConfig
 from tltsim.core.io import atomic_dir, write_json
 
@@ -89,16 +90,11 @@ def train(config: PretrainConfig, log=None) -> tuple[torch.nn.Module, GcdTask, P
     return model.eval(), task, PretrainResult(losses, len(losses), time.perf_counter() - t0)
 
 
-def replaceable(path: Path) -> bool:
-    """Whether an existing `out` may be replaced by a new checkpoint: it is empty or a checkpoint (the task file)."""
-    return (path / TASK_FILE).is_file() or not any(path.iterdir())
-
-
 def save_checkpoint(model: torch.nn.Module, task: GcdTask, out: str | Path, record: dict) -> Path:
     """Write the model (save_pretrained), the task file and `record` into `out`, atomically as a directory
     (tltsim.core.io.atomic_dir): `out` holds the previous checkpoint or the new one, never a mix. An existing `out`
     is replaced only if it is empty or a checkpoint (it has the task file); else a TltsimError."""
-    with atomic_dir(out, replaceable) as tmp:
+    with atomic_dir(out, replaceable_checkpoint) as tmp:
         model.save_pretrained(tmp)
         task.save(tmp)
         write_json(tmp / PRETRAIN_FILE, record)

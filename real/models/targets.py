@@ -14,24 +14,18 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from real.models.hub import KNOWN, resolve_model
-from real.tasks.agentic import AgenticTask
-from real.tasks.longtail import LongTailTask
-from real.settings import PRESETS, TASKS
-from real.tasks.gcd import TASK_FILE, GcdTask, Tokenizer
+from real.checks import check_target, check_tokenizer, plan_task, unknown_target
+from real.models.hub import resolve_model
+from real.settings import PRESETS
+from real.tasks.gcd import GcdTask, Tokenizer
 from real.tasks.wordproblems import WordProblemTask
 from tltsim.core.errors import TltsimError
-
-
-def _unknown(name: str) -> TltsimError:
-    return TltsimError(f"target {name!r}: neither a save_pretrained directory, a known model nor a preset; "
-                       f"known models: {', '.join(KNOWN)}; presets: {', '.join(PRESETS)}")
 
 
 def target_config(preset: str, vocab_size: int | None = None):
     """The transformers config of preset `preset`, for the task tokenizer's vocabulary by default."""
     if preset not in PRESETS:
-        raise _unknown(preset)
+        raise unknown_target(preset)
     p = PRESETS[preset]
     tok = Tokenizer()
     common = dict(
@@ -75,22 +69,11 @@ def load_target(path_or_preset: str | Path, device: str | torch.device = "cpu", 
     return model.to(device=device, dtype=getattr(torch, dtype) if dtype else None).eval()
 
 
-def check_target(path_or_preset: str | Path) -> None:
-    """Raise the TltsimError of `load_target` for a name that is neither a save_pretrained directory, a known
-    model (fetched) nor a preset."""
-    path = Path(resolve_model(path_or_preset))
-    if not (path / "config.json").is_file() and str(path_or_preset) not in PRESETS:
-        raise _unknown(str(path_or_preset))
-
-
 def load_tokenizer(path_or_name: str | Path):
     """The transformers tokenizer (with its chat template) of a save_pretrained directory or a known model."""
     from transformers import AutoTokenizer
 
-    path = Path(resolve_model(path_or_name))
-    if not (path / "config.json").is_file():
-        raise TltsimError(f"{path_or_name}: no save_pretrained directory, so no tokenizer of its own; "
-                          f"pass a model directory or a known model ({', '.join(KNOWN)})")
+    path = check_tokenizer(path_or_name)
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as e:
@@ -101,18 +84,7 @@ def load_task(path_or_name: str | Path, task: str | None = None) -> GcdTask | Wo
     """The task a target runs on: `task` by name (real.settings.TASKS) or, without one, its own: the GcdTask
     of a `tltsim real pretrain` directory (its task file); word problems through the chat template of a
     save_pretrained directory's (or a known model's) own tokenizer; the default GcdTask for a preset.
-    TltsimError for a directory with neither a task file nor a tokenizer, or a task the target cannot run."""
-    path = Path(resolve_model(path_or_name))
-    if task is not None:
-        if task not in TASKS:
-            raise TltsimError(f"--task {task!r}: use one of {', '.join(TASKS)}")
-        if task == "gcd":
-            return GcdTask.load(path) if (path / TASK_FILE).is_file() else GcdTask()
-        chat = {"longtail": LongTailTask, "agentic": AgenticTask}.get(task, WordProblemTask)
-        return chat(load_tokenizer(path_or_name))
-    if not (path / "config.json").is_file():
-        return GcdTask()
-    has_tokenizer = (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
-    if (path / TASK_FILE).is_file() or not has_tokenizer:
-        return GcdTask.load(path)
-    return WordProblemTask(load_tokenizer(path))
+    TltsimError for a directory with neither a task file nor a tokenizer, or a task the target cannot run
+    (real.checks.plan_task decides, without loading anything)."""
+    plan = plan_task(path_or_name, task)
+    return plan if isinstance(plan, GcdTask) else plan(load_tokenizer(path_or_name))

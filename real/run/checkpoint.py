@@ -16,9 +16,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
-import torch
-import torch.distributed as dist
-
 from tltsim.core.io import atomic_dir, write_json
 
 CHECKPOINT = "checkpoint"
@@ -41,6 +38,9 @@ def last_step(out: Path) -> int:
 def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path], None] | None = None) -> None:
     """Every rank (collectively) writes its `state` into a temporary directory; rank 0 also calls `shared(dir)`
     for what the ranks share, then the directory takes RUN_DIR/checkpoint's place whole (tltsim.core.io.atomic_dir)."""
+    import torch  # here, not at the top: `exists` is read before a run imports torch (real.run.config.check_run_dir)
+    import torch.distributed as dist
+
     with atomic_dir(out / CHECKPOINT, _complete) if rank == 0 else nullcontext() as tmp:
         where = [str(tmp) if rank == 0 else None]
         dist.broadcast_object_list(where, src=0)
@@ -55,4 +55,6 @@ def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path],
 
 def read(out: Path, name: str, device=None):
     """A plain-state file of the checkpoint (rank<r>.pt, trainer.pt, optimizer.pt)."""
+    import torch
+
     return torch.load(out / CHECKPOINT / name, map_location=device, weights_only=True)

@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-import pandas as pd
-
+from real.checks import check_target, cuda_available, plan_task, response_cap
+from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimWarning
 
 # the policies a real run executes: verl, and every TLT variant of the one registry (tltsim.control.decisions.
 # VARIANTS) whose drafter real/ has (every one but the simulator's model-free n-gram drafter, tlt-base's)
@@ -73,7 +74,8 @@ class RunConfig:
     # how fast each produced them
 
     def checked(self) -> "RunConfig":
-        """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None."""
+        """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None; reads the
+        target's and --answers' files, loads neither torch nor a model."""
         if self.policy not in POLICIES:
             extra = " (tlt-base's n-gram drafter is the simulator's; the real engine's drafter without a model is " \
                     "history drafting: das)" \
@@ -88,7 +90,9 @@ class RunConfig:
         if self.temperature is None:
             return replace(self, temperature=TASK_TEMPERATURE.get(self.task or "", 1.0)).checked()
         if self.max_new_tokens is None:
-            return replace(self, max_new_tokens=self.make_task().max_response_tokens).checked()
+            return replace(self, max_new_tokens=response_cap(self.model, self.task)).checked()
+        check_target(self.model)
+        plan_task(self.model, self.task)  # a task the target can run (a chat task: its tokenizer)
         for name in ("workers", "steps", "prompts", "group", "max_new_tokens", "drafter_batch"):
             if getattr(self, name) < 1:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 1")
@@ -101,7 +105,7 @@ class RunConfig:
             raise TltsimError(f"prompts={self.prompts} < workers={self.workers}: every worker needs a prompt group")
         if self.device not in ("cpu", "cuda"):
             raise TltsimError(f"device {self.device!r}: use cpu or cuda")
-        if self.device == "cuda" and not _cuda_available():
+        if self.device == "cuda" and not cuda_available():
             raise TltsimError("device cuda: no CUDA device is visible; use --device cpu")
         if self.dtype not in DTYPES:
             raise TltsimError(f"dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
@@ -150,6 +154,8 @@ class RunConfig:
             if recorded.get(name) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
                 raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
                                   f"a run replays the answers of a run of the same prompts, sampling and training")
+        import pandas as pd  # here: `tltsim real` builds its parser from this module, and most runs have no --answers
+
         per_step = pd.read_parquet(where / ANSWERS_FILE, columns=["step"])["step"].value_counts()
         whole = next((s for s in range(self.steps) if per_step.get(s, 0) < self.prompts * self.group), self.steps)
         if whole < self.steps:  # a run stopped early holds fewer steps than its config.json asked for
@@ -189,7 +195,28 @@ class RunConfig:
         return d
 
 
-def _cuda_available() -> bool:
-    import torch  # only when a run asks for cuda
+def check_run_dir(config: RunConfig, out: str | Path, resume: bool) -> bool:
+    """Whether the workers start from RUN_DIR's checkpoint; TltsimError where `out` cannot take this run (`config`
+    checked).
 
-    return torch.cuda.is_available()
+    --resume on a run killed before its first checkpoint (records, no checkpoint) starts it again from
+    step 0, dropping its records, as it drops the records past the checkpoint of a later kill."""
+    out = Path(out)
+    has_run = (out / "summary.json").exists() or checkpoint.exists(out)
+    if not resume and has_run:
+        raise TltsimError(f"{out}: holds a run already; pass --resume to continue it (from its last checkpoint, "
+                          "or from step 0 if it has none) or choose another -o")
+    if resume:
+        if not (out / "config.json").is_file():
+            raise TltsimError(f"{out}: no run to resume (no checkpoint, no records); run without --resume")
+        old = json.loads((out / "config.json").read_text())
+        new = json.loads(json.dumps(config.to_dict(), default=str))
+        differ = sorted(k for k in set(old) | set(new) if k not in ("steps", "command") and old.get(k) != new.get(k))
+        if differ:
+            raise TltsimError(f"{out}: --resume with a different config ({', '.join(differ)}); "
+                              "repeat the original command's options (only --steps may change)")
+        if not checkpoint.exists(out):
+            warnings.warn(f"{out}: the run was stopped before its first checkpoint; --resume starts it again "
+                          "from step 0", TltsimWarning, stacklevel=3)
+            return False
+    return resume

@@ -37,9 +37,7 @@ n-gram drafter.
 """
 from __future__ import annotations
 
-import json
 import os
-import warnings
 from pathlib import Path
 
 import torch
@@ -48,12 +46,11 @@ import torch.multiprocessing as mp
 import transformers
 
 from real.engine.tools import require_os_sandbox, runs_code
-from real.run import checkpoint
 from real.run.processes import start_workers
 from real.run.grpo import free_port
-from real.run.config import RunConfig
+from real.run.config import RunConfig, check_run_dir
 from real.run.worker import Worker
-from tltsim.core.errors import TltsimError, TltsimWarning
+from tltsim.core.errors import TltsimError
 
 
 def launch(config: RunConfig, out: str | Path, resume: bool = False, command: str = "", bar: bool = False) -> Path:
@@ -65,7 +62,7 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     """
     config = config.checked()
     out = Path(out)
-    resume = _check_run_dir(config, out, resume)
+    resume = check_run_dir(config, out, resume)
     tools = getattr(config.make_task(), "tools", None)
     if tools is not None and runs_code(tools):
         require_os_sandbox()  # a tool that runs arbitrary code never runs outside one: refused before workers start
@@ -84,31 +81,6 @@ def launch(config: RunConfig, out: str | Path, resume: bool = False, command: st
     except mp.ProcessExitedException as e:
         raise TltsimError(f"a worker exited: {e}") from None
     return out
-
-
-def _check_run_dir(config: RunConfig, out: Path, resume: bool) -> bool:
-    """Whether the workers start from RUN_DIR's checkpoint; TltsimError where `out` cannot take this run.
-
-    --resume on a run killed before its first checkpoint (records, no checkpoint) starts it again from
-    step 0, dropping its records, as it drops the records past the checkpoint of a later kill."""
-    has_run = (out / "summary.json").exists() or checkpoint.exists(out)
-    if not resume and has_run:
-        raise TltsimError(f"{out}: holds a run already; pass --resume to continue it (from its last checkpoint, "
-                          "or from step 0 if it has none) or choose another -o")
-    if resume:
-        if not (out / "config.json").is_file():
-            raise TltsimError(f"{out}: no run to resume (no checkpoint, no records); run without --resume")
-        old = json.loads((out / "config.json").read_text())
-        new = json.loads(json.dumps(config.to_dict(), default=str))
-        differ = sorted(k for k in set(old) | set(new) if k not in ("steps", "command") and old.get(k) != new.get(k))
-        if differ:
-            raise TltsimError(f"{out}: --resume with a different config ({', '.join(differ)}); "
-                              "repeat the original command's options (only --steps may change)")
-        if not checkpoint.exists(out):
-            warnings.warn(f"{out}: the run was stopped before its first checkpoint; --resume starts it again "
-                          "from step 0", TltsimWarning, stacklevel=3)
-            return False
-    return resume
 
 
 def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str, bar: bool) -> None:

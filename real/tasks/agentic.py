@@ -103,8 +103,9 @@ class AgenticTask(WordProblemTask):
     """Arithmetic through a calculator tool (see the module docstring)."""
 
     instruction = INSTRUCTION
+    default_config = AgenticConfig()
 
-    def __init__(self, tokenizer, config: AgenticConfig = AgenticConfig()):
+    def __init__(self, tokenizer, config: AgenticConfig | None = None):
         super().__init__(tokenizer, config)
         self.tools = CalculatorCalls(tokenizer)  # what a run's engine pauses rows with
         rng = np.random.default_rng(20260)

@@ -38,10 +38,7 @@ class LongTailTask(WordProblemTask):
     """Word problems with Zipf-distributed steps and worked answers (see the module docstring)."""
 
     instruction = INSTRUCTION
-
-    def __init__(self, tokenizer, config: WordProblemConfig = WordProblemConfig(max_ops=MAX_OPS, ops_tail=1.0,
-                                                                                max_response_tokens=CAP)):
-        super().__init__(tokenizer, config)
+    default_config = WordProblemConfig(max_ops=MAX_OPS, ops_tail=1.0, max_response_tokens=CAP)
 
     @staticmethod
     def solution_text(p: WordProblem) -> str:

@@ -84,12 +84,13 @@ class WordProblemTask:
     """Draws word problems, writes their chat-template prompts with `tokenizer`, and scores responses."""
 
     instruction = INSTRUCTION  # what the user's message asks after the problem
+    default_config = WordProblemConfig()  # the config of a task built without one (its cap: a run's default)
 
-    def __init__(self, tokenizer, config: WordProblemConfig = WordProblemConfig()):
+    def __init__(self, tokenizer, config: WordProblemConfig | None = None):
         if getattr(tokenizer, "chat_template", None) is None:
             raise TltsimError("word problems: the tokenizer has no chat template; use an instruct model's tokenizer")
         self.tokenizer = tokenizer
-        self.config = config
+        self.config = self.default_config if config is None else config
 
     @property
     def max_response_tokens(self) -> int:

@@ -48,9 +48,8 @@ from real.run.grpo import GRPO, barrier, free_port
 from real.drafters.master_weights import MasterWeightAdamW
 from real.models.targets import load_target, load_task
 from real.run.processes import start_workers
-from real.settings import RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
+from real.settings import PROFILE_COLUMNS, RUN_SAMPLING, GenerateSettings, ProfileSettings, SamplingParams, task_grpo
 from real.tasks.gcd import GcdTask
-from real.drafters.warmup import find_shipped_drafter
 from tltsim.core.errors import TltsimError
 from tltsim.core.padding import padded_tokens
 from tltsim.control import EngineControl, FixedTuner, SDSwitch
@@ -58,7 +57,7 @@ from tltsim.control.strategy import DEFAULT_ARMS, DEFAULT_STRATEGY, Strategy
 from tltsim.core.records import SPEED_BATCH, SPEED_CONTEXT
 
 ANSWERS = 32  # problems the target answers for the training rows' lengths when its task has no reference solutions
-COLUMNS = ["kind", "batch", "context", "tokens", "sq_tokens", "depth", "topk", "verify", "seconds"]
+COLUMNS = PROFILE_COLUMNS
 
 
 def profile(target, drafter: drafters.Trainable | None = None, settings: ProfileSettings = ProfileSettings(),
@@ -153,9 +152,9 @@ def _profile_rank(rank, model, device, threads, drafter, settings, task=None, ou
     try:
         progress = (lambda i, n: print(f"profiled {i}/{n} (batch, context) cells", flush=True)) if rank == 0 else None
         target = load_target(model, device, dtype=dtype)
-        start = drafter or find_shipped_drafter(model)
+        start = drafter or drafters.find_shipped_drafter(model)
         ranked = replace(settings, seed=settings.seed + rank, train_seed=settings.seed, grpo=task_grpo(task))
-        df = profile(target, drafters.load(start, target) if start else None, ranked, task=load_task(model, task),
+        df = profile(target, drafters.load(start, target, model) if start else None, ranked, task=load_task(model, task),
                      progress=progress)
         if out_dir is not None:
             df.to_csv(Path(out_dir) / f"rank{rank}.csv", index=False)

@@ -32,7 +32,8 @@ def test_speed_measures_the_target_in_the_dtype_given(monkeypatch, capsys, dtype
 
 
 def test_each_row_is_printed_once_as_a_table_or_as_json(monkeypatch, capsys):
-    """Without a model: measuring replaced by two rows (reported to its progress callback as it goes)."""
+    """Without a model: measuring replaced by two rows (reported to its progress callback as it goes), the checks
+    of the model's files skipped."""
     import real.cli
     import real.drafters
     import real.models.targets
@@ -52,6 +53,7 @@ def test_each_row_is_printed_once_as_a_table_or_as_json(monkeypatch, capsys):
     monkeypatch.setattr(real.models.targets, "load_task", lambda *a, **k: None)
     monkeypatch.setattr(real.drafters, "load", lambda *a, **k: None)
     monkeypatch.setattr(real.cli, "_check_memory", lambda *a: None)
+    monkeypatch.setitem(real.cli.CHECKS, "speed", lambda args: None)
     argv = ["real", "speed", "--model", "m", "--drafters", "suffix", "--batches", "1"]
     assert main(argv) == 0
     out, err = capsys.readouterr()

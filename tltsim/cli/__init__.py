@@ -16,20 +16,24 @@ COMMANDS = ["tltsim.cli.trace_cmd", "tltsim.cli.sim_cmd", "tltsim.cli.analysis_c
             "tltsim.cli.real_cmd"]
 
 
-def build_parser() -> Parser:
+def build_parser(commands: list[str] = COMMANDS) -> Parser:
+    """The `tltsim` parser with the command groups of the modules `commands` (default: all)."""
     parser = Parser(
         prog="tltsim",
         description="Simulate reasoning-RL rollout long tails and the policies that tame them.",
     )
     parser.add_argument("--version", action="version", version=f"tltsim {version('tltsim')}")
     sub = parser.add_subparsers(dest="command")
-    for name in COMMANDS:
+    for name in commands:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse(build_parser(), argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # `tltsim real ...` goes to real/cli.py whole: no simulator module is imported for it (pandas, scipy: a second
+    # on 2 cores), so its bad input is refused as soon as real/cli.py has checked it
+    args = parse(build_parser(["tltsim.cli.real_cmd"] if argv[:1] == ["real"] else COMMANDS), argv)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", TltsimWarning)
