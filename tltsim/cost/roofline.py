@@ -194,14 +194,8 @@ class Roofline:
         a0, a1 = self._mem0 + self._mem1 * ctx0, self._mem1 * growth
         b0, b1 = self._fl_q * q + self._fl_c * k * ctx0, self._fl_c * k * growth
         fixed = n * (p.iteration_overhead_s + p.per_token_s * q + allreduce)
-        d0, d1 = b0 - a0, b1 - a1
-        cross = -d0 / d1 if d1 != 0 else -1.0
-        m = min(max(math.ceil(cross), 0), n) if cross > 0 else n
-        comp_first = d0 > 0 or (d0 == 0 and d1 > 0)
-        first = _series1(b0, b1, 0, m) if comp_first else _series1(a0, a1, 0, m)
-        rest = _series1(a0, a1, m, n) if comp_first else _series1(b0, b1, m, n)
         o = p.overlap
-        return fixed + o * (first + rest) + (1 - o) * (_series1(a0, a1, 0, n) + _series1(b0, b1, 0, n))
+        return fixed + o * _larger_sum(a0, a1, b0, b1, n) + (1 - o) * (_series1(a0, a1, 0, n) + _series1(b0, b1, 0, n))
 
     def scalar_times(self):
         """(stretch(b, c, k), prefill(tokens, sq)) in plain floats, for an executor that times one event at a time:
@@ -230,13 +224,7 @@ class Roofline:
             both = (n * a0 + a1 * tri) + (n * b0 + b1 * tri)
             if o == 0:  # fixed + 0 * (first + rest) + 1 * both: the same bits
                 return n * fixed1 + both
-            d0, d1 = b0 - a0, b1 - a1
-            cross = -d0 / d1 if d1 != 0 else -1.0
-            mm = min(max(math.ceil(cross), 0), n) if cross > 0 else n
-            comp_first = d0 > 0 or (d0 == 0 and d1 > 0)
-            first = _series1(b0, b1, 0, mm) if comp_first else _series1(a0, a1, 0, mm)
-            rest = _series1(a0, a1, mm, n) if comp_first else _series1(b0, b1, mm, n)
-            return n * fixed1 + o * (first + rest) + (1 - o) * both
+            return n * fixed1 + o * _larger_sum(a0, a1, b0, b1, n) + (1 - o) * both
 
         def prefill(tokens: float, sq: float) -> float:
             if not tokens > 0:
@@ -270,6 +258,18 @@ class Roofline:
         m = self.model
         flops_per_token = 6 * m.drafter_params + 4 * m.vocab * m.hidden
         return gpus * self.gpu.flops * self.p.drafter_train_mfu / flops_per_token
+
+
+def _larger_sum(a0, a1, b0, b1, n):
+    """Sum over i < n of max(a0 + a1 i, b0 + b1 i) (memory and compute time of iteration i; two lines cross at most
+    once): the larger line up to the crossing, the other after it."""
+    d0, d1 = b0 - a0, b1 - a1
+    cross = -d0 / d1 if d1 != 0 else -1.0
+    m = min(max(math.ceil(cross), 0), n) if cross > 0 else n
+    comp_first = d0 > 0 or (d0 == 0 and d1 > 0)
+    first = _series1(b0, b1, 0, m) if comp_first else _series1(a0, a1, 0, m)
+    rest = _series1(a0, a1, m, n) if comp_first else _series1(b0, b1, m, n)
+    return first + rest
 
 
 def _series1(c0: float, c1: float, lo: float, hi: float) -> float:
