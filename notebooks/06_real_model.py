@@ -43,6 +43,7 @@ GROUP = 4  # sibling rows of the drafters' comparison (a GRPO group; 8 on a quie
 RUNS = ["../traces/runs/real_verl_smollm2", "../traces/runs/real_tlt_smollm2"]  # the recorded pair, baseline first
 PROFILE = "../traces/profiles/smollm2_cpu_profile.csv"  # `tltsim real profile` of the machine the pair ran on
 SEED = 0
+THREADS = 2  # torch threads the live parts compute with (your core count)
 
 # %%
 # %matplotlib inline
@@ -67,7 +68,7 @@ from real.settings import GenerateSettings, SpeedSettings
 from real.drafters.warmup import shipped_drafter
 from real.tasks.wordproblems import WordProblemTask
 
-torch.set_num_threads(2)
+torch.set_num_threads(THREADS)
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 160)
 

@@ -6,6 +6,13 @@ out/ stays there and a later command reads what an earlier one wrote. Commands t
 minutes (`tltsim real run | pretrain | profile | drafter | speed`) and `make` are checked without being run:
 their own argument parser must accept them, every input they name must exist (in the repository or written
 by a command above them), and a make target must be one the Makefile has.
+
+Smaller inputs, same command lines: in the scratch directory the shipped synthetic traces the pages simulate
+(`SMALL`) hold the first few prompt groups of each of their steps, every step kept (so a `--steps` range on a
+page selects what it would on the full trace); every other input is the repository's own file. A command runs
+its whole path (trace, simulation of every policy, tuning, report, results) on them, as written, in a fraction
+of the time the full traces take. A command that both pages give, with the same inputs (written by the same
+commands where they are outputs of earlier ones), runs once: the second page's check reads the first one's run.
 """
 import re
 import shlex
@@ -16,11 +23,14 @@ from pathlib import Path
 import pytest
 
 from tltsim.cli import build_parser
+from tltsim.trace import load as load_trace, save as save_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", "docs/cli.md"]
 PARSED_ONLY = [("real", "run"), ("real", "pretrain"), ("real", "profile"), ("real", "drafter"), ("real", "speed")]
 OUTPUT_FLAGS = ("-o", "--out", "--save-calibration")
+# the shipped traces the pages simulate, and the prompt groups of each step the scratch directory's copy keeps
+SMALL = {"traces/synthetic/dapo_like.parquet": 16, "traces/synthetic/agentic.parquet": 8}
 
 
 def commands(page: str) -> list[str]:
@@ -60,18 +70,44 @@ def inputs(argv: list[str]) -> list[str]:
     return [a for a in argv if re.match(r"(traces|examples|out)/", a) and a not in outputs(argv)]
 
 
+def linked(src: Path, dst: Path, small: dict[Path, int]) -> None:
+    """dst mirrors src: a link to src where nothing under it is in `small`, else a directory of links in which
+    each trace of `small` is a copy that keeps the first `small[trace]` prompt groups of each step."""
+    if not any(path == src or src in path.parents for path in small):
+        dst.symlink_to(src)
+    elif src in small:
+        trace = load_trace(src)
+        df = trace.df
+        firsts = df.groupby("step")["prompt_id"].transform(lambda ids: ids.isin(ids.unique()[:small[src]]))
+        save_trace(type(trace).from_frame(df[firsts].reset_index(drop=True), trace.meta), dst)
+    else:
+        dst.mkdir()
+        for child in src.iterdir():
+            linked(child, dst / child.name, small)
+
+
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory):
-    """A directory to run the pages' commands in: traces/ and examples/ linked from the repository."""
+    """A directory to run the pages' commands in: traces/ and examples/ linked from the repository, with the
+    smaller copies of the traces in SMALL."""
     d = tmp_path_factory.mktemp("docs")
+    small = {ROOT / path: groups for path, groups in SMALL.items()}
     for name in ("traces", "examples"):
-        (d / name).symlink_to(ROOT / name)
+        linked(ROOT / name, d / name, small)
     return d
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The commands run in the scratch directory: (command, what made its inputs) -> its finished process; and
+    path -> the key of the command that last wrote it."""
+    return {}, {}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
-def test_every_command_on_the_page_runs_as_written(page, scratch):
+def test_every_command_on_the_page_runs_as_written(page, scratch, runs):
+    done, made_by = runs
     written = set()
     makefile = (ROOT / "Makefile").read_text()
     for line in commands(page):
@@ -86,9 +122,12 @@ def test_every_command_on_the_page_runs_as_written(page, scratch):
         if tuple(argv[:2]) in PARSED_ONLY:
             parses(argv)
         else:
-            done = subprocess.run([sys.executable, "-m", "tltsim", *argv], cwd=scratch, capture_output=True,
-                                  text=True)
-            assert done.returncode == 0, f"{page}: `{line}` failed:\n{done.stderr[-2000:]}"
+            key = (tuple(argv), tuple((path, made_by.get(path)) for path in inputs(argv)))
+            if key not in done or any(made_by.get(path) != key for path in outputs(argv)):  # else: ran as is
+                done[key] = subprocess.run([sys.executable, "-m", "tltsim", *argv], cwd=scratch,
+                                           capture_output=True, text=True)
+                made_by.update(dict.fromkeys(outputs(argv), key))
+            assert done[key].returncode == 0, f"{page}: `{line}` failed:\n{done[key].stderr[-2000:]}"
         written.update(outputs(argv))
 
 

@@ -2,10 +2,10 @@
 
 Greedy speculative output (chain and tree, batch 1 and ragged batches, chat-template prompts; the shipped
 drafter, history drafting and their hybrid) is token-identical to transformers' own `generate`, and sampled
-speculative output follows the target's distribution (chi-square against the exact probabilities from full forwards). The model runs in
-float32, as users run it: a batched and a one-row forward round differently in the last bits, so an
-argmax within that of a tie could in principle differ; none does on these prompts (float64 would rule
-it out at twice the time, which the ~90 s budget of this file does not have).
+speculative output follows the target's distribution (chi-square against the exact probabilities from
+transformers' own forwards). The model runs in float32, as users run it: a batched and a one-row forward round
+differently in the last bits, so an argmax within that of a tie could in principle differ; none does on these
+prompts (float64 would rule it out at twice the time, which the ~90 s budget of this file does not have).
 """
 from __future__ import annotations
 
@@ -114,18 +114,21 @@ SAMPLED = SamplingParams(False, 1.0, 0.9)
 @pytest.fixture(scope="module")
 def exact_law(model):
     """The exact law of the first token and of the first two, (p1, {(a, b): probability}), under SAMPLED after
-    a prompt, from full forwards of the target; computed once per prompt (suffix and hybrid share theirs)."""
+    a prompt, from forwards of the target (transformers' own, not the engine's): the prompt's, then every first
+    token of the support after it at once, over the prompt's key-value cache repeated for each; computed once per
+    prompt (suffix and hybrid share theirs)."""
     target, _ = model
     laws = {}
 
     def law(prompt: list[int]):
         if tuple(prompt) not in laws:
             with torch.no_grad():
-                first = target(torch.tensor([prompt])).logits[0, -1].double().numpy()
-            p1 = _reference_probs(first, 1.0, SAMPLED.top_p)
+                out = target(torch.tensor([prompt]), use_cache=True)
+            p1 = _reference_probs(out.logits[0, -1].double().numpy(), 1.0, SAMPLED.top_p)
             support = np.flatnonzero(p1)
+            out.cache.batch_repeat_interleave(len(support))
             with torch.no_grad():
-                second = target(torch.tensor([prompt + [int(s)] for s in support])).logits[:, -1].double().numpy()
+                second = target(torch.tensor(support)[:, None], cache=out.cache).logits[:, -1].double().numpy()
             laws[tuple(prompt)] = p1, {(int(s), int(t)): p1[s] * q for s, row in zip(support, second)
                                        for t, q in enumerate(_reference_probs(row, 1.0, SAMPLED.top_p)) if q > 0}
         return laws[tuple(prompt)]
