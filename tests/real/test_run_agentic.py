@@ -27,9 +27,12 @@ PROFILE = Path(__file__).resolve().parents[2] / "traces" / "profiles" / "smollm2
 def run(tmp_path_factory):
     hub.fetch(NAME, log=lambda _: None)  # reused when cached
     out = tmp_path_factory.mktemp("agentic") / "run"
-    # one row at a time per engine: a row that calls the tool leaves its engine nothing to decode (tool_wait)
+    # one row at a time per engine: a row that calls the tool leaves its engine nothing to decode (tool_wait);
+    # speculating with a chain of 4 (drafts of several tokens, a call's end among them): the default arms' tree of 48
+    # verifies 48 tokens an iteration, twice the rollout's time on a CPU, and the strategy is not what this file checks
     cfg = RunConfig(policy="static-sd", workers=2, steps=1, model=NAME, task="agentic", prompts=2, group=2,
-                    greedy=True, max_new_tokens=40, max_running=1, probe=0, speed_probe=0, knobs={"sd": "always"})
+                    greedy=True, max_new_tokens=40, max_running=1, probe=0, speed_probe=0,
+                    knobs={"sd": "always", "arms": "4_1_4"})
     launch(cfg, out)
     return out, cfg.checked().make_task()
 
