@@ -9,8 +9,10 @@ end fork writers and kill them or race them.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -708,6 +710,35 @@ def test_a_lock_left_by_a_killed_writer_is_taken_over(tmp_path, tiny):
     (tmp_path / ".o.lock").write_text("999999\n")  # its writer was killed: the file stays, its lock does not
     assert main(["simulate", "--trace", str(tiny), *CLUSTER, "--policy", "verl", "-o", str(out)]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def _hold_and_fork(path, pid_file) -> None:
+    """Hold `path`'s lock, fork a child that outlives this process (as a pool worker does), then wait to be killed."""
+    with exclusive(path):
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        pid_file.write_text(str(child))
+        time.sleep(60)
+
+
+def test_a_child_left_by_a_killed_writer_does_not_hold_its_lock(tmp_path):
+    path, pid_file = tmp_path / "o", tmp_path / "child"
+    writer = multiprocessing.get_context("fork").Process(target=_hold_and_fork, args=(path, pid_file))
+    writer.start()
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    child = int(pid_file.read_text())
+    try:
+        writer.kill()
+        writer.join()
+        os.kill(child, 0)  # still running
+        with exclusive(path):  # and yet the lock is free
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)
 
 
 def test_a_held_lock_refuses_every_kind_of_writer(tmp_path, tiny, capsys):

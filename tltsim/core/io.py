@@ -12,8 +12,9 @@
 A directory is replaced only when `replaceable` says so; `sealed(kinds)` says it for a directory tltsim sealed
 (its top-level manifest, of one of those kinds) that holds nothing its manifest does not list: what a user put
 there is never replaced. One writer at a time per target: a second one is refused while the first holds the
-lock file `.NAME.lock` beside it (fcntl.flock, released when the writer exits, killed or not), or waits for it
-(`exclusive(path, wait=True)`). Temporaries are named `.NAME.PID[-X].tmp` beside their target; one whose process
+lock file `.NAME.lock` beside it (fcntl.flock, released when the writer exits, killed or not; a process it forks,
+such as a comparison's pool worker, closes its copy at once, so it never holds the lock past the writer), or waits
+for it (`exclusive(path, wait=True)`). Temporaries are named `.NAME.PID[-X].tmp` beside their target; one whose process
 is gone (killed) is removed by the next write to the same target. A single-file output is held to the same rule
 as a directory: an existing file is replaced only when its content carries tltsim's mark (`written_by_tltsim`),
 or the user said `--force`. Every problem with a target a user named (a
@@ -150,6 +151,20 @@ def check_apart(outputs: dict, inputs: dict) -> None:
                                   f"choose another path")
 
 
+_HELD: set[int] = set()  # the descriptors of the locks this process holds
+
+
+def _drop_held() -> None:
+    """In a forked child: close the copies of the parent's lock descriptors, so that a child left behind by a killed
+    writer (a pool worker still running) does not keep the target locked."""
+    for fd in _HELD:
+        os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_held)
+
+
 @contextmanager
 def exclusive(path: str | os.PathLike, wait: bool = False) -> Iterator[None]:
     """Hold the lock of target `path` (the file `.NAME.lock` beside it, created in an existing directory) while
@@ -173,12 +188,14 @@ def exclusive(path: str | os.PathLike, wait: bool = False) -> Iterator[None]:
         if same:
             break
         os.close(fd)
+    _HELD.add(fd)
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield
     finally:
         lock.unlink(missing_ok=True)
+        _HELD.discard(fd)
         os.close(fd)
 
 
