@@ -24,8 +24,13 @@ def images(page):
     return found
 
 
-def test_comparison_report_has_every_run_table_config_and_images(base, tlt):
-    page = build_report([base, tlt])
+@pytest.fixture(scope="module")
+def page(base, tlt) -> str:
+    """The report of verl and TLT, built once for the tests that read it."""
+    return build_report([base, tlt])
+
+
+def test_comparison_report_has_every_run_table_config_and_images(base, tlt, page):
     for anchor in ("summary", "explained", "table", "glossary", "charts", "lengths-0", "runs"):
         assert f'<h2 id="{anchor}">' in page and f'<a href="#{anchor}">' in page  # each section in the contents
     assert '<details class="run" id="run-verl">' in page and '<details class="run" id="run-tlt">' in page
@@ -74,8 +79,7 @@ def test_the_title_counts_policies_not_bounds(base, tlt):
     assert title == "Comparison of 5 policies against verl"  # six runs, one of them the bound
 
 
-def test_every_table_column_has_a_glossary_entry(base, tlt):
-    page = build_report([base, tlt])
+def test_every_table_column_has_a_glossary_entry(page):
     glossary = page[page.index('<dl class="glossary">'):page.index("</dl>")]
     defined = {unescape(t) for t in re.findall(r"<dt>([^<]*)</dt>", glossary)}
     tables = page[page.index('<h2 id="summary">'):page.index('<h2 id="glossary">')]
@@ -90,8 +94,7 @@ def test_every_table_column_has_a_glossary_entry(base, tlt):
     assert set(COMPARISON_METRICS) <= set(COLUMNS)
 
 
-def test_figures_are_shown_at_the_size_they_were_drawn_and_fit_the_page(base, tlt):
-    page = build_report([base, tlt])
+def test_figures_are_shown_at_the_size_they_were_drawn_and_fit_the_page(page):
     figures = re.findall(r'src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)"', page)
     assert len(figures) >= 4  # the report's charts are there to be checked (none would pass the loop below)
     for data, width, height in figures:

@@ -137,6 +137,7 @@ def test_the_pages_hold_commands():
     assert "make test" in readme and any(c.startswith("tltsim real run") for c in readme)
     assert any(c.startswith("tltsim calibrate") for c in cli) and any(c.startswith("tltsim validate") for c in cli)
     assert not [c for c in readme + cli if "..." in c], "a command with a literal '...' cannot run as written"
+    assert all(any(path in c for c in readme + cli) for path in SMALL), "SMALL names a trace no page simulates"
     astray = [(c, o) for c in readme + cli if c.startswith("tltsim ") for o in outputs(shlex.split(c)[1:])
               if not o.startswith("out/")]
     assert not astray, f"a command that writes outside out/ (which .gitignore keeps out of the repository): {astray}"
