@@ -46,17 +46,20 @@ def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return _nucleus(probs, params.top_p) if params.top_p < 1 else probs
 
 
-NUCLEUS_CANDIDATES = 64  # most probable tokens the nucleus is first sought among
+NUCLEUS_CANDIDATES = 64  # most probable tokens the nucleus is first sought among; 8x as many each time they fall short
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """probs cut to the top-p nucleus, renormalised. Where the NUCLEUS_CANDIDATES most probable tokens of every
-    row hold the mass top_p (a margin above it, against rounding), the nucleus is among them and only they are
-    ordered (a top-k, not a sort of the whole vocabulary); otherwise every token is."""
-    k = min(NUCLEUS_CANDIDATES, probs.shape[-1])
-    sorted_p, order = probs.topk(k, dim=-1)  # descending
-    if not bool((sorted_p.sum(dim=-1) >= top_p + 1e-6).all()):
-        sorted_p, order = probs.sort(dim=-1, descending=True)
+    """probs cut to the top-p nucleus, renormalised. The nucleus is sought among the NUCLEUS_CANDIDATES most
+    probable tokens of each row (a top-k, not a sort of the whole vocabulary), and among 8x as many while some
+    row's candidates hold less than the mass top_p (a margin above it, against rounding), up to every token."""
+    vocab = probs.shape[-1]
+    k = min(NUCLEUS_CANDIDATES, vocab)
+    while True:
+        sorted_p, order = probs.topk(k, dim=-1)  # descending
+        if k == vocab or bool((sorted_p.sum(dim=-1) >= top_p + 1e-6).all()):
+            break
+        k = min(8 * k, vocab)
     mass_before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of the more probable tokens
     sorted_p = sorted_p.masked_fill(mass_before >= top_p, 0.0)
     probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)

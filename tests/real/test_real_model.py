@@ -129,8 +129,11 @@ def exact_law(model):
             out.cache.batch_repeat_interleave(len(support))
             with torch.no_grad():
                 second = target(torch.tensor(support)[:, None], cache=out.cache).logits[:, -1].double().numpy()
-            laws[tuple(prompt)] = p1, {(int(s), int(t)): p1[s] * q for s, row in zip(support, second)
-                                       for t, q in enumerate(_reference_probs(row, 1.0, SAMPLED.top_p)) if q > 0}
+            joint = {}
+            for s, row in zip(support, second):
+                q = _reference_probs(row, 1.0, SAMPLED.top_p)
+                joint.update({(int(s), int(t)): p1[s] * q[t] for t in np.flatnonzero(q)})
+            laws[tuple(prompt)] = p1, joint
         return laws[tuple(prompt)]
 
     return law

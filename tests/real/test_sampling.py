@@ -75,12 +75,14 @@ def test_target_probs_match_a_naive_reference(temperature, top_p):
     np.testing.assert_allclose(got, want, atol=1e-12)
 
 
-@pytest.mark.parametrize("scale", [8.0, 0.5])  # peaked: the nucleus is among the top 64; flat: it is not
-def test_the_nucleus_of_a_large_vocabulary_matches_the_reference(scale):
+# the candidates the nucleus is found among, from peaked (the top 64) to flat (the whole vocabulary)
+@pytest.mark.parametrize("scale, candidates", [(8.0, 64), (3.0, 512), (0.5, 4096), (0.05, 5000)])
+def test_the_nucleus_of_a_large_vocabulary_matches_the_reference(scale, candidates):
     logits = scale * torch.randn(4, 5000, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     params = SamplingParams(greedy=False, temperature=1.0, top_p=0.9)
-    top64 = torch.softmax(logits, dim=-1).topk(64, dim=-1).values.sum(dim=-1)
-    assert bool((top64 >= 0.9).all()) == (scale > 1)  # each case takes the path it is named for
+    probs = torch.softmax(logits, dim=-1)
+    covered = [k for k in (64, 512, 4096, 5000) if bool((probs.topk(k, dim=-1).values.sum(dim=-1) >= 0.9).all())]
+    assert covered[0] == candidates  # each case takes the path it is named for
     got = target_probs(logits, params).numpy()
     want = np.stack([_reference_probs(row, 1.0, 0.9) for row in logits.numpy()])
     np.testing.assert_allclose(got, want, atol=1e-12)
