@@ -16,7 +16,7 @@ import numpy as np
 from tltsim.cost import CostParams, Roofline
 from tltsim.hardware import load_gpu, load_model
 from tltsim.control import DEFAULT_ARMS, Strategy
-from tltsim.sim.acceptance import Q_TRAINED, AcceptanceModel
+from tltsim.drafter.acceptance import Q_TRAINED, AcceptanceModel
 
 ACCEPTED = {"4_8_16": 4.63, "4_8_128": 4.82, "8_8_16": 6.34, "8_8_128": 7.51,
             "12_8_16": 6.80, "12_8_32": 7.63, "12_8_48": 7.97, "12_8_64": 8.21}

@@ -13,7 +13,7 @@
    repeat of the prompt in a later step (the same drafter after (a): its history holds the first step's G
    responses); for G in --sizes, over --prompts prompts. With --rows, every (group, arrangement, pass, prompt,
    sibling) is also written as a JSON line (its tokens per call, calls, response length and finish rank among its
-   siblings), and the lookup's per-batch medians after them: what tltsim.sim.history_quality fits.
+   siblings), and the lookup's per-batch medians after them: what tltsim.drafter.history_quality fits.
 3. cost: history drafting's per-iteration lookup (the engine's draft_s: catch-up and lookup) against the target's
    forward (target_s), per batch, from (a) and (b).
 """

@@ -12,7 +12,7 @@ Steps (each a `tltsim` command a user would type):
 2. how far each run's final target moved from where it started: the mean per-token KL(start || final) over the
    start's greedy answers to --kl-prompts held-out prompts (real.tasks.evaluate.token_kl);
 3. `tltsim fit-drafter --adaptive RUNS_AT_A --predict RUNS_AT_B`, and the other way: the staleness model
-   (tltsim.analysis.validation.staleness) fitted on one learning rate's seeds, played on the other's with the drift
+   (tltsim.analysis.drafter.fit) fitted on one learning rate's seeds, played on the other's with the drift
    scaled by the ratio of the learning rates, beside the spot-vs-static gap those runs measured.
 Target: the mean gap over the seeds predicted within 15%, both ways.
 

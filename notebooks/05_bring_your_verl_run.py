@@ -231,8 +231,8 @@ import yaml
 from IPython.display import Markdown
 
 from tltsim.analysis.calibration import drafter_overrides
-from tltsim.analysis.drafter_fit import fit_drafter
-from tltsim.analysis.drift_sensitivity import answer, drift_sensitivity
+from tltsim.analysis.drafter.calibrate import calibrate_drafter
+from tltsim.analysis.drafter.drift_sensitivity import answer, drift_sensitivity
 from tltsim.verl_config import read_speculation
 
 if SPEC_RUN is None:
@@ -250,7 +250,7 @@ if SPEC_RUN is None:
     (made / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     SPEC_RUN = (made / "run", made / "metrics.jsonl")
 spec = read_speculation(SPEC_RUN[0])
-fit = fit_drafter(spec, read_metrics(SPEC_RUN[1]))
+fit = calibrate_drafter(spec, read_metrics(SPEC_RUN[1]))
 print(f"drafter: {fit.family} ({spec.engine}, draft tree {fit.strategy}), "
       f"{'co-trained' if fit.cotrained else 'frozen'}; {fit.fit}")
 print(f"drift_per_step: {fit.drift_per_step:.4f} tokens per verify lost per RL step")

@@ -85,7 +85,7 @@ class GenerateSettings:
     max_new_tokens: int = 256  # a row ends after this many tokens, or at an end-of-sequence token
     eos_token_id: int | tuple[int, ...] | None = None  # ids a row ends at (None: the model's; (): none)
     seed: int = 0  # the sampling generator's
-    collect_features: bool = False  # keep each finished row's target features (real.engine.generate.Finished)
+    collect_features: bool = False  # keep each finished row's target features (real.engine.records.Finished)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

@@ -23,8 +23,8 @@ from pathlib import Path
 from tltsim.cost import CostParams, PhaseCalibration
 from tltsim.core.errors import TltsimError
 from tltsim.core.config_files import read_toml
-from tltsim.sim.drafter_families import FAMILIES
-from tltsim.sim.drafter_quality import DrafterConfig
+from tltsim.drafter.families import FAMILIES
+from tltsim.drafter.quality import DrafterConfig
 
 SPLITS = ("auto", "contiguous", "trace")
 MAX_GPUS, MAX_RUNNING = 1 << 20, 1 << 24  # bounds a number may reach before it is a typo (and overflows an index)
@@ -62,8 +62,8 @@ class RLConfig:
 @dataclass(frozen=True)
 class DrafterWorld:
     """The trained drafter the speculating policies draft with, where no `--knob` says otherwise: its family
-    (tltsim.sim.drafter_families), its quality when RL starts and what it loses per policy update
-    (tltsim.sim.drafter_quality); a calibration to a run that speculated sets them (tltsim.analysis.drafter_fit)."""
+    (tltsim.drafter.families), its quality when RL starts and what it loses per policy update
+    (tltsim.drafter.quality); a calibration to a run that speculated sets them (tltsim.analysis.drafter.calibrate)."""
 
     family: str = "eagle"
     q_start: float = DrafterConfig.q_start

@@ -263,7 +263,7 @@ MTP = "actor_rollout_ref.model.mtp"  # verl's MtpConfig (verl/workers/config/mod
 SPECO = f"{ROLLOUT}.drafter"  # verl-SpeCo's drafter (verl_speco/config/speco_base.yaml)
 VLLM_SPEC = f"{ROLLOUT}.engine_kwargs.vllm.speculative_config"  # overrides verl merges into vLLM's speculative_config
 # a vLLM speculative_config method, an SGLang speculative_algorithm or a verl-SpeCo speculative_algorithm (lowered)
-# -> the drafter family (tltsim.sim.drafter_families)
+# -> the drafter family (tltsim.drafter.families)
 FAMILY_OF = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "mimo_mtp": "mtp",
              "eagle": "eagle", "eagle1": "eagle", "eagle2": "eagle", "eagle3": "eagle3",
              "draft_model": "draft-model", "standalone": "draft-model", "ngram": "ngram", "suffix": "history",
@@ -272,7 +272,7 @@ FAMILY_OF = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "mimo
 
 @dataclass(frozen=True)
 class VerlSpeculation:
-    """How a verl run speculates in its rollout: its drafter's family (tltsim.sim.drafter_families), the draft tree
+    """How a verl run speculates in its rollout: its drafter's family (tltsim.drafter.families), the draft tree
     (depth, top-k, drafted tokens verified) and whether the drafter trains during RL (`cotrained`, every
     `train_interval` steps) or stays frozen."""
 

@@ -9,7 +9,7 @@ stretches in one call. This replays the run's rollouts with no model: each step,
 `engine`) advance together, every iteration speculative; each row drafts `depth` tokens from its engine's
 real.drafters.suffix history (its prompt, its in-flight siblings, earlier steps' responses of every engine, as a run feeds
 it), padded to `depth` as the engine pads it (real.drafters.suffix.chain), and keeps the drafts that equal its recorded
-continuation (real.engine.generate.recorded_table), plus one: the replay's acceptance rule (real.engine.sampling.verify_chosen),
+continuation (real.engine.sampling.recorded_table), plus one: the replay's acceptance rule (real.engine.sampling.verify_chosen),
 which needs no target. Printed: tokens per call (accepted + 1) overall and at each batch size (rows still
 running), and row-iterations at each. What it leaves out: the cost of a verify, which grows with depth (on a
 CPU at batch 4-8 a verify of 5 tokens a row already costs 1.4-1.8x a decode step), so a depth pays only where its
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from real.engine.generate import recorded_table
+from real.engine.sampling import recorded_table
 from real.models.targets import load_task
 from real.engine.sampling import verify_chosen
 from real.drafters.suffix import SuffixDrafter, chain

@@ -3,8 +3,8 @@
     python docs/investigations/history_model_fit.py [ROWS.jsonl] [--speed benchmarks/results/bench_drafters.txt]
     # recorded: ... > docs/investigations/history_model_fit.txt
 
-ROWS (default tltsim/sim/data/history_rows.jsonl, the rows tltsim ships) are what `benchmarks/bench_drafters.py
---parts acceptance --rows` writes. Printed: the fitted constants of tltsim.sim.history_quality (all tasks pooled,
+ROWS (default tltsim/drafter/data/history_rows.jsonl, the rows tltsim ships) are what `benchmarks/bench_drafters.py
+--parts acceptance --rows` writes. Printed: the fitted constants of tltsim.drafter.history_quality (all tasks pooled,
 what the module stores; then each task alone) beside the stored ones; per (task, group, arrangement, pass, finish rank) the measured q
 (each row's tokens per call inverted through the acceptance model at its strategy, mean weighted by calls,
 1 a row without a count)
@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from tltsim.control.strategy import Strategy
-from tltsim.sim import history_quality as hq
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
+from tltsim.drafter import history_quality as hq
+from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 

@@ -22,7 +22,7 @@ from tltsim.analysis.validation.validate import measured_qualities, recorded_kno
 from tltsim.control import Strategy
 from tltsim.cost.profiled import Profiled
 from tltsim.core.records import Result
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
+from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 from tltsim.sim.speculation import speculative_iteration_time
 from tltsim.analysis.report.table import format_table
 

@@ -47,7 +47,7 @@ class Rollout:
     admitted_at: dict[int, float]  # request id -> run clock at the end of its prefill
     finished_at: dict[int, float]  # request id -> run clock at the end of the call that finished it
     iteration_end: list[float] = field(default_factory=list)  # per engine Iteration (by index), the run clock at the
-    # end of its call: when a turn (real.engine.generate.Turn) began and ended
+    # end of its call: when a turn (real.engine.records.Turn) began and ended
 
 
 def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineControl | None = None, *,

@@ -39,76 +39,22 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
-import pandas as pd
 import torch
 
 from real.engine import attention
 from real.engine.kvcache import RaggedCache
-from real.engine.sampling import next_tokens, verify_chosen, verify_greedy_chain, verify_tree
+from real.engine.sampling import next_tokens, recorded_table, verify_chosen, verify_greedy_chain, verify_tree
 from real.drafters import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.engine.spec import DraftTree, draftable
-from real.engine.tools import Sandbox, ToolResult, ToolUse, runs_code
+from real.engine.records import Finished, Generation, Iteration, Turn
+from real.engine.tools import Sandbox, ToolUse, runs_code
 from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 
 DEFAULT_STRATEGY = str(STRATEGY)  # a chain of 4 drafts (tltsim.control.strategy.DEFAULT_STRATEGY)
-
-
-@dataclass
-class Iteration:
-    """What one engine iteration did."""
-
-    index: int  # 0, 1, ... in the engine's life
-    mode: str  # "prefill" (rows admitted), "decode" or "spec_decode"
-    strategy: str  # depth_topk_verify for "spec_decode", "" otherwise
-    batch_size: int  # rows processed
-    proposed: int  # draft tokens sent to the target per row (0 unless "spec_decode")
-    accepted: list[int]  # per row, draft tokens accepted (a spec row emits accepted + 1 tokens)
-    tokens: int  # tokens processed ("prefill") or emitted (decode), over all rows
-    wall_s: float  # wall-clock seconds of the iteration
-    reprefill: bool = False  # a spec iteration after plain ones (or the first): the drafter built or caught up its state
-    catchup_s: float = 0.0  # of wall_s, feeding the drafter what it had not seen (in a reprefill iteration)
-    draft_s: float = 0.0  # of wall_s, the drafter's work (catch-up included) in a spec iteration
-    target_s: float = 0.0  # of wall_s, the target's forward and lm_head in a decode iteration
-
-
-@dataclass
-class Turn:
-    """One turn of a row: from its admission or a tool's answer to its end or its next tool call."""
-
-    context: int  # tokens of the row's context when the turn began (prompt, earlier turns, tools' answers)
-    prefilled: int  # of them, tokens the prefill that began the turn fed (the rest but the pending last one were
-    # in the row's KV already: context - prefilled - 1 cached tokens)
-    start_iteration: int  # index of that prefill's Iteration
-    generated: int = 0  # tokens the model generated in the turn
-    end_iteration: int = -1  # index of the Iteration that emitted its last token
-    tool: ToolResult | None = None  # the tool call that ended the turn (its code, answer and latency), if any
-    tool_tokens: int = 0  # tokens the tool's answer appended
-
-    @property
-    def cached(self) -> int:
-        return self.context - self.prefilled - 1
-
-
-@dataclass
-class Finished:
-    """A row that left the batch."""
-
-    request_id: int
-    prompt: list[int]
-    tokens: list[int]  # generated ids, up to and including EOS (with tools: the tools' answers between the turns)
-    features: torch.Tensor | None = None  # [len(prompt + tokens) - 1, H] target features, if collected
-    turns: list[Turn] = field(default_factory=list)  # the row's turns, in order
-
-    def generated_mask(self) -> list[bool]:
-        """Per token of `tokens`: whether the model generated it (False: a tool's answer)."""
-        out = []
-        for turn in self.turns:
-            out += [True] * turn.generated + [False] * turn.tool_tokens
-        return out[: len(self.tokens)] if self.turns else [True] * len(self.tokens)
 
 
 @dataclass
@@ -121,29 +67,6 @@ class _Paused:
     limit: int  # the row ends when it holds this many tokens
     cache: RaggedCache  # its rows of the engine's cache, cut to its committed tokens
     future: Future  # the call's ToolResult
-
-
-@dataclass
-class Generation:
-    """The result of `generate`: per prompt its new tokens, and the iteration records."""
-
-    tokens: list[list[int]]
-    iterations: list[Iteration] = field(default_factory=list)
-    finished: list[Finished] = field(default_factory=list)
-
-    def frame(self):
-        """The iteration records as a pandas DataFrame (one row per iteration)."""
-        return pd.DataFrame([asdict(it) for it in self.iterations])
-
-
-def recorded_table(answers: list[list[int]], done: list[int], width: int) -> torch.Tensor:
-    """long [B, width] on the CPU: the `width` recorded tokens of each row's answer after its first `done` ones, -1
-    (which no draft equals) past the answer's end: what a replaying engine checks its drafts against."""
-    table = torch.full((len(answers), width), -1, dtype=torch.long)
-    for b, (answer, n) in enumerate(zip(answers, done)):
-        ahead = answer[n: n + width]
-        table[b, : len(ahead)] = torch.tensor(ahead, dtype=torch.long)
-    return table
 
 
 class Engine:

@@ -112,6 +112,16 @@ def verify_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tenso
     return path, accepted, torch.multinomial(residual, 1, generator=generator).squeeze(1)
 
 
+def recorded_table(answers: list[list[int]], done: list[int], width: int) -> torch.Tensor:
+    """long [B, width] on the CPU: the `width` recorded tokens of each row's answer after its first `done` ones, -1
+    (which no draft equals) past the answer's end: what a replaying engine checks its drafts against."""
+    table = torch.full((len(answers), width), -1, dtype=torch.long)
+    for b, (answer, n) in enumerate(zip(answers, done)):
+        ahead = answer[n: n + width]
+        table[b, : len(ahead)] = torch.tensor(ahead, dtype=torch.long)
+    return table
+
+
 def verify_chosen(tokens: torch.Tensor, parents: torch.Tensor, chosen: torch.Tensor
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`verify_tree` where the token that follows each node is known: chosen long [B, N] (greedy: the argmax of

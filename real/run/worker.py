@@ -16,7 +16,8 @@ from real.run import checkpoint
 from real import drafters
 from real.engine.adaptive import rollout
 from real.tasks.evaluate import accepted_tokens
-from real.engine.generate import Engine, Finished, generate
+from real.engine.generate import Engine, generate
+from real.engine.records import Finished
 from real.engine.tools import Sandbox, runs_code
 from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.drafters.hybrid import HybridDrafter

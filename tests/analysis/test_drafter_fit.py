@@ -1,190 +1,133 @@
-"""A verl run that speculated: its draft tree read from the config, its drafter's quality and drift fitted to the
-accepted lengths verl logs (compute_spec_decode_metrics, verl/trainer/ppo/ray_trainer.py), saved and replayed."""
+"""The drafter-staleness model fitted to real runs' probes, and its prediction for a run at another learning rate."""
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from tltsim.analysis.calibration import apply, load_calibration
-from tltsim.analysis.drafter_fit import fit_drafter
-from tltsim.config import SimConfig
+from tltsim.analysis.drafter.fit import (fit_drafter, predict_gap, read_probes, spot_trajectory,
+                                                  static_trajectory)
+from tltsim.cli import main
+from tltsim.control import DEFAULT_STRATEGY
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
-from tltsim.verl_config import read_speculation
-from tltsim.verl_metrics import read_metrics
+from tltsim.core.records import Result
+from tltsim.policies import make_policy
+from tltsim.drafter.acceptance import AcceptanceModel
 
 MODEL = AcceptanceModel()
+BATCHES = [10, 30, 5, 40, 20, 0, 25, 12]  # drafter training batches per step, x 8 samples each
 
 
-def _config(path, rollout: dict, mtp: dict | None = None, drafter: dict | None = None):
-    model = {"path": "Qwen/Qwen3-8B", **({"mtp": mtp} if mtp is not None else {})}
-    rollout = {"name": "vllm", "n": 4, **rollout, **({"drafter": drafter} if drafter is not None else {})}
-    import yaml
+def accepted(qs):
+    return [MODEL.mean(DEFAULT_STRATEGY, q) for q in qs]
 
-    path.write_text(yaml.safe_dump({"trainer": {"n_gpus_per_node": 8, "nnodes": 1},
-                                    "actor_rollout_ref": {"model": model, "rollout": rollout}}))
+
+def fake_run(path, spot, batches, static=None, lr=1e-4):
+    """A run directory with only what calibration reads: per-step probes, training batches, the target's lr."""
+    steps = pd.DataFrame({"step": range(len(spot)), "drafter_accepted": spot, "drafter_train_batches": batches})
+    if static is not None:
+        steps["static_drafter_accepted"] = static
+    Result(pd.DataFrame(), steps, pd.DataFrame(), {"steps": len(spot)},
+           {"drafter_batch": 8, "grpo": {"lr": lr}}).save(path)
     return path
 
 
-def _spec_metrics(accepts, verifies):
-    """verl's compute_spec_decode_metrics: per request 1 + accepted / verify steps (0 with none), averaged."""
-    lengths = [(1.0 + a / v) if v > 0 else 0.0 for a, v in zip(accepts, verifies)]
-    rates = [a / (v * 3) if v > 0 else 0.0 for a, v in zip(accepts, verifies)]
-    return {"rollout/spec_accept_length": float(sum(lengths) / len(lengths)),
-            "rollout/spec_accept_rate": float(sum(rates) / len(rates))}
+def model_run(path, lr, drift, q0=0.80, q_max=0.90, tau=300.0):
+    """A run whose probes are exactly the staleness model's, spot and static in one run (--probe-static)."""
+    n = np.array(BATCHES, float) * 8
+    return fake_run(path, accepted(spot_trajectory(q0, n, q_max, tau, drift)), BATCHES,
+                    accepted(static_trajectory(q0, len(BATCHES), drift)), lr)
 
 
-def _run(path, spec, lengths, requests=64, seed=0):
-    """A metrics file as verl writes it: per step, each request's verify steps and accepted drafts drawn from the
-    acceptance model at the quality that gives that step's accepted length, then verl's per-request mean."""
-    rng = np.random.default_rng(seed)
-    lines = []
-    for step, target in enumerate(lengths, start=1):
-        q = invert_quality(MODEL, spec.strategy, target)
-        verifies = rng.integers(50, 400, size=requests)
-        accepts = [int((MODEL.sample(spec.strategy, q, rng, int(v)) - 1).sum()) for v in verifies]
-        data = {"timing_s/gen": 60.0, "timing_s/step": 100.0, "response_length/mean": 500.0,
-                **_spec_metrics(accepts, verifies)}
-        lines.append(json.dumps({"step": step, "data": data}))
-    path.write_text("\n".join(lines) + "\n")
-    return read_metrics(path)
+def test_calibration_recovers_the_drift_and_learning_curve_that_made_two_runs(tmp_path):
+    q0, q_max, drift, tau = 0.80, 0.90, 0.02, 300.0
+    n = np.array(BATCHES[:7], float) * 8
+    ad = fake_run(tmp_path / "ad", accepted(spot_trajectory(q0, n, q_max, tau, drift)), BATCHES[:7])
+    st = fake_run(tmp_path / "st", accepted(static_trajectory(q0, 7, drift)), [0] * 7)
+    fit = fit_drafter(ad, st)
+    assert fit.drift == pytest.approx(drift, rel=1e-6)
+    assert fit.q_max == pytest.approx(q_max, rel=1e-3) and fit.tau_samples == pytest.approx(tau, rel=1e-2)
+    assert fit.rms_error < 1e-4 and fit.knobs()["q_start"] == pytest.approx(q0, abs=1e-9)
+    make_policy("tlt", fit.knobs())  # the fitted figures are valid simulator knobs
 
 
-def test_vllm_mtp_rollout_gives_the_mtp_family_and_a_chain(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {},
-                                    {"enable": True, "enable_rollout": True, "enable_train": True,
-                                     "method": "mtp", "num_speculative_tokens": 2}))
-    assert (spec.family, str(spec.strategy), spec.cotrained, spec.engine) == ("mtp", "2_1_2", True, "vllm")
+def test_one_run_with_static_probes_fits_alone(tmp_path):
+    fit = fit_drafter(model_run(tmp_path / "a", 1e-4, 0.015))
+    assert fit.drift == pytest.approx(0.015, rel=1e-6) and fit.lr == 1e-4
+    assert fit.tau_samples == pytest.approx(300.0, rel=1e-2)
 
 
-def test_sglang_mtp_rollout_gives_its_tree_without_the_root(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {"name": "sglang"},
-                                    {"enable": True, "enable_rollout": True, "speculative_algorithm": "EAGLE",
-                                     "speculative_num_steps": 3, "speculative_eagle_topk": 2,
-                                     "speculative_num_draft_tokens": 6}))
-    assert (spec.family, str(spec.strategy), spec.cotrained) == ("mtp", "3_2_5", False)
+def test_the_drift_is_robust_to_one_bad_probe(tmp_path):
+    """Theil-Sen: one probe far off the line does not move the fitted drift much (a least-squares or end-to-end
+    slope would)."""
+    q = list(static_trajectory(0.80, 8, 0.01))
+    q[7] -= 0.2  # one wild last probe
+    run = fake_run(tmp_path / "a", accepted(q), [0] * 8, accepted(q))
+    assert fit_drafter(run).drift == pytest.approx(0.01, rel=0.15)
 
 
-def test_mtp_loaded_but_not_used_in_rollout_does_not_speculate(tmp_path):
-    assert read_speculation(_config(tmp_path / "c.yaml", {}, {"enable": True, "enable_train": True})) is None
-    assert read_speculation(_config(tmp_path / "d.yaml", {})) is None
+def test_a_gap_predicted_at_another_learning_rate_scales_the_drift_by_the_ratio(tmp_path):
+    """Runs made by the model with the drift in proportion to the learning rate: fitted on one, the other's
+    spot-vs-static gap comes back exactly; where the drift does not follow the learning rate, it does not."""
+    low, high = model_run(tmp_path / "low", 1e-5, 0.002), model_run(tmp_path / "high", 1e-4, 0.02)
+    fit = fit_drafter(high)
+    p = predict_gap(fit, read_probes(low), 1e-5 / 1e-4)
+    assert p.drift_scale == pytest.approx(0.1)
+    assert p.predicted_gap == pytest.approx(p.measured_gap, rel=1e-3) and abs(p.error) < 1e-3
+    assert p.measured_gap > 0 and len(p.per_step) == len(BATCHES)
+    off = model_run(tmp_path / "off", 1e-5, 0.02)  # drift as large at a tenth of the learning rate
+    assert predict_gap(fit, read_probes(off), 0.1).error < -0.1
 
 
-def test_a_speco_drafter_gives_its_family_and_training_interval(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {}, drafter={
-        "enable": True, "enable_drafter_training": True, "speculative_algorithm": "EAGLE3",
-        "rollout": {"spec_steps": 3, "spec_topk": 1, "spec_verify_tokens": 3},
-        "training": {"training_interval_steps": 5}}))
-    assert (spec.family, str(spec.strategy), spec.cotrained, spec.train_interval) == ("eagle3", "3_1_3", True, 5)
+def test_fit_drafter_predicts_the_other_run_from_the_command_line(tmp_path, capsys):
+    low, high = model_run(tmp_path / "low", 1e-5, 0.002), model_run(tmp_path / "high", 1e-4, 0.02)
+    assert main(["fit-drafter", "--adaptive", str(high), "--predict", str(low), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["drift"] == pytest.approx(0.02, rel=1e-6) and out["lr"] == 1e-4
+    (p,) = out["predictions"]
+    assert p["drift_scale"] == pytest.approx(0.1) and abs(p["error"]) < 1e-3
+    assert [r["step"] for r in p["steps"]] == list(range(len(BATCHES)))
+    assert main(["fit-drafter", "--adaptive", str(high), "--predict", str(low)]) == 0
+    text = capsys.readouterr().out
+    assert "drift x 0.1 (the ratio of the target learning rates)" in text and "spot-vs-static gap" in text
 
 
-def test_an_unknown_method_is_refused_naming_the_key(tmp_path):
-    path = _config(tmp_path / "c.yaml", {}, {"enable": True, "enable_rollout": True, "method": "medusa"})
-    with pytest.raises(TltsimError, match="model.mtp.method = 'medusa'"):
-        read_speculation(path)
+def test_calibration_needs_probed_runs(tmp_path):
+    run = fake_run(tmp_path / "x", [float("nan")] * 3, [0] * 3)
+    with pytest.raises(TltsimError, match="no drafter_accepted per step"):
+        fit_drafter(run, run)
 
 
-@pytest.mark.parametrize("drift", [0.03, 0.01])
-def test_a_frozen_drafters_drift_comes_back_within_10_percent(tmp_path, drift):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {"name": "sglang"},
-                                    {"enable": True, "enable_rollout": True, "speculative_num_steps": 4,
-                                     "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5}))
-    lengths = 3.6 - drift * np.arange(30)
-    fit = fit_drafter(spec, _run(tmp_path / "m.jsonl", spec, lengths))
-    assert fit.drift_per_step == pytest.approx(drift, rel=0.1)
-    assert fit.quality_drift_per_step > 0 and fit.metric == "rollout/spec_accept_length"
-    assert fit.per_step["fitted"].iloc[0] == pytest.approx(3.6, rel=0.03)
-    assert np.abs(fit.per_step["measured"] - lengths).max() < 0.1  # verl's per-request mean of the draws
+def test_runs_of_one_learning_rate_fit_together_each_from_its_own_start(tmp_path):
+    runs = [model_run(tmp_path / f"s{i}", 1e-4, 0.01, q0=q0) for i, q0 in enumerate((0.70, 0.80))]
+    fit = fit_drafter(runs)
+    assert fit.drift == pytest.approx(0.01, rel=1e-6) and fit.q_start == pytest.approx(0.75)
+    assert fit.q_max == pytest.approx(0.90, rel=1e-3) and fit.tau_samples == pytest.approx(300.0, rel=1e-2)
+    assert set(fit.qualities.run) == {"s0", "s1"} and set(fit.qualities.drafter) == {"spot", "static"}
+    with pytest.raises(TltsimError, match="fit runs of one learning rate"):
+        fit_drafter([runs[0], model_run(tmp_path / "other", 1e-5, 0.01)])
 
 
-def test_a_drafter_co_trained_every_step_leaves_the_drift_unmeasured(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {}, {"enable": True, "enable_rollout": True,
-                                                              "enable_train": True, "num_speculative_tokens": 3}))
-    fit = fit_drafter(spec, _run(tmp_path / "m.jsonl", spec, 2.8 - 0.01 * np.arange(12)))
-    assert fit.drift_per_step is None and fit.net_change_per_step < 0
-    assert any("co-trained every step" in n for n in fit.notes)
+def test_a_step_without_a_probe_is_refused_naming_it(tmp_path):
+    """invert_quality reads NaN as quality 0, which would drag the fit without a word: refuse instead."""
+    q = accepted(static_trajectory(0.8, 4, 0.01))
+    spot_gap = fake_run(tmp_path / "a", [q[0], float("nan"), q[2], q[3]], [1] * 4, q)
+    with pytest.raises(TltsimError, match=r"drafter_accepted is missing at step\(s\) 1;"):
+        read_probes(spot_gap)
+    static_gap = fake_run(tmp_path / "b", q, [1] * 4, [q[0], q[1], float("nan"), float("nan")])
+    with pytest.raises(TltsimError, match=r"static_drafter_accepted is missing at step\(s\) 2, 3;"):
+        read_probes(static_gap)
 
 
-def test_a_periodically_co_trained_drafter_gives_its_drift_and_recovery(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {}, drafter={
-        "enable": True, "enable_drafter_training": True, "speculative_algorithm": "EAGLE3",
-        "rollout": {"spec_steps": 3, "spec_topk": 1, "spec_verify_tokens": 3},
-        "training": {"training_interval_steps": 5}}))
-    steps = np.arange(1, 31)
-    lengths = 3.0 - 0.04 * (steps % 5)  # trained at every 5th step: back to 3.0, then 0.04 lost a step
-    fit = fit_drafter(spec, _run(tmp_path / "m.jsonl", spec, lengths, requests=128))
-    assert fit.drift_per_step == pytest.approx(0.04, rel=0.1)
-    # a training gives back the 5 steps' drift the drafter would have had at that step without it
-    assert fit.recovery_per_training == pytest.approx(0.2, rel=0.15)
+def test_a_learning_rate_of_zero_is_refused(tmp_path):
+    with pytest.raises(TltsimError, match="grpo.lr is 0; a target learning rate must be > 0"):
+        read_probes(model_run(tmp_path / "a", 0, 0.01))
 
 
-def test_metrics_without_accepted_lengths_are_refused(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {}, {"enable": True, "enable_rollout": True}))
-    (tmp_path / "m.jsonl").write_text(json.dumps({"step": 1, "data": {"timing_s/gen": 1.0, "timing_s/step": 2.0}}))
-    with pytest.raises(TltsimError, match="no rollout/spec_accept_length"):
-        fit_drafter(spec, read_metrics(tmp_path / "m.jsonl"))
-
-
-def _saved(tmp_path, drafter):
-    d = {"format": "tltsim.analysis.calibration/2", "reward_s": 0.5, "fitted_steps": 3,
-         "phases": {"rollout": 1.0, "rollout_fixed_s": 0.0, "logprob": 1.0, "train": 1.0, "sync": 1.0,
-                    "other_s": 0.0}, "drafter": drafter}
-    path = tmp_path / "cal.json"
-    path.write_text(json.dumps(d))
-    return path
-
-
-def test_a_saved_drafter_is_replayed_as_the_simulations_drafter(tmp_path):
-    spec = read_speculation(_config(tmp_path / "c.yaml", {}, {"enable": True, "enable_rollout": True,
-                                                              "num_speculative_tokens": 3}))
-    fit = fit_drafter(spec, _run(tmp_path / "m.jsonl", spec, 2.9 - 0.02 * np.arange(10)))
-    path = _saved(tmp_path, json.loads(json.dumps(fit.to_json())))
-    cfg = apply(load_calibration(path), SimConfig())
-    assert cfg.drafter.family == "mtp" and cfg.drafter.q_start == pytest.approx(fit.quality_start)
-    assert cfg.drafter.drift == pytest.approx(fit.quality_drift_per_step) and "mtp drafter" in cfg.drafter.source
-
-
-def test_a_saved_drafter_with_an_unknown_key_is_refused(tmp_path):
-    path = _saved(tmp_path, {"family": "mtp", "quality_start": 0.7, "drfit_per_step": 0.1})
-    with pytest.raises(TltsimError, match="unknown drafter key 'drfit_per_step'; did you mean 'drift_per_step'"):
-        load_calibration(path)
-
-
-def test_calibrate_fits_the_drafter_and_compare_replays_it(tmp_path, capsys):
-    from tltsim.cli import main
-    from tltsim.core.records import Result
-    from tltsim.trace import save
-    from tests.analysis.conftest import tiny_trace
-
-    trace = tiny_trace(8)
-    tpath = save(trace, tmp_path / "t.parquet")
-    conf = _config(tmp_path / "c.yaml", {"name": "sglang"},
-                   {"enable": True, "enable_rollout": True, "speculative_num_steps": 3, "speculative_eagle_topk": 1,
-                    "speculative_num_draft_tokens": 4})
-    spec = read_speculation(conf)
-    _run(tmp_path / "spec.jsonl", spec, 2.9 - 0.02 * np.arange(8))
-    lines = []
-    for i, line in enumerate((tmp_path / "spec.jsonl").read_text().splitlines()):
-        rec = json.loads(line)
-        lens = trace.step(i)["response_len"]
-        rec["step"] = i
-        rec["data"].update({"timing_s/gen": 20.0 + i, "timing_s/step": 40.0 + i,
-                            "response_length/mean": float(lens.mean()) + 1, "response_length/max": int(lens.max()) + 1})
-        lines.append(json.dumps(rec))
-    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
-    cluster = ["--gpus", "8", "--tp", "2", "--gpu", "h100", "--model", "qwen2.5-7b", "--max-num-seqs", "16"]
-    cal = tmp_path / "cal.json"
-    assert main(["calibrate", "--verl-metrics", str(tmp_path / "m.jsonl"), "--trace", str(tpath), "--verl-config",
-                 str(conf), *cluster, "--save-calibration", str(cal)]) == 0
-    out = capsys.readouterr().out
-    assert "drafter: mtp, frozen, draft tree 3_1_3" in out and "drift_per_step" in out
-    saved = json.loads(cal.read_text())["drafter"]
-    assert saved["drift_per_step"] == pytest.approx(0.02, rel=0.3) and len(saved["accept_length"]) == 8
-    assert main(["compare", "--trace", str(tpath), *cluster, "--calibration", str(cal), "--policies", "verl,static-sd",
-                 "-o", str(tmp_path / "cmp"), "--no-progress", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["drift_sensitivity"]
-    fitted = [r for r in rows if r["fitted"]]
-    assert fitted and fitted[0]["drift_per_step"] == saved["drift_per_step"]
-    run = Result.load(tmp_path / "cmp" / "static-sd")
-    assert run.config["drafter"]["family"] == "mtp"
-    assert run.config["drafter"]["q_start"] == pytest.approx(saved["quality_start"])
+def test_no_measured_gap_gives_no_relative_error(tmp_path):
+    """Spot and static alike (nothing trained, nothing drifted): the gap is 0, its relative error none (null in
+    JSON, never NaN)."""
+    q = accepted([0.8] * 4)
+    run = fake_run(tmp_path / "a", q, [0] * 4, q)
+    p = predict_gap(fit_drafter(run), read_probes(run))
+    assert p.measured_gap == 0 and p.error is None and p.to_json()["error"] is None

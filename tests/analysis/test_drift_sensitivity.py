@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from tltsim.cli import main
-from tltsim.analysis.drift_sensitivity import SPAN, WAYS, answer, drift_sensitivity
+from tltsim.analysis.drafter.drift_sensitivity import SPAN, WAYS, answer, drift_sensitivity
 from tltsim.config import ClusterConfig, DrafterWorld, SimConfig
 from tltsim.trace import save
 

@@ -12,14 +12,15 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = [
     {"tltsim", "tltsim.core", "tltsim.trace", "tltsim.verl_metrics"},  # records, I/O, their meaning
     {"tltsim.control"},  # decisions, driven by every executor
-    {"tltsim.hardware", "tltsim.cost", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
-     "tltsim.verl_config"},  # executors and their settings
+    {"tltsim.hardware", "tltsim.cost", "tltsim.drafter", "tltsim.config", "tltsim.sim", "tltsim.policies", "real",
+     "tltsim.verl_config"},  # executors, their settings and their models
     {"tltsim.analysis"},  # validation, calibration, sweeps, the report and its plots
     {"tltsim.cli", "tltsim.__main__", "real.cli"},  # command lines
 ]
 SIBLINGS_APART = {  # importer -> what it must not import though it lies in the same layer or below
     "tltsim.sim": {"tltsim.policies", "real"},  # the simulator knows its hooks (tltsim.sim.hooks), not the policies
     "tltsim.cost": {"tltsim.sim", "tltsim.policies", "real", "tltsim.config"},
+    "tltsim.drafter": {"tltsim.sim", "tltsim.policies", "real", "tltsim.config"},  # the models the settings stand on
     "real": {"tltsim.sim", "tltsim.policies", "tltsim.config", "tltsim.hardware"},  # real/ stands on the policy layer
     "tltsim.policies": {"real"},
     "real.cli": {"tltsim.cli"},  # both command lines share tltsim.core.argparser, at the bottom
@@ -62,6 +63,26 @@ def wrong_way(files) -> list[str]:
     return bad
 
 
+def cycles(files) -> list[list[str]]:
+    """Every set of two or more units that import each other round a circle (within one layer the layers allow it),
+    each sorted: the strongly connected components of the units' import graph."""
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        src = unit(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"))
+        graph.setdefault(src, set()).update(d for d in map(unit, imports(path)) if d not in (None, src))
+    reach = {}
+    for start in graph:  # the units each reaches; small graph, so a walk from each
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        reach[start] = seen
+    found = {frozenset(u for u in reach[a] if a in reach.get(u, ())) | {a} for a in graph if a in reach[a]}
+    return sorted(sorted(c) for c in found)
+
+
 def project_files() -> list[Path]:
     return sorted(p for pkg in ("tltsim", "real") for p in (ROOT / pkg).rglob("*.py"))
 
@@ -74,6 +95,21 @@ def test_every_unit_has_a_layer():
 
 def test_imports_run_one_way():
     assert wrong_way(project_files()) == []
+
+
+def test_no_units_import_each_other_round_a_circle():
+    assert cycles(project_files()) == []
+
+
+def test_a_circle_within_a_layer_is_caught(tmp_path, monkeypatch):
+    """The settings reading the simulator's models while the simulator reads the settings: one layer, two ways."""
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "tltsim" / "sim").mkdir(parents=True)
+    config, sim = tmp_path / "tltsim" / "config.py", tmp_path / "tltsim" / "sim" / "simulator.py"
+    config.write_text("def f():\n    from tltsim.sim.quality import DrafterConfig\n")
+    sim.write_text("from tltsim.config import SimConfig\n")
+    assert wrong_way([config, sim]) == []  # the layers alone allow it
+    assert cycles([config, sim]) == [["tltsim.config", "tltsim.sim"]]
 
 
 def test_a_wrong_way_import_is_caught(tmp_path, monkeypatch):

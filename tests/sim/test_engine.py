@@ -82,7 +82,7 @@ def test_exact_rows_at_their_own_quality_finish_apart():
     """Four equal responses, two drafted for at a low quality and two at a high one: the low ones fall behind
     and run alone at the end, where one quality for all would finish them together."""
     from tltsim.control import EngineControl, FixedTuner, SDSwitch
-    from tltsim.sim.acceptance import AcceptanceModel
+    from tltsim.drafter.acceptance import AcceptanceModel
     from tltsim.sim.speculation import Speculation
 
     def spec(row_quality):
@@ -104,7 +104,7 @@ def test_the_switch_builds_the_drafters_state_from_each_rows_own_context():
     the sum of their squares, which causal attention's cost follows. The fast path once took it as ctx**2 / batch
     (rows of equal context), which here, two rows of 1,903 and 503 tokens, is 25% short."""
     from tltsim.control import EngineControl, FixedTuner, SDSwitch
-    from tltsim.sim.acceptance import AcceptanceModel
+    from tltsim.drafter.acceptance import AcceptanceModel
     from tltsim.sim.speculation import Speculation
 
     class Seen(ConstantCost):

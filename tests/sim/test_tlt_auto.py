@@ -15,7 +15,7 @@ from tltsim.sim.simulator import Simulator
 from tltsim.trace import load, synth
 
 NEAR = 1.03  # tlt-auto's makespan at most this x the better reference's
-WEAK = {"q_start": 0.0, "q_max": 0.0}  # a drafter whose every draft is wrong (tltsim/sim/acceptance.py)
+WEAK = {"q_start": 0.0, "q_max": 0.0}  # a drafter whose every draft is wrong (tltsim/drafter/acceptance.py)
 
 CASES = {  # id -> (trace, cluster, steps, the faster of tlt and sd-always: None where they are within 3%)
     "dapo-h100": ("traces/synthetic/dapo_like.parquet", ClusterConfig(gpus=32, tp=4), "0:2", "sd-always"),

@@ -6,7 +6,7 @@ from tltsim.config import ClusterConfig, SimConfig
 from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy
 from tltsim.control import Strategy
-from tltsim.sim.acceptance import AcceptanceModel
+from tltsim.drafter.acceptance import AcceptanceModel
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load, save
 from tltsim.analysis.validation.validate import invert_quality, step_metrics, validate

@@ -65,7 +65,7 @@ def cmd_calibrate(args) -> int:
     metrics = read_metrics(args.verl_metrics)
     cal = calibrate(sim_trace(args, cfg), cfg, metrics,
                     sources={"metrics": args.verl_metrics, "trace": cfg.trace, "verl_config": args.verl_config})
-    fit_drafter_into(cal, args.verl_config, metrics)
+    calibrate_drafter_into(cal, args.verl_config, metrics)
     if args.save_calibration:  # first: with nothing fitted it refuses, its notes in its one line, before any output
         save(cal, args.save_calibration)
     if args.out:  # built whole beside it and swapped in, as a validation's directory
@@ -87,11 +87,11 @@ def cmd_calibrate(args) -> int:
     return 0
 
 
-def fit_drafter_into(cal, verl_config, metrics) -> None:
+def calibrate_drafter_into(cal, verl_config, metrics) -> None:
     """A run that speculated (its --verl-config's speculative settings): its drafter fitted to the metrics' accepted
-    lengths, into `cal.drafter` (tltsim.analysis.drafter_fit), its notes into the calibration's; metrics holding
+    lengths, into `cal.drafter` (tltsim.analysis.drafter.calibrate), its notes into the calibration's; metrics holding
     accepted lengths without a config to read the draft tree from get a note."""
-    from tltsim.analysis.drafter_fit import METRICS, fit_drafter
+    from tltsim.analysis.drafter.calibrate import METRICS, calibrate_drafter
     from tltsim.verl_config import read_speculation
 
     spec = read_speculation(verl_config) if verl_config else None
@@ -101,7 +101,7 @@ def fit_drafter_into(cal, verl_config, metrics) -> None:
                 f"{verl_config} does not speculate in its rollout" if verl_config else "no --verl-config says the "
                 "draft tree") + ": the drafter is not fitted; give the run's .hydra/config.yaml")
         return
-    fit = fit_drafter(spec, metrics)
+    fit = calibrate_drafter(spec, metrics)
     cal.drafter = fit.to_json()
     cal.notes += [f"drafter: {n}" for n in fit.notes]
 

@@ -279,10 +279,10 @@ def cmd_compare(args) -> int:
 
 
 def _drift_rows(args, trace, cfg) -> list[dict]:
-    """The ways to get a drafter over the span of drifts (tltsim.analysis.drift_sensitivity), at the calibrated run's
+    """The ways to get a drafter over the span of drifts (tltsim.analysis.drafter.drift_sensitivity), at the calibrated run's
     draft tree where the calibration fitted one; none on a multi-turn trace (the speculating ways run single-turn
     rollouts the same way, and the question is the drafter's, not the agent's)."""
-    from tltsim.analysis.drift_sensitivity import drift_sensitivity
+    from tltsim.analysis.drafter.drift_sensitivity import drift_sensitivity
     from tltsim.control.strategy import Strategy
 
     if trace.agentic:

@@ -110,14 +110,14 @@ def register_fit_drafter(sub) -> None:
 
 
 def cmd_fit_drafter(args) -> int:
-    from tltsim.analysis.validation.staleness import calibrate_staleness, mean_gap, predict_gap, read_probes
+    from tltsim.analysis.drafter.fit import fit_drafter, mean_gap, predict_gap, read_probes
 
     same = {Path(d).resolve() for d in args.adaptive} & {Path(d).resolve() for d in args.static or []}
     if same:
         raise TltsimError(f"--adaptive and --static both name {sorted(same)[0]}; give two runs of one config, one with "
                           f"drafter training (tlt) and one without (static-sd), or the tlt run alone when it was made "
                           f"with --probe-static")
-    fit = calibrate_staleness(args.adaptive, args.static)
+    fit = fit_drafter(args.adaptive, args.static)
     predictions = [predict_gap(fit, probes, _lr_ratio(fit.lr, probes, args.adaptive[0]))
                    for probes in (read_probes(d) for d in args.predict)]
     by_scale = {}

@@ -4,7 +4,7 @@ Plain objects with no simpy and no torch: each takes what was observed and
 returns a decision. The simulator calls them with simulated time; `real/`
 calls the very same objects with the wall clock (docs/design.md#one-policy-layer-two-executors, "one policy
 layer, two executors"). The acceptance and drafter-quality models the simulator's
-policies act on are the simulator's world model (tltsim/sim/acceptance.py, drafter_quality.py).
+policies act on are the simulator's world model (tltsim/drafter/: acceptance.py, quality.py).
 
 Speculation: `EngineControl` (switch, tuner, guard) and the `SpotTrainer`. The other answers to the long tail:
 `PartialControl` (partial rollout), `TailControl` (tail batching), `HistoryPredictor` and `lpt_shares`

@@ -17,14 +17,14 @@ One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
                    quality restored every step, its training paid in the update phase (its forward and backward over
                    the step's tokens at the cost model's drafter-training throughput on every GPU)
 
-A trained drafter belongs to a family (knob `family`, tltsim.sim.drafter_families: what drafting costs). Its
+A trained drafter belongs to a family (knob `family`, tltsim.drafter.families: what drafting costs). Its
 family, starting quality and drift are the config's `drafter` section (a calibration to a run that speculated
 sets it) wherever the knobs do not give them.
 
 Per step: each engine's EngineControl begins a rollout (its switch starts over;
 its tuner and guard keep what they learned across steps); the drafter's quality is the same for every
 engine, except a history drafter's (das, das+tlt), which is per engine the tokens-weighted mean over its
-requests of each one's history quality (tltsim.sim.history_quality). When the rollout ends, the spot
+requests of each one's history quality (tltsim.drafter.history_quality). When the rollout ends, the spot
 trainer's spans become drafter training samples (throughput from the cost model, minus load and checkpoint
 costs), the drafter trains on them, then drifts with the policy update.
 """
@@ -42,11 +42,11 @@ from tltsim.control.decisions import DecisionKnobs
 from tltsim.control.knobs import build, knob, knob_names
 from tltsim.control.learned import learned_summary, prior_from
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import AcceptanceModel
-from tltsim.sim.drafter_families import FAMILIES
-from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
+from tltsim.drafter.acceptance import AcceptanceModel
+from tltsim.drafter.families import FAMILIES
+from tltsim.drafter.quality import DrafterConfig, DrafterQuality, NgramDrafter
 from tltsim.sim.speculation import Speculation, speculative_iteration_time
-from tltsim.sim.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
+from tltsim.drafter.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
                                         weighted_mean)
 from tltsim.sim.hooks import Policy, StepOutcome
 
@@ -67,11 +67,11 @@ class TLTKnobs(DecisionKnobs):
     # preempted
     chunk_iters: int = knob(32, lo=1)  # fast path: speculative iterations per tuner decision
     lookup_fraction: float = knob(LOOKUP_FRACTION, lo=0.0)  # history drafting (das, das+tlt): its index lookup and
-    # catch-up per speculative iteration, as a share of the verify forward's time (tltsim.sim.history_quality)
+    # catch-up per speculative iteration, as a share of the verify forward's time (tltsim.drafter.history_quality)
     history_repeats: bool = knob(False)  # history drafting: a prompt_id's responses of earlier steps are its history
     # too (only for a trace whose prompt_id names one prompt across steps: the schema's numbers prompts within a step)
     family: str = knob("eagle", choices=tuple(n for n, f in FAMILIES.items() if not f.model_free))  # the trained
-    # drafter's family (tltsim.sim.drafter_families): what one speculative iteration's drafting costs
+    # drafter's family (tltsim.drafter.families): what one speculative iteration's drafting costs
     cotrain: bool = knob(False)  # the drafter trains inside the actor update: quality restored every step, at the
     # update phase's cost
     drafter_batch: int = knob(0, lo=0)  # sequences a spot-training batch: a trainer stops at the end of the batch
@@ -187,7 +187,7 @@ class TLTPolicy(Policy):
     # --- hooks -------------------------------------------------------------------------------
     def prepare_step(self, step: int, df: dict) -> dict:
         """A history drafter's quality for each of the step's rows, from its group and its prompt's earlier
-        responses (tltsim.sim.history_quality); the rows themselves unchanged."""
+        responses (tltsim.drafter.history_quality); the rows themselves unchanged."""
         if self.history is not None:
             earlier = np.array([self.earlier[p] if self.k.history_repeats else 0 for p in df["prompt_id"].tolist()],
                                float)

@@ -33,7 +33,7 @@ class Speculation:
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram or history drafter: no drafter forwards to pay for
     lookup_fraction: float = 0.0  # a history drafter's index lookup and catch-up, as a share of each verify's time
-    family: object = None  # the drafter's family (tltsim.sim.drafter_families.Family): what drafting costs; None:
+    family: object = None  # the drafter's family (tltsim.drafter.families.Family): what drafting costs; None:
     # the EAGLE-style drafter's `depth` forwards
 
     def draft_time(self, cost, batch: int, strategy) -> float:
@@ -55,7 +55,7 @@ class Speculation:
 
 def drafting_time(cost, batch: int, strategy, model_free: bool, family=None) -> float:
     """Drafting cost of one speculative iteration at `batch`: what the drafter's family drafts with
-    (tltsim.sim.drafter_families; None: `depth` drafter forwards of the cost model), none when model-free."""
+    (tltsim.drafter.families; None: `depth` drafter forwards of the cost model), none when model-free."""
     if model_free:
         return 0.0
     if family is not None:

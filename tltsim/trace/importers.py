@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from tltsim.core.errors import TltsimError, where
-from tltsim.trace.schema import TraceMeta, show, whole_number
+from tltsim.trace.schema import TraceMeta
+from tltsim.trace.values import show, whole_number
 
 VIDUR_COLUMNS = ["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
 

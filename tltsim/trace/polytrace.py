@@ -38,7 +38,8 @@ import pandas as pd
 
 from tltsim.core.errors import TltsimError
 from tltsim.core.jsonl import first_object, read_objects
-from tltsim.trace.schema import Trace, TraceMeta, show, whole_number
+from tltsim.trace.schema import Trace, TraceMeta
+from tltsim.trace.values import show, whole_number
 
 FILE = re.compile(r"multiturn_workload_step_(\d+)(?:_rank_(\d+))?\.jsonl")
 WHAT = "a PolyTrace multi-turn workload log"

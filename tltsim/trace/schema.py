@@ -31,12 +31,12 @@ Sim and real write the same schema, so every table and plot works on both.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 
 import numpy as np
 import pandas as pd
 
 from tltsim.core.errors import TltsimError, where
+from tltsim.trace.values import as_bool, as_float, as_int, exact, fail, is_missing, row, whole_number
 
 REQUIRED = ["step", "prompt_id", "sample", "prompt_len", "response_len"]
 OPTIONAL = {"reward": "float64", "finished": "bool", "engine": "int64", "aborted": "bool"}
@@ -149,12 +149,12 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
         raise TltsimError(f"{where(path)}the trace has no rows; add at least one response")
     out = df.reset_index(drop=True)  # copy-on-write: assigning columns leaves `df` as it was
     for col in [c for c in INT_COLUMNS if c in out.columns]:
-        out[col] = _as_int(out[col], col, path)
+        out[col] = as_int(out[col], col, path)
     if "finished" in out.columns:
-        out["finished"] = _as_bool(out["finished"], path, "finished")
+        out["finished"] = as_bool(out["finished"], path, "finished")
     aborted = np.zeros(len(out), dtype=bool)
     if "aborted" in out.columns:
-        out["aborted"] = _as_bool(out["aborted"], path, "aborted")
+        out["aborted"] = as_bool(out["aborted"], path, "aborted")
         aborted = out["aborted"].to_numpy()
     for col in ["prompt_len", "response_len"]:
         least = np.where(aborted, 0, 1) if col == "response_len" else 0
@@ -162,30 +162,30 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
         if len(bad):
             i = int(bad[0])
             raise TltsimError(
-                f"{where(path, _row(i), col)}{out[col].iloc[i]} is not a valid length; "
+                f"{where(path, row(i), col)}{out[col].iloc[i]} is not a valid length; "
                 f"lengths are whole token counts, {'>= 1 (0 only on a row marked aborted)' if col == 'response_len' else '>= 0'}"
             )
     kept = np.flatnonzero(aborted & (out["response_len"].to_numpy() != 0))
     if len(kept):
         i = int(kept[0])
-        raise TltsimError(f"{where(path, _row(i), 'response_len')}{out['response_len'].iloc[i]} tokens on a row marked "
+        raise TltsimError(f"{where(path, row(i), 'response_len')}{out['response_len'].iloc[i]} tokens on a row marked "
                           f"aborted; an aborted request leaves no tokens (response_len 0), or set aborted false")
     for col in ["step", "prompt_id", "sample"] + (["engine"] if "engine" in out.columns else []):
         bad = np.flatnonzero(out[col].to_numpy() < 0)
         if len(bad):
             i = int(bad[0])
-            raise TltsimError(f"{where(path, _row(i), col)}{out[col].iloc[i]} is negative; ids are >= 0")
+            raise TltsimError(f"{where(path, row(i), col)}{out[col].iloc[i]} is negative; ids are >= 0")
     cap = meta.max_response_len
     if cap is not None:
         over = np.flatnonzero(out["response_len"].to_numpy() > cap)
         if len(over):
             i = int(over[0])
             raise TltsimError(
-                f"{where(path, _row(i), 'response_len')}{out['response_len'].iloc[i]} exceeds the declared "
+                f"{where(path, row(i), 'response_len')}{out['response_len'].iloc[i]} exceeds the declared "
                 f"max_response_len {cap}; fix the row or raise max_response_len in the metadata"
             )
     if "reward" in out.columns:
-        out["reward"] = _as_float(out["reward"], "reward", path)
+        out["reward"] = as_float(out["reward"], "reward", path)
     step, prompt, sample = (out[c].to_numpy() for c in ["step", "prompt_id", "sample"])
     order = _sort_order(step, prompt, sample)
     rows = np.arange(len(step)) if order is None else order  # the file row at each sorted position
@@ -195,7 +195,7 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
     if repeat.any():
         i = int(rows[1:][repeat].min())  # the first row that repeats an earlier one
         raise TltsimError(
-            f"{where(path, _row(i), 'sample')}step {step[i]} prompt {prompt[i]} sample {sample[i]} "
+            f"{where(path, row(i), 'sample')}step {step[i]} prompt {prompt[i]} sample {sample[i]} "
             f"appears twice; each (step, prompt_id, sample) must be unique"
         )
     starts = np.flatnonzero(np.r_[True, ~same_prompt])  # first sorted row of each (step, prompt)
@@ -210,7 +210,7 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
         g = int(bad[0])
         i = int(rows[starts[g]:starts[g] + sizes[g]].min())
         raise TltsimError(
-            f"{where(path, _row(i), 'prompt_id')}step {step[i]} prompt {prompt[i]} has {sizes[g]} samples but the "
+            f"{where(path, row(i), 'prompt_id')}step {step[i]} prompt {prompt[i]} has {sizes[g]} samples but the "
             f"group size is {expected}; every prompt needs the same number of samples (set group_size in the "
             f"metadata or complete the group)"
         )
@@ -255,7 +255,7 @@ def _check_turns(out: pd.DataFrame, present: list[str], path) -> None:
             if isinstance(v, np.ndarray):
                 v = v.tolist()
             if not isinstance(v, (list, tuple)) or not v:
-                raise _fail(path, i, c, v, "is not a list with one entry per turn; a trajectory has at least one "
+                raise fail(path, i, c, v, "is not a list with one entry per turn; a trajectory has at least one "
                                            "turn")
             cells.append(list(v))
         out[c] = pd.Series(cells, index=out.index, dtype=object)
@@ -264,7 +264,7 @@ def _check_turns(out: pd.DataFrame, present: list[str], path) -> None:
         bad = np.flatnonzero(lens[c] != lens[present[0]])
         if len(bad):
             i = int(bad[0])
-            raise TltsimError(f"{where(path, _row(i), c)}{lens[c][i]} entries but {present[0]} has "
+            raise TltsimError(f"{where(path, row(i), c)}{lens[c][i]} entries but {present[0]} has "
                               f"{lens[present[0]][i]}; every turn column has one entry per turn")
     for c, kind in (("turn_response_len", "int"), ("tool_tokens", "int"), ("tool_latency_s", "float"),
                     ("turn_gen_s", "float")):
@@ -277,31 +277,31 @@ def _check_turns(out: pd.DataFrame, present: list[str], path) -> None:
                 if kind == "int":
                     n = whole_number(v)
                     if n is None or n < 0:
-                        raise _fail(path, i, c, v, f"is not a whole token count >= 0; {c} lists them per turn")
+                        raise fail(path, i, c, v, f"is not a whole token count >= 0; {c} lists them per turn")
                     vals.append(n)
                 else:
-                    d = None if _is_missing(v) else _exact(v)
+                    d = None if is_missing(v) else exact(v)
                     if d is not None and not (d.is_finite() and d >= 0):
-                        raise _fail(path, i, c, v, f"is not a time in seconds (a finite number >= 0, or null where "
+                        raise fail(path, i, c, v, f"is not a time in seconds (a finite number >= 0, or null where "
                                                    f"the turn called no tool); {c} lists them per turn")
-                    if d is None and not _is_missing(v):
-                        raise _fail(path, i, c, v, f"is not a number; {c} lists seconds per turn, null for none")
+                    if d is None and not is_missing(v):
+                        raise fail(path, i, c, v, f"is not a number; {c} lists seconds per turn, null for none")
                     vals.append(None if d is None else float(d))
             cells.append(vals)
         out[c] = pd.Series(cells, index=out.index, dtype=object)
     for i, (gen, lat, tok, total) in enumerate(zip(out["turn_response_len"], out["tool_latency_s"], out["tool_tokens"],
                                                    out["response_len"])):
         if sum(gen) != total:
-            raise _fail(path, i, "turn_response_len", gen, f"sums to {sum(gen)} tokens but response_len is {total}; "
+            raise fail(path, i, "turn_response_len", gen, f"sums to {sum(gen)} tokens but response_len is {total}; "
                                                            f"the turns' tokens are the response's")
         for t, (lt, tt) in enumerate(zip(lat, tok)):
             if lt is None and tt:
-                raise _fail(path, i, "tool_tokens", tok, f"has {tt} tokens after turn {t}, which called no tool "
+                raise fail(path, i, "tool_tokens", tok, f"has {tt} tokens after turn {t}, which called no tool "
                                                          f"(its tool_latency_s is null); give the call's latency")
             if lt is not None and t < len(gen) - 1:
                 continue
             if lt is None and t < len(gen) - 1:
-                raise _fail(path, i, "tool_latency_s", lat, f"is null after turn {t}, which another turn follows; "
+                raise fail(path, i, "tool_latency_s", lat, f"is null after turn {t}, which another turn follows; "
                                                             f"a trajectory goes on only after a tool call")
 
 
@@ -315,115 +315,3 @@ def _sort_order(step: np.ndarray, prompt: np.ndarray, sample: np.ndarray) -> np.
     if np.all(key[1:] > key[:-1]):
         return None
     return np.argsort(key, kind="stable")
-
-
-def _row(i: int) -> int:
-    """Rows are reported 1-based, as a person counts data rows in a file."""
-    return i + 1
-
-
-# Whole numbers must stay below this: above it a float64 cannot tell n from n + 1 (or n + 0.4).
-MAX_INT = 2**53
-
-
-def show(v) -> str:
-    """A cell as an error message shows it: repr of the plain Python value, exact decimals as written (4.5)."""
-    if isinstance(v, np.generic):
-        v = v.item()
-    if _is_missing(v):
-        return "an empty value"
-    return str(v) if isinstance(v, Decimal) else repr(v)
-
-
-def _fail(path, i: int, col: str, value, what: str) -> TltsimError:
-    return TltsimError(f"{where(path, _row(i), col)}{show(value)} {what}")
-
-
-def _is_missing(v) -> bool:
-    return (v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
-            or (isinstance(v, str) and not v.strip()))
-
-
-def _exact(v) -> Decimal | None:
-    """The exact value of an int, float, Decimal or numeric string; None for anything else
-    (bools, empty cells, text, containers). NaN and infinities come back as Decimal NaN / Infinity."""
-    if isinstance(v, (bool, np.bool_)) or _is_missing(v):
-        return None
-    if isinstance(v, (int, np.integer)):
-        return Decimal(int(v))
-    if isinstance(v, (float, np.floating, Decimal)):
-        return Decimal(v)
-    if isinstance(v, str):
-        try:
-            return Decimal(v.strip())
-        except InvalidOperation:
-            return None
-    return None
-
-
-def whole_number(v) -> int | None:
-    """`v` as an int when it is exactly a whole number below 2**53 in magnitude: an int, a whole
-    float (3.0) or Decimal, or a numeric string ("3", "3.0", "3e2"); None for anything else,
-    bools and text such as "3.0000001" included."""
-    d = _exact(v)
-    if d is None or not d.is_finite() or d.copy_abs() >= MAX_INT or d != d.to_integral_value():
-        return None
-    return int(d)
-
-
-def _as_int(s: pd.Series, col: str, path) -> pd.Series:
-    """Whole numbers (see `whole_number`) as int64; anything else raises TltsimError naming the row."""
-    if pd.api.types.is_integer_dtype(s.dtype) and not s.isna().any():
-        num = s.to_numpy(dtype="int64")
-        bad = np.abs(num) >= MAX_INT
-    elif pd.api.types.is_float_dtype(s.dtype):
-        num = s.to_numpy(dtype="float64", na_value=np.nan)
-        with np.errstate(invalid="ignore"):
-            bad = ~np.isfinite(num) | (num % 1 != 0) | (np.abs(num) >= MAX_INT)
-    else:  # text, objects, bools: one value at a time, exactly
-        vals = [whole_number(v) for v in s.tolist()]
-        bad = np.array([v is None for v in vals], dtype=bool)
-        num = np.array([0 if v is None else v for v in vals], dtype="int64")
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, i, col, s.iloc[i], f"is not a whole number below 2**53; {col} must be a whole number")
-    return pd.Series(num.astype("int64"), index=s.index)
-
-
-def _as_float(s: pd.Series, col: str, path) -> pd.Series:
-    """Finite reals as float64; empty cells and NaN become NaN (not recorded); text, bools and
-    infinities raise TltsimError naming the row."""
-    if pd.api.types.is_float_dtype(s.dtype) or pd.api.types.is_integer_dtype(s.dtype):
-        num = s.to_numpy(dtype="float64", na_value=np.nan)
-        bad = np.isinf(num)
-    else:
-        exact = [_exact(v) for v in s.tolist()]
-        missing = s.map(_is_missing).to_numpy(dtype=bool)
-        num = np.array([np.nan if d is None or d.is_nan() else float(d) for d in exact], dtype="float64")
-        bad = (np.array([d is None for d in exact]) & ~missing) | np.isinf(num)  # 1e999 becomes inf
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise _fail(path, i, col, s.iloc[i], f"is not a finite number; {col} must be a number or empty")
-    return pd.Series(num, index=s.index)
-
-
-_TRUE = {"true", "1", "yes", "t", "y", "1.0"}
-_FALSE = {"false", "0", "no", "f", "n", "0.0"}
-
-
-def _as_bool(s: pd.Series, path, col: str) -> pd.Series:
-    """Booleans from bools, 0/1 and true/false/yes/no text; anything else (empty included) raises."""
-    if pd.api.types.is_bool_dtype(s.dtype) and not s.isna().any():
-        return s.astype(bool)
-    out = []
-    for i, v in enumerate(s.tolist()):
-        t = str(v).strip().lower()
-        if isinstance(v, (bool, np.bool_)):
-            out.append(bool(v))
-        elif t in _TRUE:
-            out.append(True)
-        elif t in _FALSE:
-            out.append(False)
-        else:
-            raise _fail(path, i, col, v, "is not a boolean; use true or false")
-    return pd.Series(out, index=s.index, dtype=bool)

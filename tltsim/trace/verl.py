@@ -32,7 +32,8 @@ import pandas as pd
 
 from tltsim.core.errors import TltsimError
 from tltsim.core.jsonl import first_object, read_objects
-from tltsim.trace.schema import Trace, TraceMeta, show, whole_number
+from tltsim.trace.schema import Trace, TraceMeta
+from tltsim.trace.values import show, whole_number
 
 KEYS = ("input", "output")  # what every line needs; "score" and "step" are used when present
 

@@ -9,7 +9,7 @@ worker (TP 1), and the `profiled` cost model fitted from PROFILE.csv, on the
 simulator's exact executor (every iteration run and recorded, deciding before each as a real engine does). The
 drafter's quality is replayed from the run: at each step, the quality whose modelled accepted length
 for that step's most-used strategy equals the measured one (so this checks the timing model, not the
-drafter-staleness model; tltsim.analysis.validation.staleness fits that one), and on the exact executor each response's own,
+drafter-staleness model; tltsim.analysis.drafter.fit fits that one), and on the exact executor each response's own,
 from what it accepted over the strategies it was verified with (`ReplayedQuality`). Both sides then go through
 one function, `step_metrics`, so predicted and measured figures are computed the same way; and both iterations frames
 through `tltsim.analysis.validation.work_domain.work_metrics`, the work domain: iterations, switch points, accepted tokens and
@@ -46,7 +46,7 @@ from tltsim.core.records import IDLE_STATES
 from tltsim.policies import make_policy
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import Strategy
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
+from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 from tltsim.core.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load as load_trace

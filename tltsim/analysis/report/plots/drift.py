@@ -1,4 +1,4 @@
-"""The ways to get a drafter against the drift of one not retrained (tltsim.analysis.drift_sensitivity's rows)."""
+"""The ways to get a drafter against the drift of one not retrained (tltsim.analysis.drafter.drift_sensitivity's rows)."""
 from __future__ import annotations
 
 from tltsim.analysis.report.plots.style import PAGE_WIDTH_IN, legend_right, new_figure, policy_color, styled

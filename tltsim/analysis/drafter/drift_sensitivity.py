@@ -7,12 +7,12 @@ decides whether training it pays. The ways (WAYS): freeze it (`static-sd`), co-t
 (`cotrain`: restored every step, paid in the update phase), spot-train it on the idle GPUs of the rollout tail as
 TLT does (`tlt`), draft from history (`das`: nothing to train, nothing that drifts) or the hybrid (`das+tlt`).
 
-The drifts (SPAN, in the simulator's unit: drafter quality lost per policy update, tltsim.sim.drafter_quality):
+The drifts (SPAN, in the simulator's unit: drafter quality lost per policy update, tltsim.drafter.quality):
 none, as a frozen EAGLE-3 drafter whose accepted length held over 36 RL steps (marin-community/marin#9114: 2.53
 to 2.56 tokens per verification at RL steps 0, 12, 24 and 36); tltsim's default drift (DrafterConfig.drift, an
 assumption: TLT, ASPLOS 2026, gives only where a stale drafter ends, 4.59 tokens against 6.53 retrained at 8_4_48,
 docs/design.md#accepted-length); half of it between; and, with a calibration to a run that speculated
-(tltsim.analysis.drafter_fit), the run's own fitted drift, marked `fitted`.
+(tltsim.analysis.drafter.calibrate), the run's own fitted drift, marked `fitted`.
 
 Cheap by design: each way on the trace's first STEPS steps, on the run's cluster (calibrated where it is). A
 frozen drafter's quality there is the one it would have at the run's midpoint (its start less the drift times half
@@ -29,8 +29,8 @@ from dataclasses import replace
 
 from tltsim.config import steps_in
 from tltsim.policies import make_policy
-from tltsim.sim.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel
-from tltsim.sim.drafter_quality import DrafterConfig
+from tltsim.drafter.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel
+from tltsim.drafter.quality import DrafterConfig
 from tltsim.sim.simulator import Simulator
 
 WAYS = (("freeze", "static-sd"), ("co-train", "cotrain"), ("spot-train", "tlt"), ("history", "das"),

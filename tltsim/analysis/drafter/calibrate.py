@@ -1,17 +1,17 @@
 """The drafter of a verl run that speculates: its accepted length per step, the quality that gives it, its drift.
 
-    fit_drafter(speculation, metrics) -> DrafterFit   # speculation: tltsim.verl_config.read_speculation's
+    calibrate_drafter(speculation, metrics) -> DrafterCalibration   # speculation: tltsim.verl_config.read_speculation's
     check_saved(section, where)                       # a saved calibration's `drafter` section, checked
 
 verl logs a speculative rollout's accepted length per step (`rollout/spec_accept_length`, verl-SpeCo
 `drafter/spec_decode/mean_acceptance_length`; tltsim.verl_metrics.SPEC_KEYS). Each step's drafter quality q is the
-acceptance model's inverse at the run's strategy (tltsim.sim.acceptance.invert_quality): the q whose mean accepted
+acceptance model's inverse at the run's strategy (tltsim.drafter.acceptance.invert_quality): the q whose mean accepted
 length at that draft tree is the step's. The drift is a robust line (Theil-Sen, as the calibration's rollout fit)
 through the steps:
 
 - a frozen drafter: the line over every step; `drift_per_step` is the accepted length (tokens per verify, at the
   run's strategy) it loses per RL step, `quality_drift_per_step` the same in q (what the simulator's drafter
-  model takes, tltsim.sim.drafter_quality `drift`);
+  model takes, tltsim.drafter.quality `drift`);
 - a drafter co-trained every `train_interval` > 1 steps (verl-SpeCo): the drafter is frozen between trainings,
   so the line is fitted within each stretch between two trainings (each stretch its own level, one common slope),
   and `recovery_per_training` is the accepted length a training gives back (the median jump at a stretch's start
@@ -29,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
-from tltsim.sim.drafter_families import FAMILIES
+from tltsim.analysis.drafter import fit
+from tltsim.drafter.acceptance import AcceptanceModel
+from tltsim.drafter.families import FAMILIES
 
 MIN_STEPS = 3  # measured steps a line needs
 # the metric read, in order of preference: verl's own, then verl-SpeCo's
@@ -41,8 +42,8 @@ KEYS = ("family", "strategy", "engine", "cotrained", "train_interval", "metric",
 
 
 @dataclass
-class DrafterFit:
-    family: str  # tltsim.sim.drafter_families name
+class DrafterCalibration:
+    family: str  # tltsim.drafter.families name
     strategy: str  # depth_topk_verify of the run's draft tree
     engine: str
     cotrained: bool
@@ -67,7 +68,7 @@ class DrafterFit:
                 "recovery_per_training": self.recovery_per_training, "fit": self.fit, "notes": list(self.notes)}
 
 
-def fit_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None = None) -> DrafterFit:
+def calibrate_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None = None) -> DrafterCalibration:
     """Fit the drafter of `spec` (tltsim.verl_config.VerlSpeculation) to the accepted lengths of `metrics`
     (tltsim.verl_metrics.read_metrics); TltsimError when the metrics hold none."""
     model = model or AcceptanceModel()
@@ -80,7 +81,7 @@ def fit_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None = Non
     steps = series.index.to_numpy(dtype=float)
     measured = series.to_numpy(dtype=float)
     strategy = spec.strategy
-    quality = np.array([invert_quality(model, strategy, a) for a in measured])
+    quality = fit.quality(measured, model, strategy)
     notes = []
     low = int((measured < 1).sum())
     if low:
@@ -119,7 +120,7 @@ def fit_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None = Non
     q_line = np.clip(np.array([q_level[w] for w in window]) + q_slope * steps, 0.0, 1.0)
     per_step = pd.DataFrame({"step": steps.astype(int), "measured": measured,
                              "fitted": [model.mean(strategy, q) for q in q_line], "quality": quality})
-    return DrafterFit(spec.family, str(strategy), spec.engine, spec.cotrained, spec.train_interval if spec.cotrained
+    return DrafterCalibration(spec.family, str(strategy), spec.engine, spec.cotrained, spec.train_interval if spec.cotrained
                       else 0, key, per_step, drift, float(q_line[0]), q_drift, slope, recovery, how, notes)
 
 
@@ -149,7 +150,7 @@ def _recovery(steps, values, window, slope, level) -> float | None:
 
 
 def check_saved(d, where: str, again: str) -> dict:
-    """A saved calibration's `drafter` section (DrafterFit.to_json), checked: TltsimError naming `where` and what to
+    """A saved calibration's `drafter` section (DrafterCalibration.to_json), checked: TltsimError naming `where` and what to
     do (`again`) when a key is unknown or a value is not what it must be."""
     import difflib
 
@@ -163,13 +164,14 @@ def check_saved(d, where: str, again: str) -> dict:
     if d.get("family") not in FAMILIES:
         raise TltsimError(f"{where}: drafter family {d.get('family')!r} is not one of {', '.join(FAMILIES)}; {again}")
     q = d.get("quality_start")
-    if not _number(q) or not 0 <= q <= 1:
+    if not finite_number(q) or not 0 <= q <= 1:
         raise TltsimError(f"{where}: drafter quality_start {q!r} is not a quality in [0, 1]; {again}")
     for key in ("drift_per_step", "quality_drift_per_step"):
-        if d.get(key) is not None and not _number(d[key]):
+        if d.get(key) is not None and not finite_number(d[key]):
             raise TltsimError(f"{where}: drafter {key} {d[key]!r} is not a number or null; {again}")
     return d
 
 
-def _number(v) -> bool:
+def finite_number(v) -> bool:
+    """A finite int or float, not a bool: what a saved calibration's numbers must be."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

@@ -1,4 +1,4 @@
-"""History drafting in the simulator: its acceptance model (tltsim.sim.history_quality), fitted to real/'s
+"""History drafting in the simulator: its acceptance model (tltsim.drafter.history_quality), fitted to real/'s
 measurements, and the policies das and das+tlt."""
 import json
 
@@ -11,8 +11,8 @@ from tltsim.control.strategy import Strategy
 from tltsim.core.errors import TltsimError
 from tltsim.policies import make_policy, policy_names
 from tltsim.policies.tlt import TLTPolicy
-from tltsim.sim import history_quality as hq
-from tltsim.sim.acceptance import AcceptanceModel
+from tltsim.drafter import history_quality as hq
+from tltsim.drafter.acceptance import AcceptanceModel
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 

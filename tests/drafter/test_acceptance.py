@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import (
+from tltsim.drafter.acceptance import (
     PUBLISHED_ACCEPTED, PUBLISHED_TOPK_RANGE, Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED,
     RL_REFERENCE_STRATEGY, AcceptanceModel, fit)
 from tltsim.control.strategy import Strategy

@@ -5,7 +5,7 @@ from tltsim.control.strategy import Strategy
 from tltsim.cost.profiled import Profiled
 from tltsim.cost.roofline import Roofline
 from tltsim.hardware import load_gpu, load_model
-from tltsim.sim.drafter_families import FAMILIES, TRAINING
+from tltsim.drafter.families import FAMILIES, TRAINING
 
 S = Strategy(4, 2, 8)
 

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED
+from tltsim.drafter.acceptance import Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED
 
 # Quality of a model-free n-gram (prompt-lookup) drafter: chosen, not fitted, so
 # that the default strategy 8_4_48 accepts 2.0 tokens per verify (one drafted

@@ -14,7 +14,7 @@ a family that drafts otherwise says how many such forwards, of what size, it run
 | eagle3 | EAGLE-3: one decoder layer on three of the target's layers | depth | as eagle |
 | draft-model | a small model of the target's family | depth, each a whole small model | never (a separate model verl does not train) |
 | block | a block drafter (DFlash, DSpark in verl-SpeCo): one forward proposes the whole block | one, over depth positions | periodically (verl-SpeCo) or never |
-| history | the prompt, its siblings and earlier responses (tltsim.sim.history_quality) | none: a lookup | never |
+| history | the prompt, its siblings and earlier responses (tltsim.drafter.history_quality) | none: a lookup | never |
 | ngram | prompt lookup | none | never |
 
 Sizes: an MTP head is one decoder layer plus the target's shared lm_head, as the EAGLE drafter (DeepSeek-V3's
@@ -68,8 +68,8 @@ FAMILIES = {f.name: f for f in (
     Family("block", "a block drafter: one forward proposes the block", "one", ("periodic", "never"),
            "verl-SpeCo DFLASH, DSPARK (verl_speco/config/speco_base.yaml)"),
     Family("history", "the prompt, its siblings and earlier responses", "none", ("never",),
-           "SuffixDecoding, DAS; tltsim.sim.history_quality"),
-    Family("ngram", "prompt lookup", "none", ("never",), "vLLM method ngram; tltsim.sim.drafter_quality.NgramDrafter"),
+           "SuffixDecoding, DAS; tltsim.drafter.history_quality"),
+    Family("ngram", "prompt lookup", "none", ("never",), "vLLM method ngram; tltsim.drafter.quality.NgramDrafter"),
 )}
 
 

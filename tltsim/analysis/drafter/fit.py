@@ -1,7 +1,7 @@
 """The simulator's drafter-staleness model fitted to real runs, and what it predicts for a run at another learning rate.
 
     read_probes(run_dir) -> Probes                        # a real run's drafter probes, per step
-    calibrate_staleness(adaptive_runs, static_runs=None)  # -> StalenessFit (`tltsim fit-drafter`)
+    fit_drafter(adaptive_runs, static_runs=None)  # -> DrafterFit (`tltsim fit-drafter`)
     predict_gap(fit, probes, drift_scale) -> GapPrediction
     mean_gap(predictions) -> dict                         # the gap over runs of one config (seeds)
 
@@ -9,7 +9,7 @@ A `tltsim real run` of a speculative policy measures, before every step, its dra
 held-out prompts with the current target (steps column `drafter_accepted`, greedy, a chain of 4); with
 `--probe-static` also the drafter it started from, never trained (`static_drafter_accepted`). Inverted through the
 acceptance model each gives the drafter's quality q per step, the unit of the simulator's drafter model
-(tltsim.sim.drafter_quality):
+(tltsim.drafter.quality):
 
 - the static drafter measures the drift: q_s = q_0 - drift x s, the drift a robust (Theil-Sen) slope, never below 0;
 - the spot-trained drafter then fixes the learning curve: q_{s+1} = q_s + (q_max - q_s)(1 - exp(-n_s / tau)) - drift,
@@ -39,8 +39,8 @@ import pandas as pd
 from tltsim.control import DEFAULT_STRATEGY
 from tltsim.core.errors import TltsimError
 from tltsim.core.records import Result
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
-from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality
+from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
+from tltsim.drafter.quality import DrafterConfig, DrafterQuality
 
 
 @dataclass
@@ -54,9 +54,10 @@ class Probes:
     lr: float | None  # the target's learning rate (config.json grpo.lr)
 
 
-def quality(accepted: np.ndarray, model: AcceptanceModel) -> np.ndarray:
-    """The drafter quality q whose accepted length at the probe's chain of 4 is each of `accepted`."""
-    return np.array([invert_quality(model, DEFAULT_STRATEGY, a) for a in accepted])
+def quality(accepted, model: AcceptanceModel, strategy=DEFAULT_STRATEGY) -> np.ndarray:
+    """The drafter quality q whose mean accepted length at `strategy` (default: the probe's chain of 4) is each of
+    `accepted`."""
+    return np.array([invert_quality(model, strategy, a) for a in accepted])
 
 
 def read_probes(run_dir: str | Path, drafter_batch: int | None = None) -> Probes:
@@ -87,8 +88,8 @@ def read_probes(run_dir: str | Path, drafter_batch: int | None = None) -> Probes
 
 
 @dataclass
-class StalenessFit:
-    """Drafter-staleness parameters fitted from real runs (see `calibrate_staleness`)."""
+class DrafterFit:
+    """Drafter-staleness parameters fitted from real runs (see `fit_drafter`)."""
 
     q_start: float  # drafter quality before the first policy update (the runs' mean)
     q_max: float  # the learning curve's asymptote
@@ -105,7 +106,7 @@ class StalenessFit:
 
 def spot_trajectory(q0: float, samples: np.ndarray, q_max: float, tau: float, drift: float) -> np.ndarray:
     """The spot drafter's quality before each step, as the simulator's drafter model plays it
-    (tltsim.sim.drafter_quality, floored at 0): trained on that step's samples, then the policy update."""
+    (tltsim.drafter.quality, floored at 0): trained on that step's samples, then the policy update."""
     drafter = DrafterQuality(DrafterConfig(q_start=q0, q_max=q_max, drift=drift, q_floor=0.0, tau_samples=tau))
     q = [q0]
     for n in samples[:-1]:
@@ -120,7 +121,7 @@ def static_trajectory(q0: float, steps: int, drift: float) -> np.ndarray:
     return np.array([q0] + [drafter.policy_update() for _ in range(steps - 1)])
 
 
-def calibrate_staleness(adaptive_runs, static_runs=None, drafter_batch: int | None = None) -> StalenessFit:
+def fit_drafter(adaptive_runs, static_runs=None, drafter_batch: int | None = None) -> DrafterFit:
     """Fit the simulator's drafter drift and recovery to spot-trained runs of one config and learning rate (a run
     directory, or several: seeds, whose noise the fit then averages) and to the static drafter's probes: those of
     `static_runs` (one a spot run, the same config without drafter training), or, without them, each run's own
@@ -170,7 +171,7 @@ def calibrate_staleness(adaptive_runs, static_runs=None, drafter_batch: int | No
                  for i, (m, p) in enumerate(zip(qs, static_trajectory(qs[0], len(qs), drift)))]
     table = pd.DataFrame(rows)
     rms = float(np.sqrt(np.mean((table.measured_q - table.modelled_q) ** 2)))
-    return StalenessFit(float(np.mean([q[0] for q in q_ad])), q_max, drift, tau, rms, table, runs[0].lr)
+    return DrafterFit(float(np.mean([q[0] for q in q_ad])), q_max, drift, tau, rms, table, runs[0].lr)
 
 
 @dataclass
@@ -199,7 +200,7 @@ def _gap_error(predicted: float, measured: float) -> float | None:
     return (predicted - measured) / abs(measured) if measured != 0 else None
 
 
-def predict_gap(fit: StalenessFit, probes: Probes, drift_scale: float = 1.0) -> GapPrediction:
+def predict_gap(fit: DrafterFit, probes: Probes, drift_scale: float = 1.0) -> GapPrediction:
     """Play `fit` on `probes`' run (its first probe's quality, its training samples) with the drift times
     `drift_scale`; TltsimError when that run has no static probes to compare with."""
     if probes.static is None:

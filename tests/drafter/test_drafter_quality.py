@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import (
+from tltsim.drafter.acceptance import (
     Q_ADAPTIVE_RL, Q_STATIC_RL, Q_TRAINED, RL_REFERENCE_STRATEGY, AcceptanceModel)
-from tltsim.sim.drafter_quality import DrafterConfig, DrafterQuality, NgramDrafter
+from tltsim.drafter.quality import DrafterConfig, DrafterQuality, NgramDrafter
 
 
 def test_static_drafter_drifts_down_to_the_floor():

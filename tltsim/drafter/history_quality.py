@@ -1,7 +1,7 @@
 """History drafting's quality (DAS, SuffixDecoding: `real/drafters/suffix.py`) from what a trace holds, and its lookup cost.
 
 A history drafter has no weights: it drafts from the text its index holds, so its quality q (the top-1
-acceptance at the first drafted position, as tltsim.sim.acceptance defines it) grows with the history a
+acceptance at the first drafted position, as tltsim.drafter.acceptance defines it) grows with the history a
 request can draft from. A trace says how much that is for each response:
 
 * its finished siblings: the responses of its prompt in the same step that are shorter than it. Siblings
@@ -29,7 +29,7 @@ another (sibling j drafts from j finished siblings), all G in flight together (i
 finished and in-flight siblings), and again in a later step (G earlier responses, then j finished). Each row's
 tokens per call is turned into q by inverting the acceptance model (`invert_quality`), and the model is fitted
 to those q by least squares, each row weighted by its target calls (a row without a count weighs 1). The rows
-ship with tltsim as package data, tltsim/sim/data/history_rows.jsonl (its provenance: tltsim/sim/data/README.md);
+ship with tltsim as package data, tltsim/drafter/data/history_rows.jsonl (its provenance: tltsim/drafter/data/README.md);
 `docs/investigations/history_model_fit.py` refits and prints them beside the model
 (docs/design.md#history-drafting-in-the-simulator).
 
@@ -53,9 +53,9 @@ import numpy as np
 
 from tltsim.control.strategy import Strategy
 from tltsim.core.errors import TltsimError
-from tltsim.sim.acceptance import AcceptanceModel, invert_quality
+from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 
-# Fitted by `fit` to data/history_rows.jsonl, ROWS (tests/sim/test_history_quality.py refits them).
+# Fitted by `fit` to data/history_rows.jsonl, ROWS (tests/drafter/test_history_quality.py refits them).
 Q_PROMPT = 0.27778     # no history but the prompt
 PER_SIBLING = 0.015592  # q gained per sibling's worth of history
 IN_FLIGHT = 0.71504     # what a sibling still in flight is worth against a finished one
@@ -63,7 +63,7 @@ H_MAX = 15.0            # the most history among the fitted rows (at the fitted 
 # Fitted by `fit_lookup` to the same file's lookup rows: the lookup's share of a target forward's time.
 LOOKUP_FRACTION = 3.1068e-4
 
-ROWS = Path(__file__).resolve().parent / "data" / "history_rows.jsonl"  # package data: tltsim/sim/data/README.md
+ROWS = Path(__file__).resolve().parent / "data" / "history_rows.jsonl"  # package data: tltsim/drafter/data/README.md
 
 
 @dataclass(frozen=True)
