@@ -91,10 +91,10 @@ def as_float(s: pd.Series, col: str, path) -> pd.Series:
         num = s.to_numpy(dtype="float64", na_value=np.nan)
         bad = np.isinf(num)
     else:
-        exact = [exact(v) for v in s.tolist()]
+        values = [exact(v) for v in s.tolist()]
         missing = s.map(is_missing).to_numpy(dtype=bool)
-        num = np.array([np.nan if d is None or d.is_nan() else float(d) for d in exact], dtype="float64")
-        bad = (np.array([d is None for d in exact]) & ~missing) | np.isinf(num)  # 1e999 becomes inf
+        num = np.array([np.nan if d is None or d.is_nan() else float(d) for d in values], dtype="float64")
+        bad = (np.array([d is None for d in values]) & ~missing) | np.isinf(num)  # 1e999 becomes inf
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise fail(path, i, col, s.iloc[i], f"is not a finite number; {col} must be a number or empty")
