@@ -31,9 +31,11 @@ test: setup
 	$(BIN)/python -m pytest -q -n 2 --durations=20
 
 # Regenerates every notebook's .ipynb from its jupytext source notebooks/NN_name.py and executes it (a minute or
-# two on 2 CPU cores); one notebook: $(BIN)/jupytext --sync --execute notebooks/NN_name.py
+# two on 2 CPU cores), then records what the simulator's notebooks give on the smaller parameters the tests run them
+# on (tests/notebooks/expected/); one notebook: $(BIN)/jupytext --sync --execute notebooks/NN_name.py
 notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.py; do $(BIN)/jupytext --sync --execute $$nb || exit 1; done
+	$(BIN)/python tests/notebooks/test_notebooks.py --record
 
 # Reruns the benchmarks named in BENCHES on this machine and rewrites their recorded output,
 # benchmarks/results/bench_NAME.txt, each headed by the date, the commit and the command (tens of minutes on 2 CPU

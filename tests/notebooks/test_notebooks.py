@@ -9,9 +9,17 @@ working directory, as a user opening it would; any cell error fails, and its tab
 from them must come out as committed. Where a notebook has parameters that only its printed timings depend on
 (`UNDER_TEST`), the run sets them small in a cell after its parameter cell, as papermill injects parameters: the
 cells they feed run all the same, on less work, and one torch thread leaves the other worker its core.
+
+The simulator's notebooks run on fewer steps and cluster sizes under test (`SMALLER`, injected the same way): every
+cell runs as shipped, on a fraction of the work, and its tables and prose must come out as recorded for those
+parameters in tests/notebooks/expected/NAME.json (`python tests/notebooks/test_notebooks.py --record NAME`
+writes it); so a change to a simulated number fails here until both the notebook (`make notebooks`) and the
+record are made again.
 """
+import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import jupytext
@@ -26,6 +34,12 @@ TIMEOUT_S = 600  # per cell; the default parameters need a small fraction of it
 # parameters the compared results do not depend on (the speed rows and the drafters' comparison are printed, not
 # compared), set under test; a result that came to depend on one would differ from the committed notebook's
 UNDER_TEST = {"06_real_model": {"THREADS": 1, "SPEED_TOKENS": 8, "BATCHES": [1, 2], "GROUP": 2}}
+# parameters the results depend on, set small under test; the results are then compared with the record of a run
+# with the same parameters (EXPECTED / NAME.json)
+SMALLER = {"02_compare_policies": {"STEPS": "0:2", "RANK_STEPS": "0:1", "GPU_COUNTS": [16, 64], "WORKERS": 1},
+           "03_tune_tlt": {"STEPS": "0:2", "WORKERS": 1},
+           "07_agentic": {"STEPS": "0:1"}}
+EXPECTED = Path(__file__).resolve().parent / "expected"
 
 
 def _regenerate(name: str) -> str:
@@ -66,20 +80,33 @@ def test_an_edited_source_is_out_of_step(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_top_to_bottom(name, tmp_path):
-    copy = tmp_path / f"{name}.ipynb"
-    shutil.copy(NOTEBOOKS / f"{name}.ipynb", copy)
-    nb = nbformat.read(copy, as_version=4)
-    if name in UNDER_TEST:
-        _inject(nb, UNDER_TEST[name])
-    # cwd notebooks/; raises CellExecutionError on the first failing cell
-    NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    nbformat.write(nb, copy)
+    nb = _execute(name, tmp_path)
     assert all(c.execution_count is not None for c in nb.cells if c.cell_type == "code")
     # deterministic: seeded simulations, and 04's replay of the recorded runs (traces/runs/real_*) with their profile
+    if name in SMALLER:
+        recorded = json.loads((EXPECTED / f"{name}.json").read_text())
+        assert recorded["parameters"] == SMALLER[name] and _results(nb) == recorded["results"], (
+            f"{name}: on the parameters under test its tables or prose differ from the record; rerun "
+            f"{_regenerate(name)} and `python tests/notebooks/test_notebooks.py --record {name}`")
+        return
     committed = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     assert _results(nb) == _results(committed), (
         f"{name}: the tables or the prose written from them differ from the committed notebook's; rerun "
         f"{_regenerate(name)}")
+
+
+def _execute(name: str, tmp_path: Path) -> nbformat.NotebookNode:
+    """The committed notebook run top to bottom in a fresh kernel on a copy in `tmp_path`, with the parameters of
+    UNDER_TEST or SMALLER injected; cwd notebooks/, as a user opening it has it."""
+    copy = tmp_path / f"{name}.ipynb"
+    shutil.copy(NOTEBOOKS / f"{name}.ipynb", copy)
+    nb = nbformat.read(copy, as_version=4)
+    if name in UNDER_TEST or name in SMALLER:
+        _inject(nb, {**UNDER_TEST.get(name, {}), **SMALLER.get(name, {})})
+    # raises CellExecutionError on the first failing cell
+    NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    nbformat.write(nb, copy)
+    return nb
 
 
 def _inject(nb: nbformat.NotebookNode, values: dict) -> None:
@@ -97,3 +124,17 @@ def _results(nb: nbformat.NotebookNode) -> list[str]:
             for c in nb.cells if c.cell_type == "code" for o in c.outputs
             if o.output_type in ("execute_result", "display_data") and "image/png" not in o["data"]
             and (o.output_type == "execute_result" or "text/markdown" in o["data"])]
+
+
+if __name__ == "__main__":  # --record [NAME ...]: run each (default: all of SMALLER) on its parameters, record it
+    import tempfile
+
+    if sys.argv[1:2] != ["--record"] or not set(sys.argv[2:]) <= set(SMALLER):
+        sys.exit(f"usage: python tests/notebooks/test_notebooks.py --record [NAME ...] (NAME: {', '.join(SMALLER)})")
+    EXPECTED.mkdir(exist_ok=True)
+    for name in sys.argv[2:] or SMALLER:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = _results(_execute(name, Path(tmp)))
+        (EXPECTED / f"{name}.json").write_text(json.dumps({"parameters": SMALLER[name], "results": results},
+                                                          indent=1) + "\n")
+        print(f"recorded {EXPECTED / name}.json: {len(results)} results")

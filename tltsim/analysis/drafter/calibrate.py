@@ -1,7 +1,7 @@
 """The drafter of a verl run that speculates: its accepted length per step, the quality that gives it, its drift.
 
-    calibrate_drafter(speculation, metrics) -> DrafterCalibration   # speculation: tltsim.verl_config.read_speculation's
-    check_saved(section, where)                       # a saved calibration's `drafter` section, checked
+    calibrate_drafter(speculation, metrics) -> DrafterCalibration  # speculation: verl_config.read_speculation's
+    check_saved(section, where)                                    # a saved calibration's `drafter` section
 
 verl logs a speculative rollout's accepted length per step (`rollout/spec_accept_length`, verl-SpeCo
 `drafter/spec_decode/mean_acceptance_length`; tltsim.verl_metrics.SPEC_KEYS). Each step's drafter quality q is the
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tltsim.core.errors import TltsimError
 from tltsim.analysis.drafter import fit
+from tltsim.core.errors import TltsimError
 from tltsim.drafter.acceptance import AcceptanceModel
 from tltsim.drafter.families import FAMILIES
 

@@ -1,9 +1,9 @@
 """The simulator's drafter-staleness model fitted to real runs, and what it predicts for a run at another learning rate.
 
-    read_probes(run_dir) -> Probes                        # a real run's drafter probes, per step
-    fit_drafter(adaptive_runs, static_runs=None)  # -> DrafterFit (`tltsim fit-drafter`)
+    read_probes(run_dir) -> Probes                       # a real run's drafter probes, per step
+    fit_drafter(adaptive_runs, static_runs=None)         # -> DrafterFit (`tltsim fit-drafter`)
     predict_gap(fit, probes, drift_scale) -> GapPrediction
-    mean_gap(predictions) -> dict                         # the gap over runs of one config (seeds)
+    mean_gap(predictions) -> dict                        # the gap over runs of one config (seeds)
 
 A `tltsim real run` of a speculative policy measures, before every step, its drafter's accepted length on fixed
 held-out prompts with the current target (steps column `drafter_accepted`, greedy, a chain of 4); with
