@@ -343,8 +343,9 @@ def add_speed(sub) -> None:
                                    "in GRPO groups of sibling rows (--group, --temperature).")
     p.add_argument("--model", required=True, help="known model (e.g. smollm2-135m) or save_pretrained directory")
     p.add_argument("--drafters", default="shipped", help="comma-separated drafters: shipped (the trained drafter "
-                   "shipped for --model), suffix (history drafting), hybrid (suffix where sure, else shipped), a "
-                   "trained drafter's checkpoint, or hybrid:CHECKPOINT (suffix where sure, else that drafter)")
+                   "shipped for --model), suffix (history drafting), ngram (prompt lookup), hybrid (suffix where sure, else "
+                   "shipped), a trained drafter's checkpoint, or hybrid:CHECKPOINT (suffix where sure, else that "
+                   "drafter)")
     p.add_argument("--batches", default=",".join(map(str, d["batches"])), help="comma-separated batch sizes")
     p.add_argument("--group", type=whole(1), default=d["group"], help="sibling rows per prompt, decoded together "
                    "(GRPO's group)")

@@ -5,11 +5,12 @@ nothing to do sleeps (OMP_WAIT_POLICY=passive): where a test or a notebook asks 
 worker, their pools' idle threads otherwise spin for cores the other worker holds, which took several times as
 long as the same tests one after the other.
 
-A test file is one unit of work, so a module's fixtures are made once; except the tests that run SmolLM2 (a real
-135M-parameter model: its own tests, its speed and hub tests, notebook 06), which are one unit together: on two
+A test file is one unit of work, so a module's fixtures are made once; except two groups of files, each one unit:
+the tests that run SmolLM2 (a real 135M-parameter model: its own tests, its speed and hub tests, notebook 06): on two
 cores, two workers decoding it at once took several times as long as one after the other, beside the other
-worker's short tests. That unit is collected and handed out first, so the short files fill the other worker beside it instead
-of waiting behind it at the end.
+worker's short tests; and the tests on tests/real/tiny_lm.py's trained tiny targets, which one process trains once
+(they are cached) rather than once a file. The SmolLM2 unit is collected and handed out first, so the short files
+fill the other worker beside it instead of waiting behind it at the end.
 """
 import os
 import sys
@@ -25,9 +26,15 @@ SMOLLM2 = ("tests/real/test_real_model.py", "tests/real/test_speed.py", "tests/r
            "tests/notebooks/test_notebooks.py::test_notebook_runs_top_to_bottom[06_real_model]")
 
 
+TINY_TRAINED = ("tests/real/test_spec.py", "tests/real/test_suffix.py", "tests/real/test_ngram.py",
+                "tests/real/test_tool_calls.py", "tests/real/test_warmup.py", "tests/real/test_sampling.py")
+
+
 def unit(nodeid: str) -> str:
-    """The unit of work a test belongs to: "smollm2", or its file."""
-    return "smollm2" if nodeid.startswith(SMOLLM2) else nodeid.split("::", 1)[0]
+    """The unit of work a test belongs to: "smollm2", "tiny-trained", or its file."""
+    if nodeid.startswith(SMOLLM2):
+        return "smollm2"
+    return "tiny-trained" if nodeid.startswith(TINY_TRAINED) else nodeid.split("::", 1)[0]
 
 
 @pytest.fixture(autouse=True)

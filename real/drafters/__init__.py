@@ -41,7 +41,8 @@ from real.settings import ASSETS
 from tltsim.core.errors import TltsimError
 
 # kind name -> "module:Class"; "eagle" (real.drafters.eagle) is the trained drafter whose checkpoints `load` reads
-DRAFTERS = {"eagle": "real.drafters.eagle:Drafter", "suffix": "real.drafters.suffix:SuffixDrafter", "hybrid": "real.drafters.hybrid:HybridDrafter"}
+DRAFTERS = {"eagle": "real.drafters.eagle:Drafter", "suffix": "real.drafters.suffix:SuffixDrafter",
+            "hybrid": "real.drafters.hybrid:HybridDrafter", "ngram": "real.drafters.ngram:NgramDrafter"}
 CHECKPOINT_FORMAT = "tltsim-drafter-1"  # the `format` of a trained drafter's checkpoint (real.drafters.eagle.save)
 SHIPPED = "shipped"  # the trained drafter shipped for a known model (real.models.hub.KNOWN's `drafter`)
 

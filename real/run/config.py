@@ -14,9 +14,9 @@ from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
 from tltsim.core.errors import TltsimError, TltsimWarning
 
-# the policies a real run executes: verl, and every TLT variant of the one registry (tltsim.control.decisions.
-# VARIANTS) whose drafter real/ has (every one but the simulator's model-free n-gram drafter, tlt-base's)
-POLICIES = ("verl", *(name for name, knobs in VARIANTS.items() if knobs.get("drafter") != "ngram"))
+# the policies a real run executes: verl, and every TLT variant of the one registry (tltsim.control.decisions.VARIANTS)
+POLICIES = ("verl", *VARIANTS)
+MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
@@ -32,8 +32,9 @@ class RunConfig:
     knobs and grpo (real/cli.py), and `--help` prints the comment."""
 
     policy: str = "tlt"  # the policy the run executes: verl (no speculation), tlt (a spot-trained drafter),
-    # static-sd, sd-always, tlt-auto, das (history drafting, real/drafters/suffix.py: no drafter model or
-    # training), das+tlt (the hybrid of both, real/drafters/hybrid.py)
+    # static-sd, sd-always, tlt-auto, tlt-base (prompt lookup, real/drafters/ngram.py: no drafter model or
+    # training), das (history drafting, real/drafters/suffix.py: none either), das+tlt (the hybrid of both,
+    # real/drafters/hybrid.py)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -77,10 +78,7 @@ class RunConfig:
         """This config, checked (TltsimError for a bad value), with max_new_tokens set if it was None; reads the
         target's and --answers' files, loads neither torch nor a model."""
         if self.policy not in POLICIES:
-            extra = " (tlt-base's n-gram drafter is the simulator's; the real engine's drafter without a model is " \
-                    "history drafting: das)" \
-                if self.policy == "tlt-base" else ""
-            raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}{extra}")
+            raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}")
         if self.task is not None and self.task not in TASKS:
             raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
         if self.grpo is None:
@@ -131,9 +129,9 @@ class RunConfig:
 
         if knobs is None:  # verl: the baseline of a pair takes the pair's arguments and loads no drafter
             return
-        if knobs.drafter == "history":
+        if knobs.drafter in MODEL_FREE:
             raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} loads no trained drafter (it drafts "
-                              f"from the rollout history alone); drop --drafter")
+                              f"{MODEL_FREE[knobs.drafter]} alone); drop --drafter")
         if self.drafter in DRAFTERS or self.drafter == SHIPPED:
             raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
                               f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "
@@ -177,11 +175,8 @@ class RunConfig:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
             return None
         k = build(DecisionKnobs, self.policy, {**VARIANTS[self.policy], **self.knobs})
-        if k.drafter == "ngram":
-            raise TltsimError(f"policy {self.policy!r}: drafter 'ngram' is not available in the real engine (its drafter "
-                              f"without a model is 'history')")
-        if k.drafter == "history" and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
-            raise TltsimError(f"policy {self.policy!r} drafts from the rollout history and trains no drafter; drop the "
+        if k.drafter in MODEL_FREE and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
+            raise TltsimError(f"policy {self.policy!r} drafts {MODEL_FREE[k.drafter]} and trains no drafter; drop the "
                               f"spot-training knobs {', '.join(given)}")
         if k.tuner == "oracle":
             raise TltsimError("tuner 'oracle' needs the simulator's models; use beg, egreedy, ucb or fixed")

@@ -25,15 +25,15 @@ their own generators' state in the checkpoint.
 Modules: real/run/config.py (RunConfig), real/run/worker.py (a worker's state and step loop),
 real/run/spot.py (spot training across processes), real/run/checkpoint.py.
 
-Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), das and
-das+tlt, with the policy layer's decision knobs (tltsim/control/decisions.py). Their `drafter` knob picks what the
-engines draft with (real/run/worker.py): the trained drafter (adaptive: spot-trained, static: not), history drafting
-(das: real/drafters/suffix.py, no model, nothing to warm up or train) or the hybrid of both (das+tlt: real/drafters/hybrid.py, its
+Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), tlt-base,
+das and das+tlt, with the policy layer's decision knobs (tltsim/control/decisions.py). Their `drafter` knob picks what
+the engines draft with (real/run/worker.py): the trained drafter (adaptive: spot-trained, static: not), prompt lookup
+(tlt-base: real/drafters/ngram.py, each row's own text), history drafting (das: real/drafters/suffix.py; neither has a
+model to warm up or train) or the hybrid of history and the trained drafter (das+tlt: real/drafters/hybrid.py, its
 trained part spot-trained as tlt's drafter is). A history is fed each worker's own rows as they are generated (the
 prompt, the in-flight siblings) and, after every step, every other worker's responses, so a prompt that comes back
 finds its earlier responses wherever it lands; its memory is real/drafters/suffix.py's cap, and the checkpoint holds it as
-plain data (the responses), from which a resumed run rebuilds the index. tlt-base is not offered: the engine has no
-n-gram drafter.
+plain data (the responses), from which a resumed run rebuilds the index.
 """
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ from real.engine.records import Finished
 from real.engine.tools import Sandbox, runs_code
 from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
 from real.drafters.hybrid import HybridDrafter
+from real.drafters.ngram import NgramDrafter
 from real.models.targets import load_target
 from real.tools.profile import speed_probe
 from real.run.progress import StepProgress
@@ -161,10 +162,14 @@ class Worker:
                 self.sandbox.close()
 
     def _build_drafter(self) -> None:
-        """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; history, real.drafters.suffix's
-        (no model: nothing to warm up or train); hybrid, real.drafters.hybrid's over the trained drafter, which spot training
-        trains as tlt's. A history starts empty, or is rebuilt from the checkpoint's (real.drafters.suffix.load_state_dict)."""
+        """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; ngram,
+        real.drafters.ngram's and history, real.drafters.suffix's (no model: nothing to warm up or train); hybrid,
+        real.drafters.hybrid's over the trained drafter, which spot training trains as tlt's. A history starts empty,
+        or is rebuilt from the checkpoint's (real.drafters.suffix.load_state_dict)."""
         kind = self.knobs.drafter
+        if kind == "ngram":  # each row's own text: nothing kept across rows, steps or a checkpoint
+            self.drafter = NgramDrafter()
+            return
         if kind in ("history", "hybrid"):
             self.history = SuffixDrafter()
             if self.history_state is not None:
@@ -185,6 +190,8 @@ class Worker:
         """What the probe measures: the policy's drafter over `trained` (None: none to probe) with a history of its
         own, empty (the live one would index the probe's prompts, and the next probe find its own answers there):
         a held-out prompt decoded alone has its prompt and its own tokens to draft from, no siblings."""
+        if self.knobs is not None and self.knobs.drafter == "ngram":
+            return self.drafter
         if self.history is None:
             return trained
         return self._policy_drafter(trained, SuffixDrafter(self.history.max_tokens))

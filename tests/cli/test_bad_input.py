@@ -575,7 +575,9 @@ REAL_PATHS = {
     "real run -o a user's directory": (["run", "-o", "ud_config"], "ud_config: exists and is not empty or a run"),
     "real run -o a file": (["run", "-o", "file.txt"], "is a file, not a directory"),
     "real run --device tpu": (["run", "--device", "tpu", "-o", "r_out"], "invalid choice: 'tpu'"),
-    "real run --policy tlt-base": (["run", "--policy", "tlt-base", "-o", "r_out"], "invalid choice: 'tlt-base'"),
+    "real run --policy tlt-base --drafter": (["run", "--policy", "tlt-base", "--drafter", "file.txt", "-o", "r_out"],
+                                             "policy 'tlt-base' loads no trained drafter (it drafts from each row's "
+                                             "own text alone)"),
     "real run --policy das --drafter": (["run", "--policy", "das", "--drafter", "file.txt", "-o", "r_out"],
                                         "policy 'das' loads no trained drafter"),
     "real run --policy das a spot-training knob": (["run", "--policy", "das", "--knob", "buffer_steps=2", "-o", "r_out"],

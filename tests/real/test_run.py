@@ -327,8 +327,8 @@ def test_a_run_replays_a_recorded_runs_answers_token_for_token(target, tmp_path)
 
 
 def test_bad_runs_are_refused_before_any_worker_starts(tmp_path):
-    with pytest.raises(TltsimError, match="tlt-base"):
-        launch(base("test-llama", policy="tlt-base"), tmp_path / "a")
+    with pytest.raises(TltsimError, match="drafts from each row's own text and trains no drafter"):
+        launch(base("test-llama", policy="tlt-base", knobs={"cadence": 2}), tmp_path / "a")
     with pytest.raises(TltsimError, match="unknown knob"):  # the simulator's drafter model: not a knob here
         launch(base("test-llama", knobs={"drift": 0.1}), tmp_path / "b")
     with pytest.raises(TltsimError, match="no knobs"):

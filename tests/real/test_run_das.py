@@ -1,6 +1,8 @@
-"""`tltsim real run --policy das` and `--policy das+tlt` on the shipped tiny target, 2 CPU workers, greedy in
-float64 (no argmax ties between tree and plain forwards): history drafting speculates, trains nothing and keeps the
-output verl's; the hybrid speculates and spot-trains its trained part; a resumed das run rebuilds its history."""
+"""`tltsim real run` of the policies that draft without a model (`--policy das`, `das+tlt`, `tlt-base`) on the
+shipped tiny target, 2 CPU workers, greedy in float64 (no argmax ties between tree and plain forwards): history
+drafting speculates, trains nothing and keeps the output verl's; the hybrid speculates and spot-trains its trained
+part; a resumed das run rebuilds its history; prompt lookup (tlt-base) speculates from each row's own text, trains
+nothing and keeps the output verl's."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -33,6 +35,7 @@ def runs(tmp_path_factory):
     launch(base(), out / "das")
     launch(base(policy="verl", knobs={}), out / "verl")
     launch(base(policy="das+tlt", knobs={**KNOBS, "threshold": 4}), out / "das+tlt")
+    launch(base(policy="tlt-base"), out / "tlt-base")
     return out
 
 
@@ -71,6 +74,19 @@ def test_das_tlt_drafts_with_the_hybrid_and_spot_trains_its_trained_part(runs):
     assert (steps["history_rows"] + steps["trained_rows"]).tolist() == rows
     hybrid, verl = (load_trace(runs / p / "trace.parquet").df for p in ("das+tlt", "verl"))
     assert hybrid[COLUMNS].equals(verl[COLUMNS])
+
+
+@pytest.mark.slow
+def test_tlt_base_speculates_from_each_rows_own_text_trains_nothing_and_keeps_verls_output(runs):
+    res = Result.load(runs / "tlt-base")
+    spec = res.iterations[res.iterations["mode"] == "spec_decode"]
+    assert len(spec) > 0 and spec["accepted"].max() >= 1  # drafts from the rows' own text got accepted
+    assert res.config["policy"] == "tlt-base" and res.config["knobs"]["drafter"] == "ngram"
+    assert res.summary["drafter"] == "ngram" and res.steps["drafter_accepted"].notna().all()  # its probe
+    assert res.steps["drafter_train_batches"].eq(0).all() and not (runs / "tlt-base" / "spot").exists()
+    assert not (runs / "tlt-base" / "checkpoint" / "drafter.pt").exists()
+    base_, verl = (load_trace(runs / p / "trace.parquet").df for p in ("tlt-base", "verl"))
+    assert base_[COLUMNS].equals(verl[COLUMNS])
 
 
 @pytest.mark.slow
