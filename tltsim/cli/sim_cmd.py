@@ -193,10 +193,11 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def _summarised(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool) -> tuple[dict, str]:
-    """run_policy's summary and split note (what `compare` keeps of a run; a whole Result stays on disk)."""
+def _summarised(trace, cfg: configmod.SimConfig, out_dir: Path, progress: bool, tuned: bool):
+    """run_policy's summary and split note (what `compare` keeps of a run; a whole Result stays on disk), and, if
+    `tuned`, the run's tuning answer (tltsim.analysis.report.tuning.tune; None for a run that has none)."""
     result = run_policy(trace, cfg, out_dir, progress)
-    return dict(result.summary), result.config["split_note"]
+    return dict(result.summary), result.config["split_note"], tune(result, trace, cfg.policy) if tuned else None
 
 
 COMPARE_COLUMNS = ["policy", "mean_step_s", "mean_rollout_s", "idle_fraction", "speedup",  # seconds a step, shares
@@ -209,19 +210,23 @@ def policy_dir(out: Path, name: str) -> Path:
 
 
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool,
-            workers: int | None = None) -> list[dict]:
+            workers: int | None = None, tunings: list | None = None) -> list[dict]:
     """Simulate each policy into its directory under `out`, on `workers` processes (default: one a core, at most
-    one a policy); the policies' rows in their order, each its run's summary with its speedup over the first."""
+    one a policy); the policies' rows in their order, each its run's summary with its speedup over the first. A list
+    `tunings` receives each run's tuning answer, in order (each worked out beside its run)."""
     workers = min(len(policies), os.cpu_count() or 1) if workers is None else workers
+    tuned = tunings is not None
     tasks = [(trace, replace(base_cfg, policy=name), policy_dir(out, name)) for name in policies]
     if workers <= 1:
-        done = [_summarised(*task, progress) for task in tasks]
+        done = [_summarised(*task, progress, tuned) for task in tasks]
     else:  # each run is independent and seeded by its config: the same bytes as one after the other
         with ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),)) as pool:
-            futures = [pool.submit(_summarised, *task, False) for task in tasks]
+            futures = [pool.submit(_summarised, *task, False, tuned) for task in tasks]
             done = [f.result() for f in tqdm(futures, desc="policies", unit="policy", disable=not progress)]
-    rows = [summary for summary, _ in done]
-    _note([note for _, note in done])
+    rows = [summary for summary, _, _ in done]
+    if tuned:
+        tunings[:] = [t for _, _, t in done]
+    _note([note for _, note, _ in done])
     base, base_step = rows[0]["makespan_s"], rows[0]["mean_step_s"]
     for r in rows:
         r["speedup"] = base / r["makespan_s"] if r["makespan_s"] else float("nan")
@@ -241,14 +246,17 @@ def cmd_compare(args) -> int:
         make_policy(n, cfg.policy_knobs)
     trace = sim_trace(args, cfg)
     warn_clipped_steps(cfg.steps, trace)
+    answers = args.json or not args.no_report  # the tuning answer of each tlt / tlt-auto run, the drift's rows
     with atomic_dir(args.out, sealed("comparison")) as tmp:  # the whole comparison, its report included, or nothing
-        rows = compare(trace, cfg, names, tmp, show_progress(args))
-        if args.json or not args.no_report:  # the tuning answer of each tlt / tlt-auto run: a small search
+        with ProcessPoolExecutor(1, initializer=end_with, initargs=(os.getpid(),)) as side:  # beside the runs
+            drift = side.submit(_drift_rows, args.calibration, trace, cfg) if answers else None
+            tunings = [] if answers else None
+            rows = compare(trace, cfg, names, tmp, show_progress(args), tunings=tunings)
+            drift = drift.result() if drift else []
+        if answers:
             results = [Result.load(policy_dir(tmp, n)) for n in names]
-            tunings = [tune(r, trace, n) for n, r in zip(names, results)]
             for row, t in zip(rows, tunings):
                 row.update(t.as_json() if t is not None else {})
-        drift = _drift_rows(args, trace, cfg) if args.json or not args.no_report else []
         if not args.no_report:
             from tltsim.analysis.report.page import write_report  # matplotlib: imported only when a report is made
 
@@ -278,7 +286,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def _drift_rows(args, trace, cfg) -> list[dict]:
+def _drift_rows(calibration, trace, cfg) -> list[dict]:
     """The ways to get a drafter over the span of drifts (tltsim.analysis.drafter.drift_sensitivity), at the calibrated run's
     draft tree where the calibration fitted one; none on a multi-turn trace (the speculating ways run single-turn
     rollouts the same way, and the question is the drafter's, not the agent's)."""
@@ -287,7 +295,7 @@ def _drift_rows(args, trace, cfg) -> list[dict]:
 
     if trace.agentic:
         return []
-    saved = load_calibration(args.calibration) if getattr(args, "calibration", None) else None
+    saved = load_calibration(calibration) if calibration else None
     fitted = (saved or {}).get("drafter")
     return drift_sensitivity(trace, cfg, Strategy.parse(fitted["strategy"]) if fitted else None,
                              fitted.get("drift_per_step") if fitted else None)

@@ -1,11 +1,15 @@
 """The page's HTML pieces: its style sheet, how a value is written in a cell (FORMATS), a table with the glossary's
-tooltips, a figure embedded as a PNG at the size it was drawn, a collapsed block, escaping."""
+tooltips, a figure embedded as a PNG at the size it was drawn (every figure of a page drawn together, in parallel:
+draw_figures), a collapsed block, escaping."""
 from __future__ import annotations
 
 import base64
 import html
+import multiprocessing
+import os
 import re
 import struct
+from concurrent.futures import ProcessPoolExecutor
 
 import pandas as pd
 
@@ -91,13 +95,51 @@ def title(text: str | None) -> str:
 
 
 def figure(fig, caption: str, name: str, pngs: dict) -> str:
-    """The figure as an embedded image shown at the size it was drawn, with its caption; its PNG also goes to
-    pngs[name + ".png"]."""
-    png = pngs[f"{name}.png"] = plots.png_bytes(fig)
-    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk: the PNG's size in pixels
-    data = base64.b64encode(png).decode("ascii")
-    return (f'<figure><img src="data:image/png;base64,{data}" width="{width}" height="{height}" alt="{e(caption)}">'
-            f"<figcaption>{e(caption)}</figcaption></figure>")
+    """The figure as an embedded image shown at the size it was drawn, with its caption: a placeholder for its image
+    until `draw_figures`, which puts its PNG in pngs[name + ".png"] (here, the figure to draw)."""
+    if f"{name}.png" in pngs:
+        raise ValueError(f"a second figure named {name!r} on one page")
+    pngs[f"{name}.png"] = fig
+    return f'<figure><img {_placeholder(name)} alt="{e(caption)}"><figcaption>{e(caption)}</figcaption></figure>'
+
+
+def draw_figures(page: str, pngs: dict, workers: int | None = None) -> str:
+    """`page` with each figure `figure` placed drawn in: every figure of `pngs` drawn to PNG bytes in place, on
+    `workers` processes (default: one a core; each forked with the figures, so nothing is pickled but the bytes that
+    come back; where processes cannot be forked, here), then its placeholder replaced by the image and its size."""
+    names = [n for n, v in pngs.items() if not isinstance(v, bytes)]
+    for name, png in zip(names, _pngs([pngs[n] for n in names], workers)):
+        pngs[name] = png
+        width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk: the PNG's size in pixels
+        data = base64.b64encode(png).decode("ascii")
+        page = page.replace(_placeholder(name.removesuffix(".png")),
+                            f'src="data:image/png;base64,{data}" width="{width}" height="{height}"', 1)
+    return page
+
+
+def _placeholder(name: str) -> str:
+    return f"\0figure {name}\0"
+
+
+_FIGURES: list = []  # the figures a pool's forked workers draw, by index
+
+
+def _png(i: int) -> bytes:
+    return plots.png_bytes(_FIGURES[i])
+
+
+def _pngs(figures: list, workers: int | None) -> list[bytes]:
+    global _FIGURES
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = min(len(figures), workers or cores)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [plots.png_bytes(f) for f in figures]
+    _FIGURES = figures
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_png, range(len(figures))))
+    finally:
+        _FIGURES = []
 
 
 def e(text) -> str:

@@ -105,7 +105,7 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
     parts.append(f"<nav>Contents: {toc}</nav>")
     for anchor, heading, body in sections:
         parts += [f'<h2 id="{anchor}">{html.e(heading)}</h2>', *body]
-    body = "\n".join(parts)
+    body = html.draw_figures("\n".join(parts), pngs)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="generator" content="tltsim"><title>{html.e(title)}</title>'
             f"<style>{html.CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
 
