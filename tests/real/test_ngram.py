@@ -1,17 +1,16 @@
-"""Prompt-lookup drafting (real.drafters.ngram): what it drafts from a row's own text, and lossless speculation with
-it on the tiny targets (greedy token-identical, sampling the target's law)."""
+"""Prompt-lookup drafting (real.drafters.ngram): what it drafts from a row's own text, and greedy speculation with it
+token-identical to plain decoding on the tiny targets (its sampled law: tests/real/test_suffix.py, beside history
+drafting's)."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from test_sampling import _chi2_pvalue, _reference_probs
-from tiny_lm import MAX_NEW, PROMPTS, ragged_eos, reference, target, tiny_target
+from tiny_lm import MAX_NEW, PROMPTS, ragged_eos, reference, target
 
 from real import drafters
 from real.drafters.ngram import MAX_N, NgramDrafter, lookup
 from real.engine.generate import generate
-from real.settings import GenerateSettings, SamplingParams
+from real.settings import GenerateSettings
 from tltsim.control.strategy import Strategy
 
 
@@ -52,27 +51,3 @@ def test_greedy_prompt_lookup_speculation_is_lossless(arch, kind):
     gen = generate(target(arch, kind), PROMPTS[kind], NgramDrafter(), settings)
     assert tuple(map(tuple, gen.tokens)) == reference(arch, kind)
     assert max(a for it in gen.iterations if it.mode == "spec_decode" for a in it.accepted) >= 1
-
-
-V = 8
-PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats itself: prompt lookup drafts from the first iteration on
-DRAWS = 3000
-
-
-def test_sampled_prompt_lookup_speculation_follows_the_target_distribution():
-    """DRAWS rows of one prompt, two sampled tokens each, drafted from the prompt: (x1, x2) follows the target's
-    exact law."""
-    model = tiny_target("llama", vocab=V)
-    params = SamplingParams(False, 0.9, 0.95)
-    gen = generate(model, [PROMPT] * DRAWS, NgramDrafter(), GenerateSettings(strategy="3_1_3", sampling=params,
-                                                                            max_new_tokens=2, eos_token_id=()))
-    x = np.array(gen.tokens)
-    with torch.no_grad():
-        first = model(torch.tensor([PROMPT])).logits[0, -1].numpy()
-        second = model(torch.tensor([PROMPT + [t] for t in range(V)])).logits[:, -1].numpy()
-    p1 = _reference_probs(first, params.temperature, params.top_p)
-    joint = p1[:, None] * np.stack([_reference_probs(r, params.temperature, params.top_p) for r in second])
-    assert _chi2_pvalue(np.bincount(x[:, 0], minlength=V), p1) > 1e-3
-    assert _chi2_pvalue(np.bincount(x[:, 0] * V + x[:, 1], minlength=V * V), joint) > 1e-3
-    spec = [it for it in gen.iterations if it.mode == "spec_decode"]
-    assert max(a for it in spec for a in it.accepted) >= 1  # prompt-lookup drafts were accepted

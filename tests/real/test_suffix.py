@@ -12,6 +12,7 @@ from real import drafters
 from real.drafters.eagle import Drafter
 from real.engine.generate import Engine, generate
 from real.drafters.hybrid import HybridDrafter
+from real.drafters.ngram import NgramDrafter
 from real.settings import GenerateSettings, SamplingParams
 from real.drafters.suffix import DEPTH, SuffixDrafter
 from tltsim.core.errors import TltsimError
@@ -170,13 +171,15 @@ PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # repeats itself: the history drafts from the
 DRAWS = 3000
 
 
-@pytest.mark.parametrize("which,strategy", [("suffix", "3_1_3"), ("hybrid", "2_2_4")], ids=["suffix", "hybrid-tree"])
+@pytest.mark.parametrize("which,strategy", [("suffix", "3_1_3"), ("hybrid", "2_2_4"), ("ngram", "3_1_3")],
+                         ids=["suffix", "hybrid-tree", "ngram"])
 def test_sampled_history_speculation_follows_the_target_distribution(which, strategy):
     """DRAWS sibling rows of one prompt in one batch, two sampled tokens each: the drafts come from the prompt and
-    from the siblings' own samples in flight, yet (x1, x2) follows the target's exact law."""
+    (history drafting) from the siblings' own samples in flight, yet (x1, x2) follows the target's exact law. Prompt
+    lookup (real.drafters.ngram) drafts from each row's prompt and own tokens alone, under the same law."""
     model = tiny_target("llama", vocab=V)
     params = SamplingParams(False, 0.9, 0.95)
-    drafter = SuffixDrafter() if which == "suffix" else \
+    drafter = {"suffix": SuffixDrafter, "ngram": NgramDrafter}[which]() if which != "hybrid" else \
         HybridDrafter(Drafter.for_target(model, seed=5), SuffixDrafter(), min_match=2, min_expected=0.8)
     gen = generate(model, [PROMPT] * DRAWS, drafter, GenerateSettings(strategy=strategy, sampling=params,
                                                                       max_new_tokens=2, eos_token_id=()))
@@ -189,7 +192,7 @@ def test_sampled_history_speculation_follows_the_target_distribution(which, stra
     assert _chi2_pvalue(np.bincount(x[:, 0], minlength=V), p1) > 1e-3
     assert _chi2_pvalue(np.bincount(x[:, 0] * V + x[:, 1], minlength=V * V), joint) > 1e-3
     spec = [it for it in gen.iterations if it.mode == "spec_decode"]
-    assert max(a for it in spec for a in it.accepted) >= 1  # history drafts were accepted
+    assert max(a for it in spec for a in it.accepted) >= 1  # drafts were accepted
     if which == "hybrid":
         assert drafter.history_rows > 0 and drafter.trained_rows > 0
 
