@@ -153,7 +153,7 @@ def add_run(sub) -> None:
     flags = {"policy": {"choices": POLICIES}, "workers": {"type": whole(1)}, "steps": {"type": whole(1)},
              "model": {"default": None}, "task": {"choices": TASKS}, "drafter": {}, "device": {"choices": ("cpu", "cuda")},
              "dtype": {"choices": DTYPES}, "prompts": {"type": whole(1)}, "group": {"type": whole(1)},
-             "seed": {"type": whole(0)}, "greedy": {}, "temperature": {"type": number(above=0)},
+             "seed": {"type": whole(0)}, "repeat_prompts": {}, "greedy": {}, "temperature": {"type": number(above=0)},
              "max_new_tokens": {"type": whole(1)}, "max_running": {"type": whole(1)},
              "warmup_prompts": {"type": whole(1)}, "warmup_steps": {"type": whole(0)},
              "drafter_batch": {"type": whole(1)}, "drafter_lr": {"type": number(above=0)},
@@ -161,7 +161,7 @@ def add_run(sub) -> None:
              "speed_probe": {"type": whole(0)}, "answers": {"metavar": "RUN_DIR"}}
     add_fields(p, RunConfig, flags)
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
-                   help="TLT knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
+                   help="the policy's knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
     add_fields(p, GRPOConfig, {"lr": {"type": number(above=0)}, "kl": {"type": number(minimum=0)},
                                "lora_rank": {"type": whole(0), "default": None}},
                help={"lora_rank": "train LoRA adapters of this rank instead of every weight (0: every weight) "

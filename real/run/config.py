@@ -10,12 +10,15 @@ from real.checks import check_target, cuda_available, plan_task, response_cap
 from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
+from tltsim.control.placement import LongestFirstKnobs
 from tltsim.control.knobs import build
 from tltsim.control.strategy import parse_arms
 from tltsim.core.errors import TltsimError, TltsimWarning
 
-# the policies a real run executes: verl, and every TLT variant of the one registry (tltsim.control.decisions.VARIANTS)
-POLICIES = ("verl", *VARIANTS)
+# the policies a real run executes: verl, every TLT variant of the one registry (tltsim.control.decisions.VARIANTS), and
+# longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first, no speculation)
+PLACED = ("longest-first",)
+POLICIES = ("verl", *VARIANTS, *PLACED)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
@@ -34,7 +37,8 @@ class RunConfig:
     policy: str = "tlt"  # the policy the run executes: verl (no speculation), tlt (a spot-trained drafter),
     # static-sd, sd-always, tlt-auto, tlt-base (prompt lookup, real/drafters/ngram.py: no drafter model or
     # training), das (history drafting, real/drafters/suffix.py: none either), das+tlt (the hybrid of both,
-    # real/drafters/hybrid.py)
+    # real/drafters/hybrid.py), longest-first (no speculation; rows placed and admitted longest predicted first:
+    # real/run/placement.py)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -50,12 +54,15 @@ class RunConfig:
     prompts: int | None = None  # prompts per step (default: the task's: 4 for agentic, else 8)
     group: int = 4  # samples per prompt (the GRPO group)
     seed: int = 0  # seeds the prompts, sampling, tuners, drafter init and batches
+    repeat_prompts: bool = False  # every step poses the same problems (a dataset of one batch, an epoch a step), so
+    # a prompt's earlier response lengths predict its next ones (longest-first's history predictor)
     greedy: bool = False  # argmax decoding, every sample of a group then the same (default: sample at
     # --temperature)
     temperature: float | None = None  # sampling temperature (default: the task's: 0.7 for longtail, else 1.0)
     max_new_tokens: int | None = None  # response cap (default: the task's longest reference response)
     max_running: int | None = None  # rows an engine runs at once (default: its whole share)
-    knobs: dict = field(default_factory=dict)  # DecisionKnobs overrides (tltsim/control/decisions.py): --knob
+    knobs: dict = field(default_factory=dict)  # the policy's knobs: --knob (DecisionKnobs, tltsim/control/
+    # decisions.py; longest-first: LongestFirstKnobs, tltsim/control/placement.py)
     grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
     warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
     warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
@@ -111,6 +118,13 @@ class RunConfig:
             raise TltsimError(f"max_running={self.max_running}: must be >= 1")
         SamplingParams(self.greedy, self.temperature)
         knobs = self.tlt_knobs()
+        if self.placement() is not None:
+            if self.drafter is not None:
+                raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} does not speculate; drop --drafter")
+            if not self.repeat_prompts:
+                warnings.warn(f"policy {self.policy!r} with new prompts every step predicts every response alike (no "
+                              f"prompt has a history), so it places rows as they come; --repeat-prompts gives its "
+                              f"predictor one", TltsimWarning, stacklevel=2)
         if self.drafter is not None:
             self._check_drafter(knobs)
         if self.answers is not None:
@@ -148,8 +162,9 @@ class RunConfig:
             raise TltsimError(f"--answers {where}: no {ANSWERS_FILE} (a run recorded before runs kept their answers); "
                               f"record the run again")
         recorded, mine = json.loads((where / "config.json").read_text()), asdict(self)
-        for name in ("model", "task", "seed", "prompts", "group", "max_new_tokens", "greedy", "temperature", "grpo"):
-            if recorded.get(name) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
+        for name in ("model", "task", "seed", "prompts", "group", "max_new_tokens", "greedy", "temperature", "grpo",
+                     "repeat_prompts"):
+            if recorded.get(name, False if name == "repeat_prompts" else None) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
                 raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
                                   f"a run replays the answers of a run of the same prompts, sampling and training")
         import pandas as pd  # here: `tltsim real` builds its parser from this module, and most runs have no --answers
@@ -167,9 +182,21 @@ class RunConfig:
 
         return load_task(self.model, self.task)
 
+    def placement(self) -> LongestFirstKnobs | None:
+        """longest-first's knobs (None for every other policy); TltsimError for unknown ones or the oracle predictor."""
+        if self.policy not in PLACED:
+            return None
+        k = build(LongestFirstKnobs, self.policy, self.knobs)
+        if k.predictor != "history":
+            raise TltsimError(f"policy {self.policy!r}: predictor {k.predictor!r} knows each response's length before "
+                              f"it is generated, which only a simulator can; a real run predicts from history")
+        return k
+
     def tlt_knobs(self) -> DecisionKnobs | None:
-        """The policy's decision knobs (None for verl); TltsimError for unknown ones (the simulator's models of
-        the drafter and of training, which a real run measures instead, are not knobs here)."""
+        """The policy's decision knobs (None for verl and longest-first); TltsimError for unknown ones (the
+        simulator's models of the drafter and of training, which a real run measures instead, are not knobs here)."""
+        if self.policy in PLACED:
+            return None
         if self.policy == "verl":
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
@@ -185,7 +212,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """What config.json holds (knobs resolved in full)."""
         d = asdict(self)
-        k = self.tlt_knobs()
+        k = self.tlt_knobs() or self.placement()
         d["knobs"] = asdict(k) if k else {}
         return d
 
@@ -204,7 +231,7 @@ def check_run_dir(config: RunConfig, out: str | Path, resume: bool) -> bool:
     if resume:
         if not (out / "config.json").is_file():
             raise TltsimError(f"{out}: no run to resume (no checkpoint, no records); run without --resume")
-        old = json.loads((out / "config.json").read_text())
+        old = {"repeat_prompts": False, **json.loads((out / "config.json").read_text())}  # a run from before it
         new = json.loads(json.dumps(config.to_dict(), default=str))
         differ = sorted(k for k in set(old) | set(new) if k not in ("steps", "command") and old.get(k) != new.get(k))
         if differ:

@@ -20,6 +20,7 @@ from real.engine.generate import Engine, generate
 from real.engine.records import Finished
 from real.engine.tools import Sandbox, runs_code
 from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
+from real.run.placement import placed_rows
 from real.drafters.hybrid import HybridDrafter
 from real.drafters.ngram import NgramDrafter
 from real.models.targets import load_target
@@ -33,6 +34,7 @@ from real.drafters.suffix import SuffixDrafter
 from real.drafters.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
 from tltsim.control.learned import learned_summary
+from tltsim.control.placement import HistoryPredictor
 from tltsim.trace import TraceMeta
 
 
@@ -41,17 +43,19 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
-def step_problems(task, seed: int, step: int, prompts: int) -> list:
-    """The `prompts` problems a run with `seed` poses at `step`. A run records no prompt text, but its answers'
-    `prompt_id` (answers.parquet, trace.parquet) indexes this list, so a recorded answer's prompt is
-    `task.prompt_ids(step_problems(task, config["seed"], step, config["prompts"])[prompt_id])`."""
-    return task.sample(np.random.default_rng(_seed(seed, step)), prompts)
+def step_problems(task, seed: int, step: int, prompts: int, repeat: bool = False) -> list:
+    """The `prompts` problems a run with `seed` poses at `step` (`repeat`: step 0's, at every step). A run records no
+    prompt text, but its answers' `prompt_id` (answers.parquet, trace.parquet) indexes this list, so a recorded
+    answer's prompt is `task.prompt_ids(step_problems(task, config["seed"], step, config["prompts"],
+    config.get("repeat_prompts", False))[prompt_id])`."""
+    return task.sample(np.random.default_rng(_seed(seed, 0 if repeat else step)), prompts)
 
 
 def recorded_prompts(run: str | Path, task, answers) -> list[list[int]]:
     """The prompt token ids each row of a run's `answers` (answers.parquet's rows: step, prompt_id) was answering."""
     config = json.loads((Path(run) / "config.json").read_text())
-    problems = {int(step): step_problems(task, config["seed"], int(step), config["prompts"])
+    problems = {int(step): step_problems(task, config["seed"], int(step), config["prompts"],
+                                         config.get("repeat_prompts", False))
                 for step in answers["step"].unique()}
     return [task.prompt_ids(problems[int(a)][int(p)]) for a, p in zip(answers["step"], answers["prompt_id"])]
 
@@ -93,6 +97,8 @@ class Worker:
         self.history = None  # its history part (real.drafters.suffix), fed by the rollouts of every worker
         self.history_state = None  # ... as the checkpoint holds it
         self.static_drafter = None  # --probe-static: the starting drafter, never trained, probed beside the spot one
+        # longest-first: each prompt's earlier response lengths, every worker's (the same on every rank)
+        self.predictor = HistoryPredictor() if config.placement() else None
         self.first_step = 0
         if self.ckpt:
             state = checkpoint.read(out, f"rank{rank}.pt", self.device)
@@ -102,6 +108,8 @@ class Worker:
                 self.spot.buffer.load_state_dict(state["buffer"])
                 self.spot.opt_state = state["drafter_opt"]
             self.history_state = state.get("history")
+            if self.predictor:
+                self.predictor.load_state_dict(state["placement"])
             self.grpo.resume(self.ckpt / "target")
             self.grpo.optimizer.load_state_dict(checkpoint.read(out, "optimizer.pt", self.device))
             self.first_step = checkpoint.last_step(out) + 1
@@ -246,9 +254,8 @@ class Worker:
         t0 = t0[0]
         if self.dispatcher:
             self.dispatcher.start(step, t0)
-        problems = step_problems(self.task, cfg.seed, step, cfg.prompts)
-        mine = np.array_split(np.arange(cfg.prompts), self.world)[self.rank].tolist()
-        rows = [(pid, j) for pid in mine for j in range(cfg.group)]
+        problems = step_problems(self.task, cfg.seed, step, cfg.prompts, cfg.repeat_prompts)
+        rows = placed_rows(cfg.prompts, cfg.group, self.world, self.predictor)[self.rank]
         prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
         engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
                         seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains, tools=self.tools,
@@ -270,7 +277,7 @@ class Worker:
         t = phases[-1][2]
         rewards = [self.task.reward(problems[pid], f.tokens) for (pid, _), f in zip(rows, finished)]
         responses = [f.tokens for f in finished]
-        adv = group_advantages(np.reshape(rewards, (len(mine), cfg.group))).ravel() if rows else np.zeros(0)
+        adv = self._advantages(rows, rewards, [sum(f.generated_mask()) for f in finished])
         old, ref = self.grpo.old_logprobs(prompts, responses, adv)
         phases.append(("reward", t, t := self.clock()))
         stats = self.grpo.update(prompts, responses, adv, old, ref,
@@ -305,6 +312,22 @@ class Worker:
         self._checkpoint(step)
         if self.progress:
             self.progress.step(step, row)
+
+    def _advantages(self, rows: list[tuple[int, int]], rewards: list[float], lengths: list[int]) -> np.ndarray:
+        """This worker's rows' GRPO advantages, each its group's over every worker's rewards (a group's rows may be
+        placed on several workers); longest-first's predictor observes every row's length, in (prompt, sample)
+        order, so every rank's is the same."""
+        cfg = self.config
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, [(pid, j, r, n) for (pid, j), r, n in zip(rows, rewards, lengths)])
+        done = sorted(row for part in everyone for row in part)
+        table = np.zeros((cfg.prompts, cfg.group))
+        for pid, j, r, _ in done:
+            table[pid, j] = r
+        if self.predictor:
+            self.predictor.observe(np.array([pid for pid, *_ in done]), np.array([n for *_, n in done]))
+        advantages = group_advantages(table)
+        return np.array([advantages[pid, j] for pid, j in rows])
 
     def _idle_or_train(self, step: int, done: float) -> tuple[list[tuple[str, float, float]], int]:
         """From `done` until the coordinator says stop: idle, or training the drafter once told to."""
@@ -380,7 +403,8 @@ class Worker:
                  "buffer": self.spot.buffer.state_dict() if self.spot else None,
                  "drafter_opt": (self.spot.opt.state_dict() if self.spot.opt else self.spot.opt_state)
                  if self.spot else None,
-                 "history": self.history.state_dict() if self.history else None}
+                 "history": self.history.state_dict() if self.history else None,
+                 "placement": self.predictor.state_dict() if self.predictor else None}
         checkpoint.write(self.out, self.rank, step, state, self._save_shared if self.rank == 0 else None)
 
     def _save_shared(self, tmp: Path) -> None:

@@ -575,6 +575,9 @@ REAL_PATHS = {
     "real run -o a user's directory": (["run", "-o", "ud_config"], "ud_config: exists and is not empty or a run"),
     "real run -o a file": (["run", "-o", "file.txt"], "is a file, not a directory"),
     "real run --device tpu": (["run", "--device", "tpu", "-o", "r_out"], "invalid choice: 'tpu'"),
+    "real run --policy longest-first --knob predictor=oracle": (
+        ["run", "--policy", "longest-first", "--knob", "predictor=oracle", "-o", "r_out"],
+        "predictor 'oracle' knows each response's length before it is generated, which only a simulator can"),
     "real run --policy tlt-base --drafter": (["run", "--policy", "tlt-base", "--drafter", "file.txt", "-o", "r_out"],
                                              "policy 'tlt-base' loads no trained drafter (it drafts from each row's "
                                              "own text alone)"),

@@ -162,7 +162,8 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     if knobs:  # a real spot trainer keeps its drafter and optimizer in memory (no load), stops at the end of its
         # batch in progress, and saves its drafter inside its training span, at this machine's speed (no fixed
         # seconds of a paper's checkpoint, which would also tie the samples to the machine's speed under --speed)
-        knobs.update(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
+        spot = dict(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
+        knobs.update({k: v for k, v in spot.items() if k in make_policy(sim_cfg.policy).knob_names})
     policy = make_policy(sim_cfg.policy, knobs)
     if isinstance(policy, TLTPolicy):  # a what-if drafter (`qualities`) drafts for every row alike
         policy = (ReplayedQuality(policy, measured_qualities(measured), request_acceptance(measured))
