@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from real.checks import check_target, cuda_available, plan_task, response_cap
@@ -11,13 +11,13 @@ from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.placement import LongestFirstKnobs
-from tltsim.control.knobs import build
+from tltsim.control.knobs import build, check_known, knob_names
 from tltsim.control.strategy import parse_arms
 from tltsim.core.errors import TltsimError, TltsimWarning
 
 # the policies a real run executes: verl, every TLT variant of the one registry (tltsim.control.decisions.VARIANTS), and
 # longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first, no speculation)
-PLACED = ("longest-first",)
+PLACED = ("longest-first", "longest-first+tlt")  # +tlt: placed so, and speculating as tlt does
 POLICIES = ("verl", *VARIANTS, *PLACED)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
@@ -119,7 +119,7 @@ class RunConfig:
         SamplingParams(self.greedy, self.temperature)
         knobs = self.tlt_knobs()
         if self.placement() is not None:
-            if self.drafter is not None:
+            if self.drafter is not None and knobs is None:
                 raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} does not speculate; drop --drafter")
             if not self.repeat_prompts:
                 warnings.warn(f"policy {self.policy!r} with new prompts every step predicts every response alike (no "
@@ -183,10 +183,14 @@ class RunConfig:
         return load_task(self.model, self.task)
 
     def placement(self) -> LongestFirstKnobs | None:
-        """longest-first's knobs (None for every other policy); TltsimError for unknown ones or the oracle predictor."""
+        """longest-first's knobs (None for every other policy); TltsimError for unknown ones or the oracle predictor.
+        longest-first+tlt's knobs go, each by its name, to the placement or to tlt's decisions (as the simulator
+        dispatches a combination's knobs)."""
         if self.policy not in PLACED:
             return None
-        k = build(LongestFirstKnobs, self.policy, self.knobs)
+        check_known(f"policy {self.policy!r}", self.knobs, (*knob_names(LongestFirstKnobs),
+                                                            *(knob_names(DecisionKnobs) if self._speculates() else ())))
+        k = build(LongestFirstKnobs, self.policy, self._knobs_of(LongestFirstKnobs))
         if k.predictor != "history":
             raise TltsimError(f"policy {self.policy!r}: predictor {k.predictor!r} knows each response's length before "
                               f"it is generated, which only a simulator can; a real run predicts from history")
@@ -195,13 +199,16 @@ class RunConfig:
     def tlt_knobs(self) -> DecisionKnobs | None:
         """The policy's decision knobs (None for verl and longest-first); TltsimError for unknown ones (the
         simulator's models of the drafter and of training, which a real run measures instead, are not knobs here)."""
-        if self.policy in PLACED:
+        if self.policy in PLACED and not self._speculates():
             return None
         if self.policy == "verl":
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
             return None
-        k = build(DecisionKnobs, self.policy, {**VARIANTS[self.policy], **self.knobs})
+        if self.policy in PLACED:
+            self.placement()  # every knob is one of the two parts'
+        variant = VARIANTS[self.policy.split("+", 1)[1] if self.policy in PLACED else self.policy]
+        k = build(DecisionKnobs, self.policy, {**variant, **self._knobs_of(DecisionKnobs)})
         if k.drafter in MODEL_FREE and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
             raise TltsimError(f"policy {self.policy!r} drafts {MODEL_FREE[k.drafter]} and trains no drafter; drop the "
                               f"spot-training knobs {', '.join(given)}")
@@ -209,11 +216,21 @@ class RunConfig:
             raise TltsimError("tuner 'oracle' needs the simulator's models; use beg, egreedy, ucb or fixed")
         return replace(k, arms=tuple(str(a) for a in parse_arms(k.arms)))
 
+    def _speculates(self) -> bool:
+        return self.policy.endswith("+tlt")
+
+    def _knobs_of(self, cls) -> dict:
+        """The knobs given that are `cls`'s (a combination's knobs, each to its part)."""
+        return {k: v for k, v in self.knobs.items() if k in knob_names(cls)}
+
     def to_dict(self) -> dict:
-        """What config.json holds (knobs resolved in full)."""
+        """What config.json holds (knobs resolved in full; a combination's both parts', by name)."""
         d = asdict(self)
-        k = self.tlt_knobs() or self.placement()
-        d["knobs"] = asdict(k) if k else {}
+        placement, decisions = self.placement(), self.tlt_knobs()
+        d["knobs"] = {**({f.name: getattr(placement, f.name) for f in fields(placement)  # those that act
+                          if not (needs := f.metadata.get("needs")) or getattr(placement, needs[0]) == needs[1]}
+                         if placement else {}),
+                      **(asdict(decisions) if decisions else {})}
         return d
 
 

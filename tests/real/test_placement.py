@@ -59,18 +59,22 @@ def _run(**kw):
 
     return RunConfig(**{"policy": "longest-first", "workers": 2, "steps": 2, "prompts": 3, "group": 2,
                         "max_running": 1, "max_new_tokens": 32, "greedy": True, "dtype": "float64", "probe": 0,
-                        "speed_probe": 0, "repeat_prompts": True, **kw})
+                        "speed_probe": 0, "repeat_prompts": True, "warmup_steps": 5, "warmup_prompts": 4, **kw})
 
 
 @pytest.mark.slow
 def test_a_longest_first_run_places_each_step_as_its_predictor_says_and_resumes_so(tmp_path):
     """2 workers, the same 3 prompts x 2 every step: step 0 deals the rows round-robin (no history), step 1 by the
-    lengths step 0 generated; each worker admits them in that order; a run stopped after step 0 and resumed
-    places step 1 as the run done at once (its predictor is in the checkpoint)."""
+    lengths step 0 generated; each worker admits them in that order. longest-first+tlt speculates as it goes, and
+    greedy speculation decodes what plain decoding does, so longest-first alone, stopped after step 0 and resumed
+    (its predictor in the checkpoint), places and generates every row as the +tlt run did."""
     from real.run.launch import launch
+    from tltsim.core.records import Result
     from tltsim.trace import load
 
-    launch(_run(), tmp_path / "whole")
+    launch(_run(policy="longest-first+tlt", knobs={"threshold": 4, "patience": 2, "arms": "4_1_4"}),
+           tmp_path / "whole")
+    assert Result.load(tmp_path / "whole").summary["sd_share"] > 0
     df = load(tmp_path / "whole" / "trace.parquet").df
     requests = pd.read_parquet(tmp_path / "whole" / "requests.parquet")
     predictor = HistoryPredictor()
@@ -99,5 +103,10 @@ def test_longest_first_is_refused_what_a_real_run_cannot_do(recwarn):
         _run(drafter="some.pt").checked()
     with pytest.raises(TltsimError, match="unknown knob"):
         _run(knobs={"threshold": 4}).checked()
+    combined = _run(policy="longest-first+tlt", knobs={"threshold": 4, "predictor": "history"}).checked()
+    assert combined.tlt_knobs().threshold == 4 and combined.placement().predictor == "history"
+    assert combined.to_dict()["knobs"]["threshold"] == 4 and "noise" not in combined.to_dict()["knobs"]
+    with pytest.raises(TltsimError, match="unknown knob.*its knobs are predictor, noise, sd, threshold"):
+        _run(policy="longest-first+tlt", knobs={"bogus": 1}).checked()
     _run(repeat_prompts=False).checked()
     assert "--repeat-prompts gives its predictor one" in str(recwarn.pop().message)

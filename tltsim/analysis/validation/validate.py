@@ -44,6 +44,7 @@ from tltsim.cost.scaled import StepScaled
 from tltsim.core.errors import TltsimError
 from tltsim.core.records import IDLE_STATES
 from tltsim.policies import make_policy
+from tltsim.policies.compose import Composite
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import Strategy
 from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
@@ -165,9 +166,14 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
         spot = dict(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
         knobs.update({k: v for k, v in spot.items() if k in make_policy(sim_cfg.policy).knob_names})
     policy = make_policy(sim_cfg.policy, knobs)
-    if isinstance(policy, TLTPolicy):  # a what-if drafter (`qualities`) drafts for every row alike
-        policy = (ReplayedQuality(policy, measured_qualities(measured), request_acceptance(measured))
-                  if qualities is None else ReplayedQuality(policy, qualities))
+
+    def replayed(part):  # a what-if drafter (`qualities`) drafts for every row alike
+        if not isinstance(part, TLTPolicy):
+            return part
+        return (ReplayedQuality(part, measured_qualities(measured), request_acceptance(measured))
+                if qualities is None else ReplayedQuality(part, qualities))
+
+    policy = Composite(*map(replayed, policy.parts)) if isinstance(policy, Composite) else replayed(policy)
     predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
     return measured, predicted
 
