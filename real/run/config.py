@@ -38,7 +38,7 @@ class RunConfig:
     # static-sd, sd-always, tlt-auto, tlt-base (prompt lookup, real/drafters/ngram.py: no drafter model or
     # training), das (history drafting, real/drafters/suffix.py: none either), das+tlt (the hybrid of both,
     # real/drafters/hybrid.py), longest-first (no speculation; rows placed and admitted longest predicted first:
-    # real/run/placement.py)
+    # real/run/placement.py), longest-first+tlt (placed so, speculating as tlt)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.

@@ -29,7 +29,8 @@ Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: 
 das and das+tlt, with the policy layer's decision knobs (tltsim/control/decisions.py); and longest-first, which
 speculates not but places each step's rows on the workers, and orders each engine's admissions, longest predicted
 first (real/run/placement.py, the simulator's rule: tltsim/control/placement.py), its predictor fed every worker's
-lengths after each step and kept in the checkpoint (with --repeat-prompts a prompt comes back every step). Their `drafter` knob picks what
+lengths after each step and kept in the checkpoint (with --repeat-prompts a prompt comes back every step);
+longest-first+tlt places so and speculates as tlt does, each knob to the part that has it. Their `drafter` knob picks what
 the engines draft with (real/run/worker.py): the trained drafter (adaptive: spot-trained, static: not), prompt lookup
 (tlt-base: real/drafters/ngram.py, each row's own text), history drafting (das: real/drafters/suffix.py; neither has a
 model to warm up or train) or the hybrid of history and the trained drafter (das+tlt: real/drafters/hybrid.py, its
