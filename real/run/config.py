@@ -207,8 +207,10 @@ class RunConfig:
             return None
         if self.policy in PLACED:
             self.placement()  # every knob is one of the two parts'
-        variant = VARIANTS[self.policy.split("+", 1)[1] if self.policy in PLACED else self.policy]
-        k = build(DecisionKnobs, self.policy, {**variant, **self._knobs_of(DecisionKnobs)})
+            variant, given = VARIANTS["tlt"], self._knobs_of(DecisionKnobs)
+        else:
+            variant, given = VARIANTS[self.policy], self.knobs
+        k = build(DecisionKnobs, self.policy, {**variant, **given})
         if k.drafter in MODEL_FREE and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
             raise TltsimError(f"policy {self.policy!r} drafts {MODEL_FREE[k.drafter]} and trains no drafter; drop the "
                               f"spot-training knobs {', '.join(given)}")
@@ -217,7 +219,8 @@ class RunConfig:
         return replace(k, arms=tuple(str(a) for a in parse_arms(k.arms)))
 
     def _speculates(self) -> bool:
-        return self.policy.endswith("+tlt")
+        """A placement policy combined with tlt's speculation."""
+        return self.policy in PLACED and self.policy.endswith("+tlt")
 
     def _knobs_of(self, cls) -> dict:
         """The knobs given that are `cls`'s (a combination's knobs, each to its part)."""
