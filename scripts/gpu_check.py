@@ -30,6 +30,8 @@ see. Steps, each timed; a failed one is recorded and the rest run:
     profile   `tltsim real profile --model DIR --device D`                        -> profile.csv
     speed     real.tools.speed.measure, plain vs speculative per batch size            -> speed.json
     pair      `tltsim real run --policy verl|tlt` (1 worker, same seed)         -> verl.json, tlt.json
+    policies  `tltsim real run` of tlt-base, longest-first and longest-first+tlt, the same shape, prompts repeated
+              each step (each policy's makespan and speculative share in results.json)
     validate  `tltsim validate verl tlt --profile profile.csv --json`            -> validate.json
               and results.json: every step's seconds, status and headline figures; log.txt: all output.
 
@@ -157,6 +159,19 @@ def main(argv=None) -> int:
             figures[f"{policy}_makespan_s"] = summary.get("makespan_s")
         return figures
 
+    def run_policies():
+        figures = {}
+        for policy in ("tlt-base", "longest-first", "longest-first+tlt"):
+            run_dir = work / policy.replace("+", "_")
+            drafter = ["--drafter", str(drafter_path)] if policy.endswith("+tlt") else []  # the others load none
+            cli(["real", "run", "--policy", policy, "--workers", "1", "--model", str(target_dir), *drafter,
+                 "--device", args.device, "--dtype", size["dtype"], "--seed", "0", "--repeat-prompts", *size["run"],
+                 "-o", str(run_dir)])
+            summary = json.loads((run_dir / "summary.json").read_text())
+            figures[f"{policy}_makespan_s"], figures[f"{policy}_sd_share"] = summary.get("makespan_s"), \
+                summary.get("sd_share")
+        return figures
+
     def run_validate():
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
@@ -174,6 +189,7 @@ def main(argv=None) -> int:
     step("speed", run_speed)
     step("pair", run_pair)
     step("validate", run_validate)
+    step("policies", run_policies)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     log.close()
     return 0 if all(s["status"] == "ok" for s in results["steps"].values()) else 1
