@@ -11,7 +11,7 @@ from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.placement import LongestFirstKnobs
-from tltsim.control.knobs import build, check_known, knob_names
+from tltsim.control.knobs import acts, build, check_known, knob_names
 from tltsim.control.strategy import parse_arms
 from tltsim.core.errors import TltsimError, TltsimWarning
 
@@ -230,8 +230,7 @@ class RunConfig:
         """What config.json holds (knobs resolved in full; a combination's both parts', by name)."""
         d = asdict(self)
         placement, decisions = self.placement(), self.tlt_knobs()
-        d["knobs"] = {**({f.name: getattr(placement, f.name) for f in fields(placement)  # those that act
-                          if not (needs := f.metadata.get("needs")) or getattr(placement, needs[0]) == needs[1]}
+        d["knobs"] = {**({f.name: getattr(placement, f.name) for f in fields(placement) if acts(placement, f)}
                          if placement else {}),
                       **(asdict(decisions) if decisions else {})}
         return d

@@ -55,11 +55,17 @@ def build(cls, name: str, values: dict):
     k = k.checked(name) if hasattr(k, "checked") else check_fields(k, name)  # a dataclass whose knobs constrain
     # one another checks them together in its own `checked`, after check_fields
     for f in fields(cls):
-        needs = f.metadata.get("needs")
-        if needs and f.name in values and getattr(k, needs[0]) != needs[1]:
+        if f.name in values and not acts(k, f):
+            other, value = f.metadata["needs"]
             warnings.warn(f"policy {name!r}: knob {f.name} = {values[f.name]!r} is ignored unless "
-                          f"{needs[0]} = {needs[1]!r}", TltsimWarning)
+                          f"{other} = {value!r}", TltsimWarning)
     return k
+
+
+def acts(k, f) -> bool:
+    """Whether knob field `f` of knobs `k` acts: it needs no other knob's value (`needs`), or that knob has it."""
+    needs = f.metadata.get("needs")
+    return not needs or getattr(k, needs[0]) == needs[1]
 
 
 def check_fields(k, name: str):
