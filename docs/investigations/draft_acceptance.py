@@ -37,7 +37,7 @@ from real import drafters
 from real.drafters.hybrid import MIN_EXPECTED, MIN_MATCH, sure
 from real.models.targets import load_target, load_task
 from real.drafters.suffix import SuffixDrafter
-from real.run.worker import recorded_prompts
+from real.run.problems import recorded_prompts
 from tltsim.analysis.report.table import format_table
 
 COLUMNS = ("argmax draft", "sampled draft", "target's argmax", "history draft", "hybrid draft")

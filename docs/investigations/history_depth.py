@@ -31,7 +31,7 @@ from real.engine.sampling import recorded_table
 from real.models.targets import load_task
 from real.engine.sampling import verify_chosen
 from real.drafters.suffix import SuffixDrafter, chain
-from real.run.worker import recorded_prompts
+from real.run.problems import recorded_prompts
 from tltsim.analysis.report.table import format_table
 
 

@@ -47,7 +47,7 @@ from real.run.launch import RunConfig, launch
 from real.run.config import WARM_SPOT_LR
 from real.settings import SHIPPED_TARGET, GenerateSettings, GRPOConfig, SamplingParams
 from real.drafters.warmup import find_shipped_drafter
-from real.run.worker import _seed
+from real.run.problems import mixed_seed
 
 # the shipped tiny target's spot-vs-static setting (docs/investigations/spot_vs_static.py): worker 1 (one group of three)
 # finishes about halfway through each rollout and spot-trains for the rest
@@ -72,7 +72,7 @@ def greedy_answers(target, task, problems, cap: int) -> list[list[int]]:
 def warm_drafter(cfg: RunConfig, steps: int, path: Path) -> None:
     """A drafter fitted before the run on the initial target's sampled answers to 64 training prompts."""
     target, task = load_target(cfg.model), cfg.make_task()
-    problems = task.sample(np.random.default_rng(_seed(cfg.seed, 997)), 64)
+    problems = task.sample(np.random.default_rng(mixed_seed(cfg.seed, 997)), 64)
     gen = generate(target, [task.prompt_ids(p) for p in problems], settings=GenerateSettings(
         sampling=SamplingParams(cfg.greedy, cfg.temperature), max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
         collect_features=True))
@@ -102,12 +102,12 @@ def main():
         cfg = replace(cfg, drafter=str(args.out / "warm_drafter.pt"))
     task = cfg.make_task()
     start = load_target(cfg.model)
-    kl_problems = task.sample(np.random.default_rng(_seed(cfg.seed, 996)), args.kl_prompts, split="test")
+    kl_problems = task.sample(np.random.default_rng(mixed_seed(cfg.seed, 996)), args.kl_prompts, split="test")
     kl_prompts = [task.prompt_ids(p) for p in kl_problems]
     gen = generate(start, kl_prompts, settings=GenerateSettings(
         sampling=SamplingParams(False, cfg.temperature), max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
     sequences = [(f.prompt, f.tokens) for f in gen.finished]
-    probe = task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")  # real.run.worker's
+    probe = task.sample(np.random.default_rng(mixed_seed(cfg.seed, 999)), cfg.probe, split="test")  # real.run.worker's
     start_greedy = greedy_answers(start, task, probe, cfg.max_new_tokens)
 
     def moved(target) -> dict:

@@ -20,7 +20,7 @@ from real.tasks.evaluate import accepted_tokens
 from real.engine.generate import generate
 from real.models.targets import load_target, load_task
 from real.drafters.warmup import shipped_drafter
-from real.run.worker import _seed
+from real.run.problems import mixed_seed
 
 SETTINGS = [("lr 1e-3, unroll 1 (the run's)", 1e-3, 1), ("lr 1e-3, unroll 2", 1e-3, 2), ("lr 1e-4, unroll 1", 1e-4, 1),
             ("lr 1e-4, unroll 2", 1e-4, 2), ("lr 1e-5, unroll 2", 1e-5, 2)]
@@ -30,13 +30,13 @@ def main():
     torch.set_num_threads(1)
     target, task = load_target("smollm2-135m"), load_task("smollm2-135m")
     base = Drafter.load(shipped_drafter("smollm2-135m"), target)
-    probe = task.sample(np.random.default_rng(_seed(0, 999)), 4, split="test")
+    probe = task.sample(np.random.default_rng(mixed_seed(0, 999)), 4, split="test")
 
     def measure(drafter):
         return float(accepted_tokens(target, drafter, task, probe, max_new_tokens=128).mean())
 
     def answers(greedy):
-        problems = task.sample(np.random.default_rng(_seed(0, 0)), 2)
+        problems = task.sample(np.random.default_rng(mixed_seed(0, 0)), 2)
         prompts = [task.prompt_ids(p) for p in problems for _ in range(4)]
         gen = generate(target, prompts, greedy=greedy, temperature=0.6, max_new_tokens=128, seed=0,
                        collect_features=True)

@@ -52,31 +52,35 @@ class Rollout:
 
 def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineControl | None = None, *,
             max_running: int | None = None, poll=None, start: float | None = None,
-            answers: list[list[int]] | None = None) -> Rollout:
-    """Generate every prompt to the end on `engine` (fresh: no running rows, nothing finished).
+            answers: list[list[int]] | None = None, budgets: list[int] | None = None, stop=None) -> Rollout:
+    """Generate every prompt to the end on `engine` (fresh: no running rows, nothing finished), or until `stop()`.
 
     `clock()` is the run's clock (seconds). `control` (its rollout begun by the caller, who owns the step) decides every iteration; without
     it, or without a drafter on the engine, every iteration decodes plainly. At most `max_running` rows run at
     once (all when None); finished rows make room for the next prompts. `poll()`, if given, is called after
     every engine call (the spot-training coordinator's hook). `start` (default: now) is where the first call's
     interval begins on the clock. `answers` (one per prompt): recorded responses the engine emits instead of
-    its own draws (real.engine.generate, replayed answers).
+    its own draws (real.engine.generate, replayed answers). `budgets` (one per prompt): the tokens each row may
+    generate (Engine.add's). `stop()`, if given, is asked before every engine call: once it says True the rollout
+    returns at once, its rows unfinished (`Engine.in_progress`; prompts not yet admitted have no request id).
     """
     control = control if engine.drafter is not None else None
     cap = max_running or len(prompts)
     out = Rollout([], [], {}, {})
     ids, calls = out.ids, out.calls
     t_prev = clock() if start is None else start
-    while len(ids) < len(prompts) or engine.running or engine.paused:
+    while (len(ids) < len(prompts) or engine.running or engine.paused) and not (stop is not None and stop()):
         room = cap - engine.running  # a row in a tool call holds no slot (its next turn is a new request to a server)
         if room > 0 and len(ids) < len(prompts):
-            batch = prompts[len(ids): len(ids) + room]
-            ids += engine.add(batch, None if answers is None else answers[len(ids): len(ids) + room])
+            admit = slice(len(ids), len(ids) + room)
+            new = engine.add(prompts[admit], None if answers is None else answers[admit],
+                             None if budgets is None else budgets[admit])
+            ids += new
             it = engine.iterations[-1]
             t_prev = _log(calls, EngineCall("prefill", "", it.batch_size, math.nan, it.tokens, it.wall_s, t_prev,
                                             clock()))
             out.iteration_end.append(t_prev)
-            out.admitted_at.update((i, t_prev) for i in ids[-len(batch):])
+            out.admitted_at.update((i, t_prev) for i in new)
             if poll:
                 poll()
         if engine.paused:

@@ -124,6 +124,12 @@ class Engine:
         """Rows waiting on a tool call (out of the running batch)."""
         return len(self._paused)
 
+    def in_progress(self) -> dict[int, list[int]]:
+        """Request id -> the tokens generated so far (tools' answers included) of each row admitted and not finished:
+        running, or waiting on a tool."""
+        rows = {i: t[len(p):] for i, p, t in zip(self.ids, self.prompts, self.tokens)}
+        return {**rows, **{i: p.tokens[len(p.prompt):] for i, p in self._paused.items()}}
+
     def set_drafter(self, drafter: Drafting) -> None:
         """Use `drafter` from the next speculative iteration on (a new session, caught up on every running row)."""
         if drafter.features == "hidden" and not self._keep_features:
@@ -133,13 +139,22 @@ class Engine:
         self._draft.add(self.prompts)
 
     @torch.no_grad()
-    def add(self, prompts: list[list[int]], answers: list[list[int]] | None = None) -> list[int]:
+    def add(self, prompts: list[list[int]], answers: list[list[int]] | None = None,
+            budgets: list[int] | None = None) -> list[int]:
         """Admit rows (non-empty token-id lists) and prefill them; returns their request ids. `answers` (one
         non-empty token-id list per prompt, ending at an end-of-sequence token or at max_new_tokens): what each
-        row will emit (see the module docstring); give them for every row of the engine or for none."""
+        row will emit (see the module docstring); give them for every row of the engine or for none. `budgets`
+        (one per prompt, 1 to max_new_tokens; default max_new_tokens each): the tokens each row may generate, for
+        a row resumed with tokens it generated before (they end its prompt) that must stop at the same cap."""
         for i, p in enumerate(prompts):
             if len(p) == 0 or not all(0 <= int(t) < self.vocab for t in p):
                 raise TltsimError(f"prompt {i}: must be a non-empty list of token ids in [0, {self.vocab})")
+        budgets = [self.max_new_tokens] * len(prompts) if budgets is None else [int(b) for b in budgets]
+        if len(budgets) != len(prompts) or not all(1 <= b <= self.max_new_tokens for b in budgets):
+            raise TltsimError(f"add: budgets {budgets}: give one per prompt, each 1 to max_new_tokens="
+                              f"{self.max_new_tokens}")
+        if answers is not None and budgets != [self.max_new_tokens] * len(prompts):
+            raise TltsimError("add: an engine that replays recorded answers runs every row to max_new_tokens")
         if (answers is not None) != (self.answers is not None) and (self.ids or self.finished):
             raise TltsimError("add: an engine replays recorded answers for every row or for none")
         if answers is not None and self.tools is not None:
@@ -165,7 +180,7 @@ class Engine:
         self.prompts += [list(map(int, p)) for p in prompts]
         self.tokens += [list(map(int, p)) for p in prompts]
         self.turns += [[Turn(len(p), len(p) - 1, len(self.iterations))] for p in prompts]
-        self.limits += [len(p) + self.max_new_tokens for p in prompts]
+        self.limits += [len(p) + b for p, b in zip(prompts, budgets)]
         self._record("prefill", "", len(prompts), 0, [0] * len(prompts), sum(len(p) - 1 for p in prompts), start, False)
         return ids
 

@@ -10,15 +10,19 @@ from real.checks import check_target, cuda_available, plan_task, response_cap
 from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
+from tltsim.control.partial import PartialKnobs
 from tltsim.control.placement import LongestFirstKnobs
 from tltsim.control.knobs import acts, build, check_known, knob_names
 from tltsim.control.strategy import parse_arms
 from tltsim.core.errors import TltsimError, TltsimWarning
 
 # the policies a real run executes: verl, every TLT variant of the one registry (tltsim.control.decisions.VARIANTS), and
-# longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first, no speculation)
-PLACED = ("longest-first", "longest-first+tlt")  # +tlt: placed so, and speculating as tlt does
-POLICIES = ("verl", *VARIANTS, *PLACED)
+# the step loop's other answers, each alone or +tlt (the same step, speculating as tlt does), with their knobs:
+# longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first) and partial
+# (tltsim.control.partial: over-provisioned groups, the step stopped at its quota, unfinished rows carried)
+STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs}
+COMBINED = tuple(name for base in STEP_POLICIES for name in (base, f"{base}+tlt"))
+POLICIES = ("verl", *VARIANTS, *COMBINED)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
@@ -38,7 +42,9 @@ class RunConfig:
     # static-sd, sd-always, tlt-auto, tlt-base (prompt lookup, real/drafters/ngram.py: no drafter model or
     # training), das (history drafting, real/drafters/suffix.py: none either), das+tlt (the hybrid of both,
     # real/drafters/hybrid.py), longest-first (no speculation; rows placed and admitted longest predicted first:
-    # real/run/placement.py), longest-first+tlt (placed so, speculating as tlt)
+    # real/run/placement.py), partial (no speculation; ratio x the groups launched, every engine stopped once the
+    # step's groups have finished, unfinished rows carried into the next step: real/run/partial.py), and
+    # longest-first+tlt, partial+tlt (each so, speculating as tlt)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -62,7 +68,8 @@ class RunConfig:
     max_new_tokens: int | None = None  # response cap (default: the task's longest reference response)
     max_running: int | None = None  # rows an engine runs at once (default: its whole share)
     knobs: dict = field(default_factory=dict)  # the policy's knobs: --knob (DecisionKnobs, tltsim/control/
-    # decisions.py; longest-first: LongestFirstKnobs, tltsim/control/placement.py)
+    # decisions.py; longest-first: LongestFirstKnobs, tltsim/control/placement.py; partial: PartialKnobs,
+    # tltsim/control/partial.py; a +tlt combination: both parts', each by its name)
     grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
     warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
     warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
@@ -118,9 +125,16 @@ class RunConfig:
             raise TltsimError(f"max_running={self.max_running}: must be >= 1")
         SamplingParams(self.greedy, self.temperature)
         knobs = self.tlt_knobs()
+        if self.policy in COMBINED and self.drafter is not None and knobs is None:
+            raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} does not speculate; drop --drafter")
+        if self.partial() is not None:
+            if self.task == "agentic":
+                raise TltsimError(f"policy {self.policy!r} carries rows into the next step, which a trajectory in a "
+                                  f"tool call cannot be yet; use another task")
+            if self.answers is not None:
+                raise TltsimError(f"--answers: policy {self.policy!r} launches and carries its own groups, which "
+                                  f"another run's answers do not cover; drop --answers")
         if self.placement() is not None:
-            if self.drafter is not None and knobs is None:
-                raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} does not speculate; drop --drafter")
             if not self.repeat_prompts:
                 warnings.warn(f"policy {self.policy!r} with new prompts every step predicts every response alike (no "
                               f"prompt has a history), so it places rows as they come; --repeat-prompts gives its "
@@ -183,30 +197,39 @@ class RunConfig:
         return load_task(self.model, self.task)
 
     def placement(self) -> LongestFirstKnobs | None:
-        """longest-first's knobs (None for every other policy); TltsimError for unknown ones or the oracle predictor.
-        longest-first+tlt's knobs go, each by its name, to the placement or to tlt's decisions (as the simulator
-        dispatches a combination's knobs)."""
-        if self.policy not in PLACED:
-            return None
-        check_known(f"policy {self.policy!r}", self.knobs, (*knob_names(LongestFirstKnobs),
-                                                            *(knob_names(DecisionKnobs) if self._speculates() else ())))
-        k = build(LongestFirstKnobs, self.policy, self._knobs_of(LongestFirstKnobs))
-        if k.predictor != "history":
+        """longest-first's knobs (None for every other policy); TltsimError for unknown ones or the oracle predictor."""
+        k = self._step_knobs("longest-first")
+        if k is not None and k.predictor != "history":
             raise TltsimError(f"policy {self.policy!r}: predictor {k.predictor!r} knows each response's length before "
                               f"it is generated, which only a simulator can; a real run predicts from history")
         return k
 
+    def partial(self) -> PartialKnobs | None:
+        """partial's knobs (None for every other policy); TltsimError for unknown ones."""
+        return self._step_knobs("partial")
+
+    def _step_knobs(self, base: str):
+        """The knobs of step policy `base` (STEP_POLICIES) when the run's policy is it, alone or +tlt (None
+        otherwise). A +tlt combination's knobs go, each by its name, to this part or to tlt's decisions (as the
+        simulator dispatches a combination's knobs)."""
+        if self.policy.removesuffix("+tlt") != base or self.policy not in COMBINED:
+            return None
+        cls = STEP_POLICIES[base]
+        check_known(f"policy {self.policy!r}", self.knobs, (*knob_names(cls),
+                                                            *(knob_names(DecisionKnobs) if self._speculates() else ())))
+        return build(cls, self.policy, self._knobs_of(cls))
+
     def tlt_knobs(self) -> DecisionKnobs | None:
         """The policy's decision knobs (None for verl and longest-first); TltsimError for unknown ones (the
         simulator's models of the drafter and of training, which a real run measures instead, are not knobs here)."""
-        if self.policy in PLACED and not self._speculates():
+        if self.policy in COMBINED and not self._speculates():
             return None
         if self.policy == "verl":
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
             return None
-        if self.policy in PLACED:
-            self.placement()  # every knob is one of the two parts'
+        if self.policy in COMBINED:
+            self._step_knobs(self.policy.removesuffix("+tlt"))  # every knob is one of the two parts'
             variant, given = VARIANTS["tlt"], self._knobs_of(DecisionKnobs)
         else:
             variant, given = VARIANTS[self.policy], self.knobs
@@ -219,8 +242,8 @@ class RunConfig:
         return replace(k, arms=tuple(str(a) for a in parse_arms(k.arms)))
 
     def _speculates(self) -> bool:
-        """A placement policy combined with tlt's speculation."""
-        return self.policy in PLACED and self.policy.endswith("+tlt")
+        """A step policy combined with tlt's speculation."""
+        return self.policy in COMBINED and self.policy.endswith("+tlt")
 
     def _knobs_of(self, cls) -> dict:
         """The knobs given that are `cls`'s (a combination's knobs, each to its part)."""
@@ -229,9 +252,9 @@ class RunConfig:
     def to_dict(self) -> dict:
         """What config.json holds (knobs resolved in full; a combination's both parts', by name)."""
         d = asdict(self)
-        placement, decisions = self.placement(), self.tlt_knobs()
-        d["knobs"] = {**({f.name: getattr(placement, f.name) for f in fields(placement) if acts(placement, f)}
-                         if placement else {}),
+        step = self.placement() or self.partial()
+        decisions = self.tlt_knobs()
+        d["knobs"] = {**({f.name: getattr(step, f.name) for f in fields(step) if acts(step, f)} if step else {}),
                       **(asdict(decisions) if decisions else {})}
         return d
 

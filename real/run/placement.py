@@ -7,7 +7,7 @@ longest-first places rows as the simulator's policy (tltsim/policies/length_awar
 row of the step in (prompt_id, sample) order gets its prompt's predicted length (tltsim.control.placement.
 HistoryPredictor), and the rows are dealt longest first to the least-loaded worker (lpt_shares), each worker's in
 the order it admits them. A group's rows may then land on several workers, so the step's advantages are computed
-over every worker's rewards (real/run/worker.py).
+over every worker's rewards (real/run/rows.py).
 """
 from __future__ import annotations
 

@@ -35,6 +35,7 @@ from real.run.config import ANSWERS_FILE  # step, prompt_id, sample, tokens (the
 from tltsim.core.records import (REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, TURN_RECORD_COLUMNS, Result,
                                   TimelineRow, merge_states)
 from tltsim.core.io import atomic_path
+from tltsim.core.off_policy import off_policy_summary
 from tltsim.core.summary import summarize
 from tltsim.trace import Trace, TraceMeta, save as save_trace
 
@@ -81,6 +82,15 @@ def turn_lists(turns: list[dict] | None) -> dict:
             "tool_latency_s": [None if math.isnan(t["tool_latency_s"]) else t["tool_latency_s"] for t in turns],
             "tool_tokens": [t["tool_tokens"] for t in turns],
             "turn_gen_s": [t["finished_at"] - t["admitted_at"] for t in turns]}
+
+
+def turn_records(turns: list, iteration_end: list[float]) -> list[dict]:
+    """A finished row's turns (real.engine.records.Turn) as the turns frame's columns (tltsim.core.records.TURN_RECORD_COLUMNS, but the step's,
+    the prompt's and the engine's), on the run clock (`iteration_end`: real.engine.adaptive.Rollout's)."""
+    return [{"turn": k, "prompt_tokens": t.context, "cached_tokens": t.cached, "response_len": t.generated,
+             "admitted_at": iteration_end[t.start_iteration], "finished_at": iteration_end[t.end_iteration],
+             "tool_latency_s": t.tool.latency_s if t.tool is not None else float("nan"), "tool_tokens": t.tool_tokens}
+            for k, t in enumerate(turns)]
 
 
 class Recorder:
@@ -191,7 +201,8 @@ class Recorder:
         workers = int(self.config["workers"])
         makespan = float(steps["total_s"].sum())
         summary = {"policy": self.config["policy"], "trace": "real", **summarize(timeline, steps, makespan, workers),
-                   "mean_reward": float(steps["mean_reward"].mean()), **self.extra_summary}
+                   "mean_reward": float(steps["mean_reward"].mean()), **off_policy_summary(steps),
+                   **self.extra_summary}
         if steps["drafter_accepted"].notna().any():
             summary["drafter_accepted"] = float(steps["drafter_accepted"].mean())
         if "history_rows" in steps and (drafted := steps["history_rows"].sum() + steps["trained_rows"].sum()):

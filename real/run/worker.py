@@ -3,7 +3,6 @@ its RL step loop (real/run/launch.py launches the workers; see its docstring for
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -17,16 +16,16 @@ from real import drafters
 from real.engine.adaptive import rollout
 from real.tasks.evaluate import accepted_tokens
 from real.engine.generate import Engine, generate
-from real.engine.records import Finished
 from real.engine.tools import Sandbox, runs_code
-from real.run.grpo import GRPO, all_reduce_tensors, group_advantages
-from real.run.placement import placed_rows
+from real.run.grpo import GRPO, all_reduce_tensors
+from real.run.problems import mixed_seed
+from real.run.rows import StepRows
 from real.drafters.hybrid import HybridDrafter
 from real.drafters.ngram import NgramDrafter
 from real.models.targets import load_target
 from real.tools.profile import speed_probe
 from real.run.progress import StepProgress
-from real.run.recorder import Recorder, WorkerStep, recorded_answers
+from real.run.recorder import Recorder, WorkerStep, recorded_answers, turn_records
 from real.run.config import WARM_SPOT_LR, RunConfig
 from real.settings import GenerateSettings, SamplingParams
 from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
@@ -34,39 +33,7 @@ from real.drafters.suffix import SuffixDrafter
 from real.drafters.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
 from tltsim.control.learned import learned_summary
-from tltsim.control.placement import HistoryPredictor
 from tltsim.trace import TraceMeta
-
-
-def _seed(*parts: int) -> int:
-    """A 63-bit seed mixed from integers."""
-    return int(np.random.SeedSequence(list(parts)).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-def step_problems(task, seed: int, step: int, prompts: int, repeat: bool = False) -> list:
-    """The `prompts` problems a run with `seed` poses at `step` (`repeat`: step 0's, at every step). A run records no
-    prompt text, but its answers' `prompt_id` (answers.parquet, trace.parquet) indexes this list, so a recorded
-    answer's prompt is `task.prompt_ids(step_problems(task, config["seed"], step, config["prompts"],
-    config.get("repeat_prompts", False))[prompt_id])`."""
-    return task.sample(np.random.default_rng(_seed(seed, 0 if repeat else step)), prompts)
-
-
-def recorded_prompts(run: str | Path, task, answers) -> list[list[int]]:
-    """The prompt token ids each row of a run's `answers` (answers.parquet's rows: step, prompt_id) was answering."""
-    config = json.loads((Path(run) / "config.json").read_text())
-    problems = {int(step): step_problems(task, config["seed"], int(step), config["prompts"],
-                                         config.get("repeat_prompts", False))
-                for step in answers["step"].unique()}
-    return [task.prompt_ids(problems[int(a)][int(p)]) for a, p in zip(answers["step"], answers["prompt_id"])]
-
-
-def turn_records(finished: Finished, iteration_end: list[float]) -> list[dict]:
-    """A finished row's turns as the turns frame's columns (tltsim.core.records.TURN_RECORD_COLUMNS, but the step's,
-    the prompt's and the engine's), on the run clock (`iteration_end`: real.engine.adaptive.Rollout's)."""
-    return [{"turn": k, "prompt_tokens": t.context, "cached_tokens": t.cached, "response_len": t.generated,
-             "admitted_at": iteration_end[t.start_iteration], "finished_at": iteration_end[t.end_iteration],
-             "tool_latency_s": t.tool.latency_s if t.tool is not None else float("nan"), "tool_tokens": t.tool_tokens}
-            for k, t in enumerate(finished.turns)]
 
 
 class Worker:
@@ -97,8 +64,7 @@ class Worker:
         self.history = None  # its history part (real.drafters.suffix), fed by the rollouts of every worker
         self.history_state = None  # ... as the checkpoint holds it
         self.static_drafter = None  # --probe-static: the starting drafter, never trained, probed beside the spot one
-        # longest-first: each prompt's earlier response lengths, every worker's (the same on every rank)
-        self.predictor = HistoryPredictor() if config.placement() else None
+        self.rows = StepRows(config, self.task, rank, self.world, self.store)  # which rows it runs, trains on
         self.first_step = 0
         if self.ckpt:
             state = checkpoint.read(out, f"rank{rank}.pt", self.device)
@@ -108,8 +74,7 @@ class Worker:
                 self.spot.buffer.load_state_dict(state["buffer"])
                 self.spot.opt_state = state["drafter_opt"]
             self.history_state = state.get("history")
-            if self.predictor:
-                self.predictor.load_state_dict(state["placement"])
+            self.rows.load_state_dict(state)
             self.grpo.resume(self.ckpt / "target")
             self.grpo.optimizer.load_state_dict(checkpoint.read(out, "optimizer.pt", self.device))
             self.first_step = checkpoint.last_step(out) + 1
@@ -217,7 +182,7 @@ class Worker:
         pairs = None
         if self.rank == 0:
             t = time.perf_counter()
-            problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 998)), cfg.warmup_prompts)
+            problems = self.task.sample(np.random.default_rng(mixed_seed(cfg.seed, 998)), cfg.warmup_prompts)
             gen = generate(self.target, [self.task.prompt_ids(p) for p in problems], settings=GenerateSettings(
                 sampling=self.sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, collect_features=True))
             pairs = [(torch.tensor(f.prompt + f.tokens), f.features) for f in gen.finished]
@@ -254,34 +219,32 @@ class Worker:
         t0 = t0[0]
         if self.dispatcher:
             self.dispatcher.start(step, t0)
-        problems = step_problems(self.task, cfg.seed, step, cfg.prompts, cfg.repeat_prompts)
-        rows = placed_rows(cfg.prompts, cfg.group, self.world, self.predictor)[self.rank]
-        prompts = [self.task.prompt_ids(problems[pid]) for pid, _ in rows]
+        share = self.rows.share(step)
         engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
-                        seed=_seed(cfg.seed, step, self.rank), collect_features=self.trains, tools=self.tools,
+                        seed=mixed_seed(cfg.seed, step, self.rank), collect_features=self.trains, tools=self.tools,
                         sandbox=self.sandbox, max_tool_calls=getattr(self.task, "max_tool_calls", 0))
         drafted = self._drafted_rows()
         if self.control is not None:
             self.control.begin_rollout()  # the step's owner begins the rollout, as the simulator's policy does
-        answers = [self.answers[(step, pid, j)] for pid, j in rows] if self.answers is not None else None
-        ro = rollout(engine, prompts, self.clock, self.control, max_running=cfg.max_running, start=t0, answers=answers,
+        answers = [self.answers[(step, pid, j)] for pid, j in share.rows] if self.answers is not None else None
+        ro = rollout(engine, share.prompts, self.clock, self.control, max_running=cfg.max_running, start=t0,
+                     answers=answers, budgets=share.budgets, stop=share.stop(engine) if share.stop else None,
                      poll=(lambda: self.dispatcher.poll(throttled=True)) if self.dispatcher and self.trains else None)
         done = ro.calls[-1].t_end if ro.calls else t0
         self.store.set(f"{step}/done/{self.rank}", repr(done))
-        finished = [engine.finished[i] for i in ro.ids]
+        finished = [engine.finished[i] for i in ro.ids if i in engine.finished]
         samples = [(torch.tensor(f.prompt + f.tokens), f.features.cpu()) for f in finished] if self.trains else []
         if self.spot:
             self.spot.buffer.add(step, samples)
         phases, batches = self._idle_or_train(step, done)
 
         t = phases[-1][2]
-        rewards = [self.task.reward(problems[pid], f.tokens) for (pid, _), f in zip(rows, finished)]
-        responses = [f.tokens for f in finished]
-        adv = self._advantages(rows, rewards, [sum(f.generated_mask()) for f in finished])
+        trained, adv, columns = self.rows.trained(step, share, engine, ro, t0)
+        prompts, responses = [x.prompt for x in trained], [x.tokens for x in trained]
         old, ref = self.grpo.old_logprobs(prompts, responses, adv)
         phases.append(("reward", t, t := self.clock()))
         stats = self.grpo.update(prompts, responses, adv, old, ref,
-                                 [f.generated_mask() for f in finished] if self.tools is not None else None)
+                                 [x.generated for x in trained] if self.tools is not None else None)
         for drafter in (self.drafter, self.static_drafter):
             if drafter is not None:
                 drafter.target_updated()  # e.g. a reduced head copies rows of the lm_head the update just moved
@@ -294,11 +257,12 @@ class Worker:
         phases.append(("weight_sync", t, self.clock()))
 
         report = WorkerStep(self.rank, ro.calls, phases, [
-            {"prompt_id": pid, "sample": j, "prompt_len": len(f.prompt), "response_len": sum(f.generated_mask()),
-             "reward": r, "finished": bool(f.tokens[-1] in engine.eos), "admitted_at": ro.admitted_at[i],
-             "finished_at": ro.finished_at[i], "tokens": f.tokens,
-             **({"turns": turn_records(f, ro.iteration_end)} if self.tools is not None else {})}
-            for (pid, j), f, r, i in zip(rows, finished, rewards, ro.ids)], done, batches,
+            {"prompt_id": x.prompt_id, "sample": x.sample, "prompt_len": len(x.prompt),
+             "response_len": sum(x.generated), "reward": x.reward,
+             "finished": bool(x.tokens[-1] in engine.eos), "admitted_at": x.admitted_at,
+             "finished_at": x.finished_at, "tokens": x.tokens,
+             **({"turns": turn_records(x.turns, ro.iteration_end)} if self.tools is not None else {})}
+            for x in trained], done, batches,
             dict(zip(("history_rows", "trained_rows"), np.subtract(self._drafted_rows(), drafted).tolist()))
             if drafted else {})
         reports = [None] * self.world if self.rank == 0 else None
@@ -307,34 +271,19 @@ class Worker:
         if self.rank == 0:
             row = self.recorder.add(step, t0, reports, {"drafter_accepted": probe, "static_drafter_accepted": static,
                                                         "speed_probe_s": speed,
-                                                        "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"]})
+                                                        "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"],
+                                                        **columns})
             self.recorder.save(self.out)
         self._checkpoint(step)
         if self.progress:
             self.progress.step(step, row)
-
-    def _advantages(self, rows: list[tuple[int, int]], rewards: list[float], lengths: list[int]) -> np.ndarray:
-        """This worker's rows' GRPO advantages, each its group's over every worker's rewards (a group's rows may be
-        placed on several workers); longest-first's predictor observes every row's length, in (prompt, sample)
-        order, so every rank's is the same."""
-        cfg = self.config
-        everyone = [None] * self.world
-        dist.all_gather_object(everyone, [(pid, j, r, n) for (pid, j), r, n in zip(rows, rewards, lengths)])
-        done = sorted(row for part in everyone for row in part)
-        table = np.zeros((cfg.prompts, cfg.group))
-        for pid, j, r, _ in done:
-            table[pid, j] = r
-        if self.predictor:
-            self.predictor.observe(np.array([pid for pid, *_ in done]), np.array([n for *_, n in done]))
-        advantages = group_advantages(table)
-        return np.array([advantages[pid, j] for pid, j in rows])
 
     def _idle_or_train(self, step: int, done: float) -> tuple[list[tuple[str, float, float]], int]:
         """From `done` until the coordinator says stop: idle, or training the drafter once told to."""
         stop = f"{step}/stop"
         poll = self.dispatcher.poll if self.dispatcher else (lambda: None)
         if self.spot:
-            rng = np.random.default_rng(_seed(self.config.seed, step, self.rank, 7))
+            rng = np.random.default_rng(mixed_seed(self.config.seed, step, self.rank, 7))
             began, batches = self.spot.train(step, f"{step}/train/{self.rank}", stop, poll, self.clock, rng)
         else:
             began, batches = None, 0
@@ -376,7 +325,7 @@ class Worker:
         n = self.config.speed_probe
         if n == 0:
             return float("nan")
-        seconds = speed_probe(self.target, n, _seed(self.config.seed, 998), self.sampling)
+        seconds = speed_probe(self.target, n, mixed_seed(self.config.seed, 998), self.sampling)
         total = torch.tensor([seconds], dtype=torch.float64, device=self.device)
         all_reduce_tensors([total])
         return float(total[0]) / self.world
@@ -390,7 +339,7 @@ class Worker:
         cfg = self.config
         if drafter is None or cfg.probe == 0:
             return float("nan")
-        problems = self.task.sample(np.random.default_rng(_seed(cfg.seed, 999)), cfg.probe, split="test")
+        problems = self.task.sample(np.random.default_rng(mixed_seed(cfg.seed, 999)), cfg.probe, split="test")
         mine = [problems[i] for i in np.array_split(np.arange(len(problems)), self.world)[self.rank]]
         tokens = accepted_tokens(self.target, drafter, self.task, mine, max_new_tokens=cfg.max_new_tokens)
         total = torch.tensor([tokens.sum(), len(tokens)], dtype=torch.float64, device=self.device)
@@ -404,7 +353,7 @@ class Worker:
                  "drafter_opt": (self.spot.opt.state_dict() if self.spot.opt else self.spot.opt_state)
                  if self.spot else None,
                  "history": self.history.state_dict() if self.history else None,
-                 "placement": self.predictor.state_dict() if self.predictor else None}
+                 **self.rows.state_dict()}
         checkpoint.write(self.out, self.rank, step, state, self._save_shared if self.rank == 0 else None)
 
     def _save_shared(self, tmp: Path) -> None:

@@ -94,7 +94,7 @@ class ScriptedEngine:
     def running(self):
         return len(self.left)
 
-    def add(self, prompts, answers=None):  # real.engine.generate.Engine's signature; these rows' lengths are scripted
+    def add(self, prompts, answers=None, budgets=None):  # real.engine.generate.Engine's signature; these rows' lengths are scripted
         ids = list(range(len(self.finished) + len(self.left), len(self.finished) + len(self.left) + len(prompts)))
         self.left.update((i, self.lengths[i]) for i in ids)
         self.iterations.append(SimpleNamespace(batch_size=len(prompts), tokens=0, wall_s=0.5))

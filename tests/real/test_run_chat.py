@@ -21,7 +21,7 @@ from real.settings import ProfileSettings, SamplingParams
 from real.tasks.gcd import GcdTask
 from real.tasks.wordproblems import INSTRUCTION, WordProblemTask
 from real.run.recorder import recorded_answers
-from real.run.worker import recorded_prompts, step_problems
+from real.run.problems import recorded_prompts, step_problems
 from tltsim.core.records import REQUEST_COLUMNS, STEP_COLUMNS, TIMELINE_COLUMNS, Result
 from tltsim.trace import load as load_trace
 

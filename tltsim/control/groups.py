@@ -8,6 +8,7 @@ tokens generated in earlier steps); an empty dict is no rows.
     groups_in(rows)                          prompt groups among the rows
     concat([a, b]), take_rows(rows, mask)    rows joined, rows picked
     needs_engine(response_len, aborted)      the rows an engine must run (the others count as finished at 0)
+    group_shares(group, engines)             each engine's rows: contiguous chunks of whole groups (verl's split)
     quota_stop(group, finish, target)        when a step stops: once `target` groups have finished (offline)
     GroupQuota(group, target)                the same rule told of rows as they finish (online)
     rows_state(rows), rows_from_state(s)     rows as plain data (a checkpoint) and back
@@ -39,6 +40,16 @@ def needs_engine(response_len: np.ndarray, aborted: np.ndarray | None = None) ->
     """Mask of the rows an engine runs: those with tokens left to generate, and the trace's aborted rows (admitted,
     then aborted). A row with nothing left (finished in an earlier step) counts as finished at time 0."""
     return (response_len > 0) | (aborted if aborted is not None else False)
+
+
+def group_shares(group: np.ndarray, engines: int) -> list[np.ndarray]:
+    """Each of `engines` engines' rows (indices, in admission order): the rows in order, cut into contiguous chunks
+    of whole groups (a group's rows are adjacent), as even in groups as they divide (verl's split)."""
+    n = len(group)
+    group_starts = np.flatnonzero(np.concatenate([[True], np.diff(group) != 0])) if n else np.array([], np.int64)
+    chunks = np.array_split(np.arange(len(group_starts)), engines)
+    edges = [group_starts[c[0]] if len(c) else n for c in chunks[1:]]
+    return [np.arange(a, b) for a, b in zip([0, *edges], [*edges, n])]
 
 
 def quota_stop(group: np.ndarray, finish: np.ndarray, target: int) -> tuple[float, np.ndarray]:

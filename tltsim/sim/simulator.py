@@ -20,6 +20,8 @@ from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, steps_in
 from tltsim.cost import Calibrated, Roofline
+from tltsim.control.groups import group_shares
+from tltsim.core.off_policy import off_policy_columns, staleness
 from tltsim.core.padding import padded_tokens
 from tltsim.core.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
@@ -176,28 +178,10 @@ class Simulator:
         self.policy.worker_done(e, env.now)
 
     def off_policy_columns(self, step: int, df: dict, trained: np.ndarray, dropped: int) -> dict:
-        """The statistical cost of one step: staleness (policy versions between a trained sample's first tokens
-        and the step that trains on it), resumed (trained samples continued across a weight change), dropped
-        responses, and the mean full length of the trained responses (a changed sample mix shows here).
-
-        `df` holds the step's rows: `response_len` and optionally `origin` (version of the first tokens),
-        `carried` (tokens from earlier steps, part of the full length) and `resumed` (default: carried > 0)."""
-        n = int(trained.sum())
-        origin = df.get("origin")
-        stale = (step - origin[trained]).astype(np.int64) if origin is not None else np.zeros(n, np.int64)
-        self._staleness.update(dict(zip(*np.unique(stale, return_counts=True))))
-        carried = df["carried"][trained] if "carried" in df else np.zeros(n, np.int64)
-        resumed = df["resumed"][trained] if "resumed" in df else carried > 0
-        lengths = df["response_len"][trained] + carried
-        return {
-            "staleness_mean": float(stale.mean()) if n else 0.0,
-            "staleness_max": int(stale.max()) if n else 0,
-            "resumed": int(np.sum(resumed)),
-            "dropped": int(dropped),
-            "resumed_fraction": float(np.sum(resumed)) / n if n else 0.0,
-            "dropped_fraction": dropped / (n + dropped) if n + dropped else 0.0,
-            "trained_len_mean": float(lengths.mean()) if n else np.nan,
-        }
+        """The step's off-policy columns (tltsim.core.off_policy); its trained samples' staleness join the run's
+        counts."""
+        self._staleness.update(dict(zip(*np.unique(staleness(step, df, trained), return_counts=True))))
+        return off_policy_columns(step, df, trained, dropped)
 
     # --- records -----------------------------------------------------------------------------
     def _train_phases(self, df: dict, trained: np.ndarray, sr) -> tuple[float, float]:
@@ -215,17 +199,11 @@ class Simulator:
 
     def _shares(self, df: dict) -> list[np.ndarray]:
         """Each engine's rows, in admission order: contiguous chunks of prompt groups (verl), or by `engine`."""
-        n = len(df["step"])
         if self.split == "trace":
             order = np.argsort(df["engine"], kind="stable")
             cuts = np.searchsorted(df["engine"][order], np.arange(1, self.engines))
             return np.split(order, cuts)
-        group = df.get("group", df["prompt_id"])
-        first = np.concatenate([[True], np.diff(group) != 0])  # first row of each prompt group
-        group_starts = np.flatnonzero(first)
-        chunks = np.array_split(np.arange(len(group_starts)), self.engines)
-        edges = [group_starts[c[0]] if len(c) else n for c in chunks[1:]]
-        return [np.arange(a, b) for a, b in zip([0, *edges], [*edges, n])]
+        return group_shares(df.get("group", df["prompt_id"]), self.engines)
 
     def _record_rollout(self, step, t0, barrier, df, sr, outcome):
         for e in range(self.workers):

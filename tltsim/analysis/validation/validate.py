@@ -31,6 +31,7 @@ speedup times it, and `predicted_at_one_speed` the ratio of the two unscaled rep
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,19 +46,26 @@ from tltsim.core.errors import TltsimError
 from tltsim.core.records import IDLE_STATES
 from tltsim.policies import make_policy
 from tltsim.policies.compose import Composite
+from tltsim.policies.partial import PartialRollout
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import Strategy
 from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 from tltsim.core.records import SPEED_BATCH, SPEED_CONTEXT, Result
 from tltsim.sim.simulator import Simulator
-from tltsim.trace import load as load_trace
+from tltsim.trace import Trace, load as load_trace
 from tltsim.analysis.validation.divergence import COLUMNS as DIVERGENCE
 from tltsim.analysis.validation.divergence import divergences
+from tltsim.analysis.validation.stream import StreamedPartial, is_streamed, step_frame, stream_frame
 from tltsim.analysis.validation.work_domain import compare_work, relative_error, request_acceptance
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
 TURN_METRICS = ["tool_wait_s", "turns", "tool_calls"]  # a multi-turn run's, besides METRICS
-FRACTIONS = {"idle_fraction", "sd_share"}  # compared in absolute points, not relative error
+# a run that trains on samples not all its step's own (partial): per step, the groups it carried on, the samples it
+# resumed and dropped, their mean staleness (tltsim.core.off_policy), besides METRICS
+OFF_POLICY_METRICS = ["carried_groups", "resumed", "dropped", "staleness_mean"]
+OFF_POLICY_SUMMARY = ["staleness_mean", "resumed_fraction", "dropped_fraction"]  # the run's, in `overall`
+# compared as differences, not relative errors: fractions (in points), counts and staleness (in policy versions)
+ABSOLUTE = {"idle_fraction", "sd_share", *OFF_POLICY_METRICS, *OFF_POLICY_SUMMARY}
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
 SPEED_WINDOW = 5  # steps whose speed probes speak for a step's speed (centred; fewer at the run's ends)
@@ -76,6 +84,9 @@ def step_metrics(result: Result) -> pd.DataFrame:
     out["sd_share"] = steps["sd_share"] if "sd_share" in steps else 0.0
     out["drafter_train_s"] = by_state.get("drafter_train", 0.0)
     out["mean_accepted"] = steps["mean_accepted"] if "mean_accepted" in steps else np.nan
+    for column in OFF_POLICY_METRICS:
+        if column in steps:
+            out[column] = steps[column]
     if "turns" in steps:  # a multi-turn run: engine-seconds with every trajectory waiting on a tool, turns, calls
         out["tool_wait_s"] = steps["tool_wait_share"] * steps["rollout_s"] * workers
         out["turns"], out["tool_calls"] = steps["turns"], steps["tool_calls"]
@@ -149,10 +160,16 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     cfg = measured.config
     workers = int(cfg.get("workers", measured.timeline["worker"].nunique()))
     per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
+    stream = None
+    if is_streamed(cfg.get("policy", "verl")):  # a partial run: the stream it drew from, its own stops and carries
+        stream = stream_frame(trace.df, measured.steps, cfg, trace.meta.max_response_len)
+        trace = Trace.from_frame(step_frame(stream, len(measured.steps)), trace.meta)
+        per_engine = math.ceil(int(measured.steps["launched_groups"].max()) / workers) * int(cfg["group"])
     sim_cfg = SimConfig(
         trace=str(Path(run_dir) / TRACE_FILE),
         policy=policy or cfg.get("policy", "verl"),
-        cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine), split="trace"),
+        cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine),
+                              split="contiguous" if stream is not None else "trace"),
         rl=RLConfig(reward_s=0.0, balance_train=False,
                     micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0)),
                     skip_zero_advantage=bool((cfg.get("grpo") or {}).get("skip_zero_advantage", False))),
@@ -168,6 +185,8 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     policy = make_policy(sim_cfg.policy, knobs)
 
     def replayed(part):  # a what-if drafter (`qualities`) drafts for every row alike
+        if isinstance(part, PartialRollout) and stream is not None:
+            return StreamedPartial(part, stream)
         if not isinstance(part, TLTPolicy):
             return part
         return (ReplayedQuality(part, measured_qualities(measured), request_acceptance(measured))
@@ -282,7 +301,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
             work.append(compare_work(name, measured, pred))
             diverged.append(divergences(name, measured, pred, recorded_knobs(measured.config)))
         m, p = step_metrics(measured), step_metrics(pred)
-        for metric in METRICS + [k for k in TURN_METRICS if k in m and k in p]:
+        for metric in METRICS + [k for k in TURN_METRICS + OFF_POLICY_METRICS if k in m and k in p]:
             for step in m.index:
                 mv, pv = float(m.at[step, metric]), float(p.at[step, metric]) if step in p.index else np.nan
                 per_step.append({"run": name, "step": int(step), "metric": metric, "measured": mv, "predicted": pv,
@@ -292,6 +311,8 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
                                                                    "sync_s", "idle_fraction")],
             ("sd_share", measured.summary.get("sd_share", 0.0), pred.summary.get("sd_share", 0.0)),
             ("drafter_train_s", float(m["drafter_train_s"].sum()), float(p["drafter_train_s"].sum())),
+            *[(k, measured.summary[k], pred.summary[k]) for k in OFF_POLICY_SUMMARY
+              if k in measured.summary and k in pred.summary],
         ]:
             overall.append({"run": name, "metric": metric, "measured": mv, "predicted": pv, "error": _error(metric, mv, pv)})
         errs = pd.DataFrame([r for r in per_step if r["run"] == name and r["metric"] == "rollout_s"])["error"].abs()
@@ -319,8 +340,8 @@ def _concat(frames: list[pd.DataFrame], empty: pd.DataFrame) -> pd.DataFrame:
 
 
 def _error(metric: str, measured: float, predicted: float) -> float:
-    """Relative error, or absolute difference for fractions (and where the measured value is zero)."""
-    return predicted - measured if metric in FRACTIONS else relative_error(measured, predicted)
+    """Relative error, or the difference for ABSOLUTE metrics (and where the measured value is zero)."""
+    return predicted - measured if metric in ABSOLUTE else relative_error(measured, predicted)
 
 
 # the manifest kinds of what `validate -o` writes (a validation; a calibration to a verl run), so may replace

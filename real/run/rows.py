@@ -1,0 +1,152 @@
+"""Which rows a worker's engine runs in a step, and what the worker trains on after it, per policy: verl's (its block
+of whole groups, every row run to its end), longest-first's (placed by its history predictor: real/run/placement.py)
+and partial's (its chunk of the step's groups, the step stopped at its quota, unfinished rows carried:
+real/run/partial.py). The worker's step (real/run/worker.py) asks `share(step)` before its rollout and `trained(...)`
+after it; `state_dict` is the part of the worker's checkpoint these decisions need (the predictor's history, the
+carried rows and the prompt stream's position).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch.distributed as dist
+
+from real.run.config import RunConfig
+from real.run.grpo import group_advantages
+from real.run.partial import PartialSteps, gathered, worker_rows
+from real.run.placement import placed_rows
+from real.run.problems import step_problems, stream_problem
+from tltsim.control.placement import HistoryPredictor
+
+
+@dataclass
+class Share:
+    """This worker's part of a step: the rows its engine runs ((prompt_id, sample) each), their problems and the
+    prompts the engine is given (a resumed row's tokens so far end its prompt), their budgets (None: max_new_tokens
+    each); `stop(engine)`, for a step that may stop before every row has finished, makes the rollout's `stop`;
+    `runs`, the rows' indices among the step's rows (a partial step's)."""
+
+    rows: list[tuple[int, int]]
+    problems: list
+    prompts: list[list[int]]
+    budgets: list[int] | None = None
+    stop: Callable | None = None
+    runs: np.ndarray | None = None
+
+
+@dataclass
+class Sample:
+    """A response the step trains on."""
+
+    prompt_id: int
+    sample: int
+    prompt: list[int]  # the prompt's token ids
+    tokens: list[int]  # the response (with tools: their answers between the turns)
+    generated: list[bool]  # per token: whether the model generated it
+    reward: float
+    admitted_at: float  # run clock (a row that finished in an earlier step: the step's start)
+    finished_at: float
+    turns: list = field(default_factory=list)  # real.engine.records.Turn, with tools
+
+
+class StepRows:
+    """One worker's rows, step by step (module docstring)."""
+
+    def __init__(self, config: RunConfig, task, rank: int, world: int, store):
+        self.config, self.task, self.rank, self.world, self.store = config, task, rank, world, store
+        # longest-first: each prompt's earlier response lengths, every worker's (the same on every rank)
+        self.predictor = HistoryPredictor() if config.placement() else None
+        partial = config.partial()  # partial: the prompt stream's position and the rows carried to the next step
+        self.partial = PartialSteps(partial, config.prompts, config.group, config.max_new_tokens) if partial else None
+        self.rows: dict = {}  # a partial step's rows (every worker's), as PartialSteps.begin made them
+
+    def share(self, step: int) -> Share:
+        """This worker's rows of step `step`, in the order its engine admits them."""
+        if self.partial:
+            return self._partial_share(step)
+        cfg = self.config
+        problems = step_problems(self.task, cfg.seed, step, cfg.prompts, cfg.repeat_prompts)
+        rows = placed_rows(cfg.prompts, cfg.group, self.world, self.predictor)[self.rank]
+        mine = [problems[pid] for pid, _ in rows]
+        return Share(rows, mine, [self.task.prompt_ids(p) for p in mine])
+
+    def trained(self, step: int, share: Share, engine, ro, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
+        """After the step's rollout (`engine`'s, `ro`: real.engine.adaptive.Rollout, begun at `t0`): this worker's
+        samples the step trains on, their GRPO advantages and the step's columns of the policy."""
+        if self.partial:
+            return self._partial_trained(step, share, engine, ro, t0)
+        finished = [engine.finished[i] for i in ro.ids]
+        samples = [Sample(pid, j, prompt, f.tokens, f.generated_mask(), self.task.reward(problem, f.tokens),
+                          ro.admitted_at[i], ro.finished_at[i], f.turns)
+                   for (pid, j), problem, prompt, f, i in zip(share.rows, share.problems, share.prompts, finished, ro.ids)]
+        return samples, self._advantages(share.rows, samples), {}
+
+    def _advantages(self, rows: list[tuple[int, int]], samples: list[Sample]) -> np.ndarray:
+        """This worker's rows' GRPO advantages, each its group's over every worker's rewards (a group's rows may be
+        placed on several workers); longest-first's predictor observes every row's length, in (prompt, sample)
+        order, so every rank's is the same."""
+        cfg = self.config
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, [(pid, j, x.reward, sum(x.generated)) for (pid, j), x in zip(rows, samples)])
+        done = sorted(row for part in everyone for row in part)
+        table = np.zeros((cfg.prompts, cfg.group))
+        for pid, j, r, _ in done:
+            table[pid, j] = r
+        if self.predictor:
+            self.predictor.observe(np.array([pid for pid, *_ in done]), np.array([n for *_, n in done]))
+        advantages = group_advantages(table)
+        return np.array([advantages[pid, j] for pid, j in rows])
+
+    def _problem(self, k: int):
+        cfg = self.config
+        return stream_problem(self.task, cfg.seed, cfg.prompts, k, cfg.repeat_prompts)
+
+    def _partial_share(self, step: int) -> Share:
+        """This worker's rows of a partial step, carried rows resumed with their tokens so far at the end of their
+        prompts; its engine stops once the step's quota of groups has finished on every worker."""
+        rows = self.rows = self.partial.begin(step, lambda k: len(self.task.prompt_ids(self._problem(k))))
+        share, runs = worker_rows(rows, self.rank, self.world)
+        quota = self.partial.quota(self.store, step, self.rank, self.world, rows, share)
+
+        def stop(engine):
+            def stopped() -> bool:  # a fresh engine's request ids are its prompts' indices
+                quota.finished(runs[list(engine.finished)])
+                return quota.stop()
+            return stopped
+
+        problems = [self._problem(int(k)) for k in rows["prompt_id"][runs]]
+        return Share([(int(rows["prompt_id"][i]), int(rows["sample"][i])) for i in runs], problems,
+                     [self.task.prompt_ids(p) + list(rows["tokens"][i]) for p, i in zip(problems, runs)],
+                     rows["response_len"][runs].tolist(), stop, runs)
+
+    def _partial_trained(self, step: int, share: Share, engine, ro, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
+        """Every worker's rows gathered; the groups finished on every worker trained on (the rest carried or dropped):
+        this worker's trained samples are whole responses, the tokens carried from earlier steps first."""
+        rows, left = self.rows, engine.in_progress()
+        mine = [(int(i), r in engine.finished, engine.finished[r].tokens if r in engine.finished else left.get(r, []),
+                 ro.admitted_at.get(r, t0), ro.finished_at.get(r, t0)) for r, i in enumerate(share.runs)]
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, mine)
+        finished, new, times = gathered(rows, everyone)
+        trained, columns = self.partial.end(step, rows, finished, new)
+        order = np.flatnonzero(trained)  # every trained row, in group order (a group's rows are adjacent)
+        problems = {i: self._problem(int(rows["prompt_id"][i])) for i in order}
+        rewards = [self.task.reward(problems[i], list(rows["tokens"][i])) for i in order]
+        advantages = group_advantages(np.reshape(rewards, (-1, self.config.group))).reshape(-1)
+        ours = set(worker_rows(rows, self.rank, self.world)[0].tolist())
+        picked = [(Sample(int(rows["prompt_id"][i]), int(rows["sample"][i]), self.task.prompt_ids(problems[i]),
+                          list(rows["tokens"][i]), [True] * len(rows["tokens"][i]), r, *times.get(i, (t0, t0))), a)
+                  for i, r, a in zip(order, rewards, advantages) if i in ours]
+        return [x for x, _ in picked], np.array([a for _, a in picked]), columns
+
+    def state_dict(self) -> dict:
+        return {"placement": self.predictor.state_dict() if self.predictor else None,
+                "partial": self.partial.state_dict() if self.partial else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.predictor:
+            self.predictor.load_state_dict(state["placement"])
+        if self.partial:
+            self.partial.load_state_dict(state["partial"])
