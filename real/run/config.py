@@ -10,17 +10,20 @@ from real.checks import check_target, cuda_available, plan_task, response_cap
 from real.run import checkpoint
 from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
+from tltsim.control.groups import streamed
 from tltsim.control.partial import PartialKnobs
 from tltsim.control.placement import LongestFirstKnobs
+from tltsim.control.tail import TailBatchingKnobs
 from tltsim.control.knobs import acts, build, check_known, knob_names
 from tltsim.control.strategy import parse_arms
 from tltsim.core.errors import TltsimError, TltsimWarning
 
 # the policies a real run executes: verl, every TLT variant of the one registry (tltsim.control.decisions.VARIANTS), and
 # the step loop's other answers, each alone or +tlt (the same step, speculating as tlt does), with their knobs:
-# longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first) and partial
-# (tltsim.control.partial: over-provisioned groups, the step stopped at its quota, unfinished rows carried)
-STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs}
+# longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first), partial
+# (tltsim.control.partial: over-provisioned groups, the step stopped at its quota, unfinished rows carried) and
+# tail-batching (tltsim.control.tail: the same stop in short rounds, unfinished prompts parked for a long round)
+STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs, "tail-batching": TailBatchingKnobs}
 COMBINED = tuple(name for base in STEP_POLICIES for name in (base, f"{base}+tlt"))
 POLICIES = ("verl", *VARIANTS, *COMBINED)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
@@ -43,8 +46,10 @@ class RunConfig:
     # training), das (history drafting, real/drafters/suffix.py: none either), das+tlt (the hybrid of both,
     # real/drafters/hybrid.py), longest-first (no speculation; rows placed and admitted longest predicted first:
     # real/run/placement.py), partial (no speculation; ratio x the groups launched, every engine stopped once the
-    # step's groups have finished, unfinished rows carried into the next step: real/run/partial.py), and
-    # longest-first+tlt, partial+tlt (each so, speculating as tlt)
+    # step's groups have finished, unfinished rows carried into the next step: real/run/stream.py), tail-batching
+    # (no speculation; eta x the groups launched in a short round, stopped so, the unfinished prompts parked and run
+    # anew in a long round every long_every short rounds: real/run/stream.py), and longest-first+tlt, partial+tlt,
+    # tail-batching+tlt (each so, speculating as tlt)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -69,7 +74,8 @@ class RunConfig:
     max_running: int | None = None  # rows an engine runs at once (default: its whole share)
     knobs: dict = field(default_factory=dict)  # the policy's knobs: --knob (DecisionKnobs, tltsim/control/
     # decisions.py; longest-first: LongestFirstKnobs, tltsim/control/placement.py; partial: PartialKnobs,
-    # tltsim/control/partial.py; a +tlt combination: both parts', each by its name)
+    # tltsim/control/partial.py; tail-batching: TailBatchingKnobs, tltsim/control/tail.py; a +tlt combination: both
+    # parts', each by its name)
     grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
     warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
     warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
@@ -127,13 +133,14 @@ class RunConfig:
         knobs = self.tlt_knobs()
         if self.policy in COMBINED and self.drafter is not None and knobs is None:
             raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} does not speculate; drop --drafter")
-        if self.partial() is not None:
+        if streamed(self.policy):
+            self._step_knobs(self.policy.removesuffix("+tlt"))  # its knobs, checked
             if self.task == "agentic":
-                raise TltsimError(f"policy {self.policy!r} carries rows into the next step, which a trajectory in a "
+                raise TltsimError(f"policy {self.policy!r} stops a step with rows unfinished, which a trajectory in a "
                                   f"tool call cannot be yet; use another task")
             if self.answers is not None:
-                raise TltsimError(f"--answers: policy {self.policy!r} launches and carries its own groups, which "
-                                  f"another run's answers do not cover; drop --answers")
+                raise TltsimError(f"--answers: policy {self.policy!r} draws its own groups from the prompt stream, "
+                                  f"which another run's answers do not cover; drop --answers")
         if self.placement() is not None:
             if not self.repeat_prompts:
                 warnings.warn(f"policy {self.policy!r} with new prompts every step predicts every response alike (no "
@@ -208,6 +215,10 @@ class RunConfig:
         """partial's knobs (None for every other policy); TltsimError for unknown ones."""
         return self._step_knobs("partial")
 
+    def tail_batching(self) -> TailBatchingKnobs | None:
+        """tail-batching's knobs (None for every other policy); TltsimError for unknown ones."""
+        return self._step_knobs("tail-batching")
+
     def _step_knobs(self, base: str):
         """The knobs of step policy `base` (STEP_POLICIES) when the run's policy is it, alone or +tlt (None
         otherwise). A +tlt combination's knobs go, each by its name, to this part or to tlt's decisions (as the
@@ -252,7 +263,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """What config.json holds (knobs resolved in full; a combination's both parts', by name)."""
         d = asdict(self)
-        step = self.placement() or self.partial()
+        step = self.placement() or self.partial() or self.tail_batching()
         decisions = self.tlt_knobs()
         d["knobs"] = {**({f.name: getattr(step, f.name) for f in fields(step) if acts(step, f)} if step else {}),
                       **(asdict(decisions) if decisions else {})}

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tltsim.control.groups import streamed
+
 
 def mixed_seed(*parts: int) -> int:
     """A 63-bit seed mixed from integers."""
@@ -28,16 +30,18 @@ def step_problems(task, seed: int, step: int, prompts: int, repeat: bool = False
 
 def stream_problem(task, seed: int, prompts: int, k: int, repeat: bool = False):
     """Problem k of a run's prompt stream: the run's steps' problems one after another, as a data loader serves them
-    (problem k % prompts of step k // prompts's), which a partial run draws its groups from (real/run/partial.py)."""
+    (problem k % prompts of step k // prompts's), which partial and tail-batching draw their groups from
+    (real/run/stream.py)."""
     return step_problems(task, seed, k // prompts, prompts, repeat)[k % prompts]
 
 
 def recorded_prompts(run: str | Path, task, answers) -> list[list[int]]:
     """The prompt token ids each row of a run's `answers` (answers.parquet's rows: step, prompt_id) was answering.
-    A partial run's `prompt_id` numbers its prompt stream (`stream_problem`)."""
+    A run of a policy that draws from the prompt stream (partial, tail-batching) numbers its groups by it
+    (`stream_problem`)."""
     config = json.loads((Path(run) / "config.json").read_text())
     seed, prompts, repeat = config["seed"], config["prompts"], config.get("repeat_prompts", False)
-    streamed = config["policy"].removesuffix("+tlt") == "partial"
+    drawn = streamed(config["policy"])
     problems = {int(step): step_problems(task, seed, int(step), prompts, repeat) for step in answers["step"].unique()}
-    return [task.prompt_ids(stream_problem(task, seed, prompts, p, repeat) if streamed else problems[a][p])
+    return [task.prompt_ids(stream_problem(task, seed, prompts, p, repeat) if drawn else problems[a][p])
             for a, p in zip(answers["step"].astype(int), answers["prompt_id"].astype(int))]

@@ -1,9 +1,10 @@
 """Which rows a worker's engine runs in a step, and what the worker trains on after it, per policy: verl's (its block
-of whole groups, every row run to its end), longest-first's (placed by its history predictor: real/run/placement.py)
-and partial's (its chunk of the step's groups, the step stopped at its quota, unfinished rows carried:
-real/run/partial.py). The worker's step (real/run/worker.py) asks `share(step)` before its rollout and `trained(...)`
-after it; `state_dict` is the part of the worker's checkpoint these decisions need (the predictor's history, the
-carried rows and the prompt stream's position).
+of whole groups, every row run to its end), longest-first's (placed by its history predictor: real/run/placement.py),
+and those of the policies that draw from the prompt stream, partial's and tail-batching's (the worker's chunk of the
+step's groups, the step stopped at its quota, unfinished rows carried or parked: real/run/stream.py). The worker's
+step (real/run/worker.py) asks `share(step)` before its rollout and `trained(...)` after it; `state_dict` is the part
+of the worker's checkpoint these decisions need (the predictor's history; the stream's position and the rows carried
+or parked).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch.distributed as dist
 
 from real.run.config import RunConfig
 from real.run.grpo import group_advantages
-from real.run.partial import PartialSteps, gathered, worker_rows
+from real.run.stream import PartialSteps, TailSteps, gathered, worker_rows
 from real.run.placement import placed_rows
 from real.run.problems import step_problems, stream_problem
 from tltsim.control.placement import HistoryPredictor
@@ -26,7 +27,7 @@ class Share:
     """This worker's part of a step: the rows its engine runs ((prompt_id, sample) each), their problems and the
     prompts the engine is given (a resumed row's tokens so far end its prompt), their budgets (None: max_new_tokens
     each); `stop(engine)`, for a step that may stop before every row has finished, makes the rollout's `stop`;
-    `runs`, the rows' indices among the step's rows (a partial step's)."""
+    `runs`, the rows' indices among the step's rows (a step drawn from the prompt stream)."""
 
     rows: list[tuple[int, int]]
     problems: list
@@ -58,14 +59,16 @@ class StepRows:
         self.config, self.task, self.rank, self.world, self.store = config, task, rank, world, store
         # longest-first: each prompt's earlier response lengths, every worker's (the same on every rank)
         self.predictor = HistoryPredictor() if config.placement() else None
-        partial = config.partial()  # partial: the prompt stream's position and the rows carried to the next step
-        self.partial = PartialSteps(partial, config.prompts, config.group, config.max_new_tokens) if partial else None
-        self.rows: dict = {}  # a partial step's rows (every worker's), as PartialSteps.begin made them
+        # partial, tail-batching: the prompt stream's position and the rows carried or parked
+        partial, tail = config.partial(), config.tail_batching()
+        self.stream = (PartialSteps(partial, config.prompts, config.group, config.max_new_tokens) if partial else
+                       TailSteps(tail, config.prompts, config.group, config.max_new_tokens) if tail else None)
+        self.rows: dict = {}  # such a step's rows (every worker's), as the stream's `begin` made them
 
     def share(self, step: int) -> Share:
         """This worker's rows of step `step`, in the order its engine admits them."""
-        if self.partial:
-            return self._partial_share(step)
+        if self.stream:
+            return self._stream_share(step)
         cfg = self.config
         problems = step_problems(self.task, cfg.seed, step, cfg.prompts, cfg.repeat_prompts)
         rows = placed_rows(cfg.prompts, cfg.group, self.world, self.predictor)[self.rank]
@@ -75,8 +78,8 @@ class StepRows:
     def trained(self, step: int, share: Share, engine, ro, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
         """After the step's rollout (`engine`'s, `ro`: real.engine.adaptive.Rollout, begun at `t0`): this worker's
         samples the step trains on, their GRPO advantages and the step's columns of the policy."""
-        if self.partial:
-            return self._partial_trained(step, share, engine, ro, t0)
+        if self.stream:
+            return self._stream_trained(step, share, engine, ro, t0)
         finished = [engine.finished[i] for i in ro.ids]
         samples = [Sample(pid, j, prompt, f.tokens, f.generated_mask(), self.task.reward(problem, f.tokens),
                           ro.admitted_at[i], ro.finished_at[i], f.turns)
@@ -103,12 +106,13 @@ class StepRows:
         cfg = self.config
         return stream_problem(self.task, cfg.seed, cfg.prompts, k, cfg.repeat_prompts)
 
-    def _partial_share(self, step: int) -> Share:
-        """This worker's rows of a partial step, carried rows resumed with their tokens so far at the end of their
-        prompts; its engine stops once the step's quota of groups has finished on every worker."""
-        rows = self.rows = self.partial.begin(step, lambda k: len(self.task.prompt_ids(self._problem(k))))
+    def _stream_share(self, step: int) -> Share:
+        """This worker's rows of a partial or tail-batching step, carried rows resumed with their tokens so far at the
+        end of their prompts; its engine stops once the step's quota of groups has finished on every worker (but in
+        a long round)."""
+        rows = self.rows = self.stream.begin(step, lambda k: len(self.task.prompt_ids(self._problem(k))))
         share, runs = worker_rows(rows, self.rank, self.world)
-        quota = self.partial.quota(self.store, step, self.rank, self.world, rows, share)
+        quota = self.stream.quota(self.store, step, self.rank, self.world, rows, share)
 
         def stop(engine):
             def stopped() -> bool:  # a fresh engine's request ids are its prompts' indices
@@ -119,9 +123,9 @@ class StepRows:
         problems = [self._problem(int(k)) for k in rows["prompt_id"][runs]]
         return Share([(int(rows["prompt_id"][i]), int(rows["sample"][i])) for i in runs], problems,
                      [self.task.prompt_ids(p) + list(rows["tokens"][i]) for p, i in zip(problems, runs)],
-                     rows["response_len"][runs].tolist(), stop, runs)
+                     rows["response_len"][runs].tolist(), stop if quota is not None else None, runs)
 
-    def _partial_trained(self, step: int, share: Share, engine, ro, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
+    def _stream_trained(self, step: int, share: Share, engine, ro, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
         """Every worker's rows gathered; the groups finished on every worker trained on (the rest carried or dropped):
         this worker's trained samples are whole responses, the tokens carried from earlier steps first."""
         rows, left = self.rows, engine.in_progress()
@@ -130,7 +134,7 @@ class StepRows:
         everyone = [None] * self.world
         dist.all_gather_object(everyone, mine)
         finished, new, times = gathered(rows, everyone)
-        trained, columns = self.partial.end(step, rows, finished, new)
+        trained, columns = self.stream.end(step, rows, finished, new)
         order = np.flatnonzero(trained)  # every trained row, in group order (a group's rows are adjacent)
         problems = {i: self._problem(int(rows["prompt_id"][i])) for i in order}
         rewards = [self.task.reward(problems[i], list(rows["tokens"][i])) for i in order]
@@ -143,10 +147,10 @@ class StepRows:
 
     def state_dict(self) -> dict:
         return {"placement": self.predictor.state_dict() if self.predictor else None,
-                "partial": self.partial.state_dict() if self.partial else None}
+                "stream": self.stream.state_dict() if self.stream else None}
 
     def load_state_dict(self, state: dict) -> None:
         if self.predictor:
             self.predictor.load_state_dict(state["placement"])
-        if self.partial:
-            self.partial.load_state_dict(state["partial"])
+        if self.stream:
+            self.stream.load_state_dict(state["stream"])

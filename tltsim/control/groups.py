@@ -5,6 +5,7 @@ Rows are a dict of equal-length numpy columns (`step`, `prompt_id`, `prompt_len`
 optionally `group`: a prompt group's id, `origin`: the policy version of a row's first tokens, `carried`: its
 tokens generated in earlier steps); an empty dict is no rows.
 
+    streamed(policy)                         whether a policy's steps draw from the prompt stream (STREAMED)
     groups_in(rows)                          prompt groups among the rows
     concat([a, b]), take_rows(rows, mask)    rows joined, rows picked
     needs_engine(response_len, aborted)      the rows an engine must run (the others count as finished at 0)
@@ -16,6 +17,13 @@ tokens generated in earlier steps); an empty dict is no rows.
 from __future__ import annotations
 
 import numpy as np
+
+STREAMED = ("partial", "tail-batching")  # the policies whose steps draw prompt groups from a stream (their +tlt too)
+
+
+def streamed(policy: str) -> bool:
+    """Whether `policy`'s steps draw their prompt groups from a stream (STREAMED, alone or +tlt)."""
+    return policy.removesuffix("+tlt") in STREAMED
 
 
 def groups_in(rows: dict) -> int:

@@ -46,7 +46,6 @@ from tltsim.core.errors import TltsimError
 from tltsim.core.records import IDLE_STATES
 from tltsim.policies import make_policy
 from tltsim.policies.compose import Composite
-from tltsim.policies.partial import PartialRollout
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import Strategy
 from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
@@ -55,7 +54,8 @@ from tltsim.sim.simulator import Simulator
 from tltsim.trace import Trace, load as load_trace
 from tltsim.analysis.validation.divergence import COLUMNS as DIVERGENCE
 from tltsim.analysis.validation.divergence import divergences
-from tltsim.analysis.validation.stream import StreamedPartial, is_streamed, step_frame, stream_frame
+from tltsim.analysis.validation.stream import draw_from, step_frame, stream_frame
+from tltsim.control.groups import streamed
 from tltsim.analysis.validation.work_domain import compare_work, relative_error, request_acceptance
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
@@ -161,7 +161,7 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     workers = int(cfg.get("workers", measured.timeline["worker"].nunique()))
     per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
     stream = None
-    if is_streamed(cfg.get("policy", "verl")):  # a partial run: the stream it drew from, its own stops and carries
+    if streamed(cfg.get("policy", "verl")):  # the stream the run drew from; the replay's own stops, carries, parks
         stream = stream_frame(trace.df, measured.steps, cfg, trace.meta.max_response_len)
         trace = Trace.from_frame(step_frame(stream, len(measured.steps)), trace.meta)
         per_engine = math.ceil(int(measured.steps["launched_groups"].max()) / workers) * int(cfg["group"])
@@ -185,15 +185,16 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     policy = make_policy(sim_cfg.policy, knobs)
 
     def replayed(part):  # a what-if drafter (`qualities`) drafts for every row alike
-        if isinstance(part, PartialRollout) and stream is not None:
-            return StreamedPartial(part, stream)
         if not isinstance(part, TLTPolicy):
             return part
         return (ReplayedQuality(part, measured_qualities(measured), request_acceptance(measured))
                 if qualities is None else ReplayedQuality(part, qualities))
 
     policy = Composite(*map(replayed, policy.parts)) if isinstance(policy, Composite) else replayed(policy)
-    predicted = Simulator(trace, sim_cfg, policy, cost=cost).run()
+    sim = Simulator(trace, sim_cfg, policy, cost=cost)
+    if stream is not None:
+        draw_from(sim.policy, stream)
+    predicted = sim.run()
     return measured, predicted
 
 

@@ -1,6 +1,6 @@
-"""Partial rollout in a real run (real/run/partial.py): the same decisions as the simulator's on the same lengths,
-an engine that stops mid-row and a row resumed from its tokens, and a run that trains whole groups, carries the
-rest and resumes so."""
+"""The policies that draw from the prompt stream in a real run (real/run/stream.py: partial rollout, tail batching):
+the same decisions as the simulator's on the same lengths, an engine that stops mid-row and a row resumed from its
+tokens, runs that train whole groups, carry or park the rest and resume so, and validate's replay of them."""
 from __future__ import annotations
 
 import math
@@ -10,9 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from real.run.partial import PartialSteps, StoreQuota
+from real.run.stream import PartialSteps, TailSteps
 from tltsim.control.groups import group_shares, quota_stop
 from tltsim.control.partial import PartialControl, PartialKnobs
+from tltsim.control.tail import TailBatchingKnobs, TailControl
+from tltsim.core.off_policy import off_policy_columns
 
 
 class DictStore:
@@ -32,18 +34,18 @@ class DictStore:
 
 
 def _real_step(steps: PartialSteps, step: int, store: DictStore, full: dict, workers: int):
-    """One real partial step on `workers` workers whose rows generate a token a second each from the step's start
+    """One real step (partial or tail-batching) on `workers` workers whose rows generate a token a second each from the step's start
     (rows that need no engine have finished): each worker tells its quota its rows as they finish, in time order,
     and reads the others' after each finish; the step stops at the first moment a worker's view meets the quota.
-    Returns (rows, done mask, responses dropped)."""
+    Returns (rows, done mask, the step's columns)."""
     rows = steps.begin(step, lambda k: 10)
     left = np.array([full[(int(k), int(j))] for k, j in zip(rows["prompt_id"], rows["sample"])]) - \
         np.array([len(t) for t in rows["tokens"]])
     left = np.where(rows["response_len"] == 0, 0, left)  # finished before
     shares = group_shares(rows["group"], workers)
-    quotas = [StoreQuota(store, step, w, workers, rows["group"], steps.need) for w in range(workers)]
+    quotas = [steps.quota(store, step, w, workers, rows, share) for w, share in enumerate(shares)]
     stop = math.inf
-    for t in sorted(set(left.tolist())):  # the moments rows finish, every worker's
+    for t in sorted(set(left.tolist())) if quotas[0] is not None else []:  # the moments rows finish, every worker's
         for w, share in enumerate(shares):
             quotas[w].finished(share[left[share] <= t])
         if any(q.stop() for q in quotas):
@@ -51,7 +53,7 @@ def _real_step(steps: PartialSteps, step: int, store: DictStore, full: dict, wor
             break
     new = [[7] * int(min(r, stop)) for r in left]
     done, columns = steps.end(step, rows, left <= stop, new)
-    return rows, done, columns["dropped"]
+    return rows, done, columns
 
 
 @pytest.mark.parametrize("unfinished", ["resume", "drop"])
@@ -66,7 +68,7 @@ def test_the_real_partial_step_decides_what_the_simulators_does_on_the_same_leng
     real, store = PartialSteps(knobs, prompts=2, group=2, max_new_tokens=64), DictStore()
     sim, served = PartialControl(knobs), 0
     for step in range(3):
-        rows, done, dropped = _real_step(real, step, store, full, workers=2)
+        rows, done, columns = _real_step(real, step, store, full, workers=2)
 
         fresh_groups = sim.begin_step(2)
         k = np.repeat(np.arange(served, served + fresh_groups), 2)
@@ -80,7 +82,8 @@ def test_the_real_partial_step_decides_what_the_simulators_does_on_the_same_leng
         sim_dropped = sim.end_step(step, df, sim_done, generated)
 
         assert rows["prompt_id"].tolist() == df["prompt_id"].tolist()
-        assert done.tolist() == sim_done.tolist() and dropped == sim_dropped
+        assert done.tolist() == sim_done.tolist()
+        assert columns == {**columns, **off_policy_columns(step, df, sim_done, sim_dropped)}  # as the simulator records
         assert real.control.launched == sim.launched and real.control.carried_groups == sim.carried_groups
         carry, expected = real.control.carry, sim.carry
         assert [len(t) for t in carry.get("tokens", [])] == list(expected.get("carried", []))
@@ -90,6 +93,42 @@ def test_the_real_partial_step_decides_what_the_simulators_does_on_the_same_leng
         assert [t for t, f in zip(carry.get("response_len", []), expected.get("response_len", [])) if f == 0] == \
             [0] * int(np.sum(expected.get("response_len", np.array([])) == 0))
     assert sim.carried_groups or unfinished == "drop"
+
+
+def test_the_real_tail_batching_step_decides_what_the_simulators_does_on_the_same_lengths():
+    """Six steps of 2 groups of 2 trained on, 2x launched in a short round, a long round after at most 2 short ones
+    with prompts parked, on 2 workers, lengths drawn at random: the real executor's glue (TailSteps: its stream, a
+    long round's rows run anew, StoreQuota, end) and the simulator's rule (quota_stop, TailControl) run the same
+    rounds, train, abort and park the same rows at every step."""
+    rng = np.random.default_rng(5)
+    full = {(k, j): int(rng.integers(1, 30)) for k in range(60) for j in range(2)}
+    knobs = TailBatchingKnobs(eta=2.0, long_every=2)
+    real, store = TailSteps(knobs, prompts=2, group=2, max_new_tokens=64), DictStore()
+    sim, served, rounds = TailControl(knobs), 0, []
+    for step in range(6):
+        rows, done, columns = _real_step(real, step, store, full, workers=2)
+
+        fresh_groups = sim.begin_step(2)
+        k = np.repeat(np.arange(served, served + fresh_groups), 2)
+        served += fresh_groups
+        fresh = {"step": np.full(len(k), step), "prompt_id": k, "group": k, "sample": np.tile([0, 1], fresh_groups),
+                 "prompt_len": np.full(len(k), 10), "origin": np.full(len(k), step), "carried": np.zeros(len(k), int)}
+        fresh["response_len"] = np.array([full[(int(a), int(b))] for a, b in zip(k, fresh["sample"])])
+        df = sim.rows(step, fresh)
+        if sim.long:  # every row to its end
+            sim_done, generated = np.ones(len(df["step"]), bool), df["response_len"]
+        else:
+            stop, sim_done = quota_stop(df["group"], df["response_len"].astype(float), 2)  # a token a second
+            generated = np.minimum(df["response_len"], stop).astype(int)
+        rounds.append(sim.long)
+        sim_dropped = sim.end_step(df, None if sim.long else sim_done, generated)
+
+        assert real.control.long == rounds[-1]
+        assert rows["prompt_id"].tolist() == df["prompt_id"].tolist()
+        assert done.tolist() == sim_done.tolist()
+        assert columns == {**columns, **off_policy_columns(step, df, sim_done, sim_dropped)}  # as the simulator records
+        assert list(real.control.parked.get("prompt_id", [])) == list(sim.parked.get("prompt_id", []))
+    assert any(rounds) and not all(rounds)
 
 
 def test_a_partial_steps_state_is_what_resumes_it():
@@ -112,11 +151,10 @@ def test_a_partial_runs_stream_is_replayed_in_its_order_at_its_lengths():
     trained = pd.DataFrame({"step": [0, 0, 1, 1, 1, 1], "prompt_id": [1, 1, 0, 0, 3, 3], "sample": [0, 1, 1, 0, 0, 1],
                             "prompt_len": [9, 9, 7, 7, 11, 11], "response_len": [5, 6, 30, 29, 8, 2],
                             "reward": [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]})
-    steps = pd.DataFrame({"launched_groups": [4, 4], "carried_groups": [3, 2]})  # drew 4, then 4 - 3: 5 groups
-    config = {"prompts": 1, "group": 2, "knobs": {"ratio": 2.0}}
-    stream = stream_frame(trained, steps, config, cap=32)
-    assert stream["prompt_id"].tolist() == np.repeat(np.arange(7), 2).tolist()  # 5 drawn, 2 more: a launch's worth
-    assert stream["response_len"].tolist() == [29, 30, 5, 6, 32, 32, 8, 2, 32, 32, 32, 32, 32, 32]
+    steps = pd.DataFrame({"launched_groups": [4, 4], "drawn_groups": [4, 1]})
+    stream = stream_frame(trained, steps, {"prompts": 1, "group": 2}, cap=32)
+    assert stream["prompt_id"].tolist() == np.repeat(np.arange(9), 2).tolist()  # 5 drawn, 4 more: a launch's worth
+    assert stream["response_len"].tolist() == [29, 30, 5, 6, 32, 32, 8, 2] + [32] * 10
     assert stream["prompt_len"].tolist()[:8] == [7, 7, 9, 9, 9, 9, 11, 11]  # an untrained group: the median prompt
     assert stream["step"].tolist() == stream["prompt_id"].tolist()  # one group a step: the quota
     assert step_frame(stream, 2)["prompt_id"].tolist() == [0, 0, 1, 1]
@@ -166,10 +204,11 @@ def test_partial_is_refused_what_a_real_run_cannot_do(tmp_path):
 
 @pytest.mark.slow
 def test_a_partial_run_trains_whole_groups_carries_the_rest_and_resumes_so(tmp_path):
-    """2 workers, 2 groups of 2 trained on a step, 4 launched, rows run one at a time, sampled: each step trains
-    whole groups, at least its quota; a group is trained once, in a step after it was launched (the stream's
-    order); its recorded staleness and resumed counts are its rows'; and a run resumed after step 0 (its carry and
-    the stream's position in the checkpoint) trains the groups step 0 launched and did not train."""
+    """2 workers, 2 groups of 2 trained on a step, 4 launched, sampled, each worker running its rows one at a time
+    (the tiny target's responses mostly run to the cap, so rows run together would finish together): each step
+    trains whole groups, at least its quota, and carries the rest; a group is trained once, at or after the step
+    that drew it from the stream; every group drawn is trained or still carried; a resumed row stops at the cap; and
+    a run resumed after step 0 (its carry and the stream's position in the checkpoint) goes on from there."""
     from real.run.config import RunConfig
     from real.run.launch import launch
     from real.run.problems import recorded_prompts
@@ -197,12 +236,12 @@ def test_a_partial_run_trains_whole_groups_carries_the_rest_and_resumes_so(tmp_p
     drawn = (steps["launched_groups"] - carried_in).cumsum()
     drew = {k: int(np.searchsorted(drawn.to_numpy(), k, side="right")) for k in df["prompt_id"].unique()}
     assert df["prompt_id"].nunique() + steps["carried_groups"].iloc[-1] == drawn.iloc[-1]
-    assert steps["carried_groups"].sum() > 0 and steps["resumed"].sum() > 0  # the policy acted
+    assert (steps["carried_groups"] > 0).all() and (df["response_len"] <= 24).all()  # the policy acted
     for s, g in df.groupby("step"):
         assert all(drew[k] <= s for k in g["prompt_id"])
         # a sample's first tokens are no older than the step that drew its group
         assert steps.at[s, "staleness_max"] <= max(s - drew[k] for k in g["prompt_id"])
-    assert 0 < res.summary["resumed_fraction"] <= 1
+    assert res.summary["resumed_fraction"] == steps["resumed"].sum() / steps["responses"].sum()
     # a partial run's answers map to their prompts through its prompt stream
     answers = pd.read_parquet(tmp_path / "run" / "answers.parquet")
     from real.settings import SHIPPED_TARGET  # the default target's own task (gcd)
@@ -219,3 +258,37 @@ def test_a_partial_run_trains_whole_groups_carries_the_rest_and_resumes_so(tmp_p
     assert predicted.steps["launched_groups"].tolist() == steps["launched_groups"].tolist()
     assert {"carried_groups", "resumed", "staleness_mean"} <= set(v.per_step["metric"])
     assert {"staleness_mean", "resumed_fraction"} <= set(v.overall["metric"])
+
+
+@pytest.mark.slow
+def test_a_tail_batching_run_parks_the_tail_and_runs_it_anew_in_a_long_round(tmp_path):
+    """2 workers, 2 groups of 2 trained on a step, 4 launched in a short round, a long round after each short one
+    that parked prompts, run 1 step and resumed to 3 (the parked rows in the checkpoint): step 0 trains whole groups
+    and parks the others, step 1 is a long round that runs them anew, each to its end, and trains every row it ran;
+    no sample is stale or resumed. validate replays it with the simulator's tail-batching on the run's stream."""
+    from real.run.config import RunConfig
+    from real.run.launch import launch
+    from tltsim.analysis.validation.validate import validate
+    from tltsim.core.records import Result
+    from tltsim.trace import load
+
+    def run(**kw):
+        return RunConfig(**{"policy": "tail-batching", "workers": 2, "steps": 3, "prompts": 2, "group": 2,
+                            "max_running": 1, "max_new_tokens": 24, "probe": 0, "speed_probe": 0,
+                            "knobs": {"eta": 2.0, "long_every": 1}, **kw})
+
+    launch(run(steps=1), tmp_path / "run")
+    launch(run(), tmp_path / "run", resume=True)
+    steps = Result.load(tmp_path / "run").steps.set_index("step")
+    df = load(tmp_path / "run" / "trace.parquet").df
+    assert steps["long_round"].tolist() == [False, True, False]
+    assert (df.groupby(["step", "prompt_id"]).size() == 2).all() and not df.duplicated(["prompt_id", "sample"]).any()
+    parked = set(range(4)) - set(df[df["step"] == 0]["prompt_id"])  # step 0 drew groups 0..3
+    assert parked and steps.at[0, "parked_groups"] == len(parked) and steps.at[1, "parked_groups"] == 0
+    assert parked <= set(df[df["step"] == 1]["prompt_id"])  # run anew and trained in the long round
+    assert steps.at[1, "responses"] == 2 * steps.at[1, "launched_groups"]  # every row it ran
+    assert (steps["staleness_max"] == 0).all() and (steps["resumed"] == 0).all()
+    v = validate([tmp_path / "run"], Path(__file__).resolve().parents[2] / "traces/profiles/real_cpu_profile.csv")
+    predicted = next(iter(v.predicted.values())).steps
+    assert predicted["long_round"].tolist() == [False, True, False]
+    assert {"dropped", "staleness_mean"} <= set(v.per_step["metric"])
