@@ -12,6 +12,7 @@ from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS,
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.groups import streamed
 from tltsim.control.partial import PartialKnobs
+from tltsim.control.migration import MigrateKnobs
 from tltsim.control.placement import LongestFirstKnobs
 from tltsim.control.tail import TailBatchingKnobs
 from tltsim.control.knobs import acts, build, check_known, knob_names
@@ -22,8 +23,10 @@ from tltsim.core.errors import TltsimError, TltsimWarning
 # the step loop's other answers, each alone or +tlt (the same step, speculating as tlt does), with their knobs:
 # longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first), partial
 # (tltsim.control.partial: over-provisioned groups, the step stopped at its quota, unfinished rows carried) and
-# tail-batching (tltsim.control.tail: the same stop in short rounds, unfinished prompts parked for a long round)
-STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs, "tail-batching": TailBatchingKnobs}
+# tail-batching (tltsim.control.tail: the same stop in short rounds, unfinished prompts parked for a long round) and
+# migrate (tltsim.control.migration: the step's tail moved onto fewer workers, the others released)
+STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs, "tail-batching": TailBatchingKnobs,
+                 "migrate": MigrateKnobs}
 COMBINED = tuple(name for base in STEP_POLICIES for name in (base, f"{base}+tlt"))
 POLICIES = ("verl", *VARIANTS, *COMBINED)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
@@ -48,8 +51,10 @@ class RunConfig:
     # real/run/placement.py), partial (no speculation; ratio x the groups launched, every engine stopped once the
     # step's groups have finished, unfinished rows carried into the next step: real/run/stream.py), tail-batching
     # (no speculation; eta x the groups launched in a short round, stopped so, the unfinished prompts parked and run
-    # anew in a long round every long_every short rounds: real/run/stream.py), and longest-first+tlt, partial+tlt,
-    # tail-batching+tlt (each so, speculating as tlt)
+    # anew in a long round every long_every short rounds: real/run/stream.py), migrate (no speculation; once the
+    # step's unfinished rows fall to `remaining` of them, they move onto `to_engines` workers, the others released:
+    # real/run/migration.py), and longest-first+tlt, partial+tlt, tail-batching+tlt, migrate+tlt (each so,
+    # speculating as tlt)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -74,8 +79,8 @@ class RunConfig:
     max_running: int | None = None  # rows an engine runs at once (default: its whole share)
     knobs: dict = field(default_factory=dict)  # the policy's knobs: --knob (DecisionKnobs, tltsim/control/
     # decisions.py; longest-first: LongestFirstKnobs, tltsim/control/placement.py; partial: PartialKnobs,
-    # tltsim/control/partial.py; tail-batching: TailBatchingKnobs, tltsim/control/tail.py; a +tlt combination: both
-    # parts', each by its name)
+    # tltsim/control/partial.py; tail-batching: TailBatchingKnobs, tltsim/control/tail.py; migrate: MigrateKnobs,
+    # tltsim/control/migration.py; a +tlt combination: both parts', each by its name)
     grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
     warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
     warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
@@ -141,6 +146,13 @@ class RunConfig:
             if self.answers is not None:
                 raise TltsimError(f"--answers: policy {self.policy!r} draws its own groups from the prompt stream, "
                                   f"which another run's answers do not cover; drop --answers")
+        if (migration := self.migration()) is not None:
+            if self.task == "agentic" or self.answers is not None:
+                raise TltsimError(f"policy {self.policy!r} moves rows between workers mid-step, which a trajectory in "
+                                  f"a tool call or a replayed answer cannot be yet; use another task, drop --answers")
+            if migration.release == "drafter" and knobs is None:
+                raise TltsimError(f"policy {self.policy!r}: release = 'drafter' needs a drafter to train; use "
+                                  f"migrate+tlt, or release = 'next-stage' or 'idle'")
         if self.placement() is not None:
             if not self.repeat_prompts:
                 warnings.warn(f"policy {self.policy!r} with new prompts every step predicts every response alike (no "
@@ -219,6 +231,10 @@ class RunConfig:
         """tail-batching's knobs (None for every other policy); TltsimError for unknown ones."""
         return self._step_knobs("tail-batching")
 
+    def migration(self) -> MigrateKnobs | None:
+        """migrate's knobs (None for every other policy); TltsimError for unknown ones."""
+        return self._step_knobs("migrate")
+
     def _step_knobs(self, base: str):
         """The knobs of step policy `base` (STEP_POLICIES) when the run's policy is it, alone or +tlt (None
         otherwise). A +tlt combination's knobs go, each by its name, to this part or to tlt's decisions (as the
@@ -263,7 +279,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """What config.json holds (knobs resolved in full; a combination's both parts', by name)."""
         d = asdict(self)
-        step = self.placement() or self.partial() or self.tail_batching()
+        step = self.placement() or self.partial() or self.tail_batching() or self.migration()
         decisions = self.tlt_knobs()
         d["knobs"] = {**({f.name: getattr(step, f.name) for f in fields(step) if acts(step, f)} if step else {}),
                       **(asdict(decisions) if decisions else {})}

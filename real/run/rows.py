@@ -27,7 +27,8 @@ class Share:
     """This worker's part of a step: the rows its engine runs ((prompt_id, sample) each), their problems and the
     prompts the engine is given (a resumed row's tokens so far end its prompt), their budgets (None: max_new_tokens
     each); `stop(engine)`, for a step that may stop before every row has finished, makes the rollout's `stop`;
-    `runs`, the rows' indices among the step's rows (a step drawn from the prompt stream)."""
+    `runs`, the rows' indices among the step's rows (a step drawn from the prompt stream); `carried` and `admitted`,
+    for rows that moved here mid-step (migrate)."""
 
     rows: list[tuple[int, int]]
     problems: list
@@ -35,6 +36,8 @@ class Share:
     budgets: list[int] | None = None
     stop: Callable | None = None
     runs: np.ndarray | None = None
+    carried: list[list[int]] | None = None  # rows moved here mid-step: each row's tokens before (its prompt's end)
+    admitted: list[float | None] | None = None  # ... and when it was first admitted (None: never before)
 
 
 @dataclass
@@ -75,16 +78,31 @@ class StepRows:
         mine = [problems[pid] for pid, _ in rows]
         return Share(rows, mine, [self.task.prompt_ids(p) for p in mine])
 
-    def trained(self, step: int, share: Share, engine, ro, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
-        """After the step's rollout (`engine`'s, `ro`: real.engine.adaptive.Rollout, begun at `t0`): this worker's
-        samples the step trains on, their GRPO advantages and the step's columns of the policy."""
+    def trained(self, step: int, parts: list, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
+        """After the step's rollout (`parts`: (Share, its engine, real.engine.adaptive.Rollout) for each rollout this
+        worker ran, begun at `t0`): this worker's samples the step trains on, their GRPO advantages and the step's
+        columns of the policy."""
         if self.stream:
-            return self._stream_trained(step, share, engine, ro, t0)
-        finished = [engine.finished[i] for i in ro.ids]
-        samples = [Sample(pid, j, prompt, f.tokens, f.generated_mask(), self.task.reward(problem, f.tokens),
-                          ro.admitted_at[i], ro.finished_at[i], f.turns)
-                   for (pid, j), problem, prompt, f, i in zip(share.rows, share.problems, share.prompts, finished, ro.ids)]
-        return samples, self._advantages(share.rows, samples), {}
+            return self._stream_trained(step, *parts[0], t0)
+        samples = self.samples(parts)
+        return samples, self._advantages([(x.prompt_id, x.sample) for x in samples], samples), {}
+
+    def samples(self, parts: list) -> list[Sample]:
+        """The rows this worker's rollouts (`trained`'s `parts`) finished, as samples: whole responses (a row moved
+        here: its tokens from before the move first), in the order they were given."""
+        out = []
+        for share, engine, ro in parts:
+            for r, ((pid, j), problem, prompt) in enumerate(zip(share.rows, share.problems, share.prompts)):
+                i = ro.ids[r] if r < len(ro.ids) else None
+                if i not in engine.finished:
+                    continue  # moved to another worker
+                f, before = engine.finished[i], share.carried[r] if share.carried else []
+                tokens = list(before) + f.tokens
+                out.append(Sample(pid, j, prompt[:len(prompt) - len(before)], tokens,
+                                  [True] * len(before) + f.generated_mask(), self.task.reward(problem, tokens),
+                                  share.admitted[r] if share.admitted and share.admitted[r] is not None
+                                  else ro.admitted_at[i], ro.finished_at[i], f.turns))
+        return out
 
     def _advantages(self, rows: list[tuple[int, int]], samples: list[Sample]) -> np.ndarray:
         """This worker's rows' GRPO advantages, each its group's over every worker's rewards (a group's rows may be

@@ -18,8 +18,9 @@ from real.tasks.evaluate import accepted_tokens
 from real.engine.generate import Engine, generate
 from real.engine.tools import Sandbox, runs_code
 from real.run.grpo import GRPO, all_reduce_tensors
-from real.run.problems import mixed_seed
-from real.run.rows import StepRows
+from real.run.migration import TailMove
+from real.run.problems import mixed_seed, step_problems
+from real.run.rows import Share, StepRows
 from real.drafters.hybrid import HybridDrafter
 from real.drafters.ngram import NgramDrafter
 from real.models.targets import load_target
@@ -34,6 +35,15 @@ from real.drafters.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
 from tltsim.control.learned import learned_summary
 from tltsim.trace import TraceMeta
+
+
+def _tail_stop(tail: TailMove, engine: Engine, rows: int):
+    """migrate's rollout stop: this worker's unfinished rows told before every engine call (a fresh engine's request
+    ids are its prompts' indices), and whether the tail moves now."""
+    def stopped() -> bool:
+        tail.finished(rows - len(engine.finished))
+        return tail.stop()
+    return stopped
 
 
 class Worker:
@@ -65,6 +75,7 @@ class Worker:
         self.history_state = None  # ... as the checkpoint holds it
         self.static_drafter = None  # --probe-static: the starting drafter, never trained, probed beside the spot one
         self.rows = StepRows(config, self.task, rank, self.world, self.store)  # which rows it runs, trains on
+        self.migration = config.migration()  # migrate's knobs: a step's tail moves onto fewer workers
         self.first_step = 0
         if self.ckpt:
             state = checkpoint.read(out, f"rank{rank}.pt", self.device)
@@ -220,28 +231,41 @@ class Worker:
         if self.dispatcher:
             self.dispatcher.start(step, t0)
         share = self.rows.share(step)
-        engine = Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
-                        seed=mixed_seed(cfg.seed, step, self.rank), collect_features=self.trains, tools=self.tools,
-                        sandbox=self.sandbox, max_tool_calls=getattr(self.task, "max_tool_calls", 0))
+        engine = self._engine(step)
         drafted = self._drafted_rows()
         if self.control is not None:
             self.control.begin_rollout()  # the step's owner begins the rollout, as the simulator's policy does
         answers = [self.answers[(step, pid, j)] for pid, j in share.rows] if self.answers is not None else None
+        poll = (lambda: self.dispatcher.poll(throttled=True)) if self.dispatcher and self.trains else None
+        tail = TailMove(self.migration, self.store, step, self.rank, self.world, cfg.prompts * cfg.group,
+                        lambda: self.clock() - t0) if self.migration else None
+        stop = share.stop(engine) if share.stop else _tail_stop(tail, engine, len(share.prompts)) if tail else None
         ro = rollout(engine, share.prompts, self.clock, self.control, max_running=cfg.max_running, start=t0,
-                     answers=answers, budgets=share.budgets, stop=share.stop(engine) if share.stop else None,
-                     poll=(lambda: self.dispatcher.poll(throttled=True)) if self.dispatcher and self.trains else None)
-        done = ro.calls[-1].t_end if ro.calls else t0
+                     answers=answers, budgets=share.budgets, stop=stop, poll=poll)
+        parts = [(share, engine, ro)]  # each rollout this worker ran: (its Share, its engine, its Rollout)
+        if tail is not None:
+            parts += self._move_tail(step, tail, share, engine, ro, poll)
+        done = max((r.calls[-1].t_end for _, _, r in parts if r.calls), default=t0)
+        phases, early = [], None
+        if tail is not None and tail.released and self.migration.release == "next-stage":
+            # the reward stage's log-prob forwards of the responses this worker finished, before the barrier
+            mine = self.rows.samples(parts)
+            early = self.grpo.old_logprobs([x.prompt for x in mine], [x.tokens for x in mine])
+            phases.append(("reward", done, done := self.clock()))
         self.store.set(f"{step}/done/{self.rank}", repr(done))
-        finished = [engine.finished[i] for i in ro.ids if i in engine.finished]
+        finished = [e.finished[i] for _, e, r in parts for i in r.ids if i in e.finished]
         samples = [(torch.tensor(f.prompt + f.tokens), f.features.cpu()) for f in finished] if self.trains else []
         if self.spot:
             self.spot.buffer.add(step, samples)
-        phases, batches = self._idle_or_train(step, done)
+        idle, batches = self._idle_or_train(step, done)
+        phases += idle
 
         t = phases[-1][2]
-        trained, adv, columns = self.rows.trained(step, share, engine, ro, t0)
+        trained, adv, columns = self.rows.trained(step, parts, t0)
+        if tail is not None:
+            columns = {**columns, **tail.columns()}
         prompts, responses = [x.prompt for x in trained], [x.tokens for x in trained]
-        old, ref = self.grpo.old_logprobs(prompts, responses, adv)
+        old, ref = early if early is not None else self.grpo.old_logprobs(prompts, responses, adv)
         phases.append(("reward", t, t := self.clock()))
         stats = self.grpo.update(prompts, responses, adv, old, ref,
                                  [x.generated for x in trained] if self.tools is not None else None)
@@ -256,7 +280,7 @@ class Worker:
         dist.barrier()
         phases.append(("weight_sync", t, self.clock()))
 
-        report = WorkerStep(self.rank, ro.calls, phases, [
+        report = WorkerStep(self.rank, [c for _, _, r in parts for c in r.calls], phases, [
             {"prompt_id": x.prompt_id, "sample": x.sample, "prompt_len": len(x.prompt),
              "response_len": sum(x.generated), "reward": x.reward,
              "finished": bool(x.tokens[-1] in engine.eos), "admitted_at": x.admitted_at,
@@ -277,6 +301,34 @@ class Worker:
         self._checkpoint(step)
         if self.progress:
             self.progress.step(step, row)
+
+    def _engine(self, step: int) -> Engine:
+        cfg = self.config
+        return Engine(self.target, self.drafter, sampling=self.sampling, max_new_tokens=cfg.max_new_tokens,
+                      seed=mixed_seed(cfg.seed, step, self.rank), collect_features=self.trains, tools=self.tools,
+                      sandbox=self.sandbox, max_tool_calls=getattr(self.task, "max_tool_calls", 0))
+
+    def _move_tail(self, step: int, tail: TailMove, share: Share, engine: Engine, ro, poll) -> list:
+        """migrate, after this worker's rollout stopped for the move or ran out of rows (real/run/migration.py): hand
+        its unfinished rows over, and run anew, on a fresh engine, those it is given as a target: [(Share, engine,
+        Rollout)] of that rollout, or none."""
+        target = tail.target or (tail.move is None and tail.leave())
+        left = engine.in_progress()
+        tail.publish([[pid, j, list(left.get(r, [])), ro.admitted_at.get(r)]
+                      for r, (pid, j) in enumerate(share.rows) if r not in engine.finished])
+        if not target:
+            return []
+        rows = tail.assigned()
+        problems = step_problems(self.task, self.config.seed, step, self.config.prompts, self.config.repeat_prompts)
+        prompts = [self.task.prompt_ids(problems[pid]) + tokens for pid, _, tokens, _ in rows]
+        moved = Share([(pid, j) for pid, j, _, _ in rows], [problems[pid] for pid, *_ in rows], prompts,
+                      [self.config.max_new_tokens - len(tokens) for _, _, tokens, _ in rows],
+                      carried=[tokens for _, _, tokens, _ in rows],
+                      admitted=[at for *_, at in rows])
+        again = self._engine(step)
+        start = ro.calls[-1].t_end if ro.calls else self.clock()
+        return [(moved, again, rollout(again, moved.prompts, self.clock, self.control, start=start,
+                                       max_running=self.config.max_running, budgets=moved.budgets, poll=poll))]
 
     def _idle_or_train(self, step: int, done: float) -> tuple[list[tuple[str, float, float]], int]:
         """From `done` until the coordinator says stop: idle, or training the drafter once told to."""

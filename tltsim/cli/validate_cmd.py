@@ -27,7 +27,7 @@ def register(sub) -> None:
 
 
 def cmd_validate(args) -> int:
-    from tltsim.analysis.validation.validate import OFF_POLICY_METRICS, validate, write
+    from tltsim.analysis.validation.validate import POLICY_METRICS, validate, write
     from tltsim.analysis.validation.work_domain import run_totals
 
     check_outputs(args, "validation", {**cluster_inputs(args), "--profile": args.profile,
@@ -64,11 +64,11 @@ def cmd_validate(args) -> int:
                             for k in ("measured", "predicted")] for s in wide.index]
         print(f"\n{run}: per step, measured | predicted")
         print(format_table(["step", "rollout", "pred", "step_s", "pred", "idle", "pred", "sd_share", "pred", "accepted", "pred"], rows))
-        off = [m for m in OFF_POLICY_METRICS if ("measured", m) in wide.columns]
-        if off:  # a run that carries samples across steps: what it carried, resumed, dropped, and how stale
-            print(f"\n{run}: off-policy per step, measured | predicted")
-            print(format_table(["step", *[h for m in off for h in (m, "pred")]],
-                               [[int(s)] + [wide.at[s, (k, m)] for m in off for k in ("measured", "predicted")]
+        decided = [m for m in POLICY_METRICS if ("measured", m) in wide.columns]
+        if decided:  # a policy's own decisions: what it carried, parked, resumed, dropped, moved, and how stale
+            print(f"\n{run}: the policy's decisions per step, measured | predicted")
+            print(format_table(["step", *[h for m in decided for h in (m, "pred")]],
+                               [[int(s)] + [wide.at[s, (k, m)] for m in decided for k in ("measured", "predicted")]
                                 for s in wide.index]))
     print("\noverall")
     print(format_table(["run", "metric", "measured", "predicted", "error"],

@@ -60,12 +60,13 @@ from tltsim.analysis.validation.work_domain import compare_work, relative_error,
 
 METRICS = ["rollout_s", "total_s", "idle_fraction", "sd_share", "drafter_train_s", "mean_accepted"]
 TURN_METRICS = ["tool_wait_s", "turns", "tool_calls"]  # a multi-turn run's, besides METRICS
-# a run that trains on samples not all its step's own (partial): per step, the groups it carried on, the samples it
-# resumed and dropped, their mean staleness (tltsim.core.off_policy), besides METRICS
-OFF_POLICY_METRICS = ["carried_groups", "resumed", "dropped", "staleness_mean"]
+# a policy's own decisions per step, where its run records them, besides METRICS: the groups partial carried on and
+# tail-batching parked, the samples resumed and dropped and their mean staleness (tltsim.core.off_policy), the rows
+# migrate moved and when
+POLICY_METRICS = ["carried_groups", "parked_groups", "resumed", "dropped", "staleness_mean", "migrated", "migrate_at_s"]
 OFF_POLICY_SUMMARY = ["staleness_mean", "resumed_fraction", "dropped_fraction"]  # the run's, in `overall`
 # compared as differences, not relative errors: fractions (in points), counts and staleness (in policy versions)
-ABSOLUTE = {"idle_fraction", "sd_share", *OFF_POLICY_METRICS, *OFF_POLICY_SUMMARY}
+ABSOLUTE = {"idle_fraction", "sd_share", *(m for m in POLICY_METRICS if m != "migrate_at_s"), *OFF_POLICY_SUMMARY}
 TRACE_FILE = "trace.parquet"
 PROFILE_FILE = "profile.csv"
 SPEED_WINDOW = 5  # steps whose speed probes speak for a step's speed (centred; fewer at the run's ends)
@@ -84,7 +85,7 @@ def step_metrics(result: Result) -> pd.DataFrame:
     out["sd_share"] = steps["sd_share"] if "sd_share" in steps else 0.0
     out["drafter_train_s"] = by_state.get("drafter_train", 0.0)
     out["mean_accepted"] = steps["mean_accepted"] if "mean_accepted" in steps else np.nan
-    for column in OFF_POLICY_METRICS:
+    for column in POLICY_METRICS:
         if column in steps:
             out[column] = steps[column]
     if "turns" in steps:  # a multi-turn run: engine-seconds with every trajectory waiting on a tool, turns, calls
@@ -168,8 +169,10 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     sim_cfg = SimConfig(
         trace=str(Path(run_dir) / TRACE_FILE),
         policy=policy or cfg.get("policy", "verl"),
+        # each row on the worker that ran it (the trace's engine column), but where rows came from the stream or moved
+        # mid-step (migrate records a moved row on the worker that finished it): the policy's own placement
         cluster=ClusterConfig(gpus=workers, tp=1, max_running=int(cfg.get("max_running") or per_engine),
-                              split="contiguous" if stream is not None else "trace"),
+                              split="contiguous" if stream is not None or migrates(cfg.get("policy", "")) else "trace"),
         rl=RLConfig(reward_s=0.0, balance_train=False,
                     micro_batch_tokens=int((cfg.get("grpo") or {}).get("micro_batch_tokens", 0)),
                     skip_zero_advantage=bool((cfg.get("grpo") or {}).get("skip_zero_advantage", False))),
@@ -196,6 +199,11 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
         draw_from(sim.policy, stream)
     predicted = sim.run()
     return measured, predicted
+
+
+def migrates(policy: str) -> bool:
+    """Whether a run of `policy` moves rows between workers mid-step (migrate, migrate+tlt)."""
+    return policy.removesuffix("+tlt") == "migrate"
 
 
 def recorded_knobs(config: dict) -> dict:
@@ -302,7 +310,7 @@ def validate(run_dirs: list[str | Path], profile: str | Path | None = None, spee
             work.append(compare_work(name, measured, pred))
             diverged.append(divergences(name, measured, pred, recorded_knobs(measured.config)))
         m, p = step_metrics(measured), step_metrics(pred)
-        for metric in METRICS + [k for k in TURN_METRICS + OFF_POLICY_METRICS if k in m and k in p]:
+        for metric in METRICS + [k for k in TURN_METRICS + POLICY_METRICS if k in m and k in p]:
             for step in m.index:
                 mv, pv = float(m.at[step, metric]), float(p.at[step, metric]) if step in p.index else np.nan
                 per_step.append({"run": name, "step": int(step), "metric": metric, "measured": mv, "predicted": pv,
