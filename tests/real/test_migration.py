@@ -8,33 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from dict_store import DictStore
 
 from real.run.migration import TailMove
 from tltsim.control.migration import MigrateKnobs, MigrationControl
-
-
-class DictStore:
-    """The run's key-value store (torch.distributed's TCPStore) as the move uses it."""
-
-    def __init__(self):
-        self.kv = {}
-
-    def set(self, key, value):
-        self.kv[key] = value.encode() if isinstance(value, str) else value
-
-    def get(self, key):
-        return self.kv[key]
-
-    def check(self, keys):
-        return all(k in self.kv for k in keys)
-
-    def wait(self, keys):
-        assert self.check(keys), f"a wait that would never end: {keys}"
-
-    def compare_set(self, key, expected, desired):
-        if key not in self.kv and expected == "":
-            self.set(key, desired)
-        return self.kv[key]
 
 
 @pytest.mark.parametrize("workers,to_engines,seed,moves", [(2, 1, 1, True), (3, 1, 0, True), (4, 2, 0, True),

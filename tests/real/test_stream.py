@@ -9,28 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from dict_store import DictStore
 
 from real.run.stream import PartialSteps, TailSteps
 from tltsim.control.groups import group_shares, quota_stop
 from tltsim.control.partial import PartialControl, PartialKnobs
 from tltsim.control.tail import TailBatchingKnobs, TailControl
 from tltsim.core.off_policy import off_policy_columns
-
-
-class DictStore:
-    """The run's key-value store (torch.distributed's TCPStore) as the quota uses it: set, get, check."""
-
-    def __init__(self):
-        self.kv = {}
-
-    def set(self, key, value):
-        self.kv[key] = value.encode() if isinstance(value, str) else value
-
-    def get(self, key):
-        return self.kv[key]
-
-    def check(self, keys):
-        return all(k in self.kv for k in keys)
 
 
 def _real_step(steps: PartialSteps, step: int, store: DictStore, full: dict, workers: int):
