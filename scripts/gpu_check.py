@@ -30,8 +30,9 @@ see. Steps, each timed; a failed one is recorded and the rest run:
     profile   `tltsim real profile --model DIR --device D`                        -> profile.csv
     speed     real.tools.speed.measure, plain vs speculative per batch size            -> speed.json
     pair      `tltsim real run --policy verl|tlt` (1 worker, same seed)         -> verl.json, tlt.json
-    policies  `tltsim real run` of tlt-base, longest-first and longest-first+tlt, the same shape, prompts repeated
-              each step (each policy's makespan and speculative share in results.json)
+    policies  `tltsim real run` of tlt-base, longest-first, longest-first+tlt, and on 2 workers sharing the device
+              partial+tlt, tail-batching+tlt and migrate+tlt, the same shape, prompts repeated each step (each
+              policy's makespan and speculative share in results.json)
     validate  `tltsim validate verl tlt --profile profile.csv --json`            -> validate.json
               and results.json: every step's seconds, status and headline figures; log.txt: all output.
 
@@ -58,6 +59,9 @@ from real.settings import GenerateSettings, SpeedSettings
 from real.models.targets import build_target
 from real.tasks.gcd import GcdTask
 
+# the real backend's policies beyond the pair, with the knobs that make each act at the check's shape
+POLICIES = {"tlt-base": [], "longest-first": [], "longest-first+tlt": [], "partial+tlt": ["ratio=2"],
+            "tail-batching+tlt": ["eta=2", "long_every=1"], "migrate+tlt": ["remaining=0.5", "to_engines=1"]}
 SIZES = {  # preset, vocab, dtype, drafter (prompts, new tokens, steps), speed batches, profile grid, run shape
     "gpu": dict(preset="qwen2.5-0.5b-shape", vocab=151936, dtype="bfloat16", prompts=64, new=128, steps=300,
                 batches="1,4,16,64", contexts="128,512", speed_new=128, run=["--prompts", "16", "--group", "4",
@@ -161,12 +165,13 @@ def main(argv=None) -> int:
 
     def run_policies():
         figures = {}
-        for policy in ("tlt-base", "longest-first", "longest-first+tlt"):
+        for policy, knobs in POLICIES.items():
             run_dir = work / policy.replace("+", "_")
             drafter = ["--drafter", str(drafter_path)] if policy.endswith("+tlt") else []  # the others load none
-            cli(["real", "run", "--policy", policy, "--workers", "1", "--model", str(target_dir), *drafter,
-                 "--device", args.device, "--dtype", size["dtype"], "--seed", "0", "--repeat-prompts", *size["run"],
-                 "-o", str(run_dir)])
+            workers = "2" if knobs else "1"  # two workers sharing the device: a step stopped, parked or moved across them
+            cli(["real", "run", "--policy", policy, "--workers", workers, "--model", str(target_dir), *drafter,
+                 *[w for k in knobs for w in ("--knob", k)], "--device", args.device, "--dtype", size["dtype"],
+                 "--seed", "0", "--repeat-prompts", *size["run"], "-o", str(run_dir)])
             summary = json.loads((run_dir / "summary.json").read_text())
             figures[f"{policy}_makespan_s"], figures[f"{policy}_sd_share"] = summary.get("makespan_s"), \
                 summary.get("sd_share")
