@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from tltsim.core.argparser import add_force, show_progress
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import check_apart, check_file, check_output
 from tltsim.analysis.sweep import METRICS
 from tltsim.analysis.report.table import format_table
+from tltsim.analysis.validation.checked import check_pairs, shipped, validated_pairs
 
 
 def register(sub) -> None:
@@ -21,6 +24,7 @@ def register(sub) -> None:
     p.add_argument("--title", help="page title (default: the run names)")
     p.add_argument("--figures", metavar="DIR", help="also write each figure as a PNG into DIR")
     add_force(p, "the HTML file (and --figures' PNGs)")
+    add_validated(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("sweep", help="run a grid or list of configs in parallel, cached; one results table")
@@ -35,6 +39,21 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
 
+def add_validated(p) -> None:
+    """--validated, of compare and report."""
+    p.add_argument("--validated", nargs="+", metavar="RUN_DIR", help="your own real runs (`tltsim real run -o`, each "
+                   "with the profile.csv of the machine that made it), a verl run first: each other one is replayed "
+                   "beside it (tltsim validate) and the ranking's 'checked against a run' cites it beside the shipped "
+                   "pairs")
+
+
+def checks_with(pairs) -> pd.DataFrame | None:
+    """The shipped pairs' checks and those of `pairs` (validated_pairs'), or None (the shipped ones) for none."""
+    if not pairs:
+        return None
+    return pd.concat([shipped(), check_pairs(pairs)], ignore_index=True)
+
+
 def cmd_report(args) -> int:
     from tltsim.analysis.report.page import load_results, write_report
 
@@ -44,7 +63,9 @@ def cmd_report(args) -> int:
     check_apart({"-o": args.out, "--figures": args.figures},
                 {f"RESULT_DIR {i + 1}": r for i, r in enumerate(args.results)})
     check_file(args.out, args.force)
-    path = write_report(load_results(args.results), args.out, args.title, args.figures, force=args.force)
+    pairs = validated_pairs(args.validated) if args.validated else None
+    path = write_report(load_results(args.results), args.out, args.title, args.figures, force=args.force,
+                        checks=checks_with(pairs))
     print(f"wrote {path}" + (f" and its figures in {args.figures}/" if args.figures else ""))
     return 0
 

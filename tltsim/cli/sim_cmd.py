@@ -18,6 +18,8 @@ from tltsim.core.argparser import PreformattedHelpFormatter, show_progress
 from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.hardware import preset_names
 from tltsim.analysis.report.export import write_chrome_trace
+from tltsim.analysis.validation.checked import validated_pairs
+from tltsim.cli.analysis_cmd import add_validated, checks_with
 from tltsim.core.config_files import read_toml
 from tltsim.core.io import atomic_dir, check_apart, check_output, sealed, write_manifest
 from tltsim.policies import make_policy, policy_names
@@ -90,6 +92,7 @@ def register(sub) -> None:
     _cluster_flags(p)
     p.add_argument("--policies", default=None, help="comma-separated policy names; the first is the baseline (default: all)")
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report.html")
+    add_validated(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -246,6 +249,7 @@ def cmd_compare(args) -> int:
         make_policy(n, cfg.policy_knobs)
     trace = sim_trace(args, cfg)
     warn_clipped_steps(cfg.steps, trace)
+    pairs = validated_pairs(args.validated) if args.validated else None  # refused before any run
     answers = args.json or not args.no_report  # the tuning answer of each tlt / tlt-auto run, the drift's rows
     with atomic_dir(args.out, sealed("comparison")) as tmp:  # the whole comparison, its report included, or nothing
         with ProcessPoolExecutor(1, initializer=end_with, initargs=(os.getpid(),)) as side:  # beside the runs
@@ -260,7 +264,7 @@ def cmd_compare(args) -> int:
         if not args.no_report:
             from tltsim.analysis.report.page import write_report  # matplotlib: imported only when a report is made
 
-            write_report(results, tmp / "report.html", tunings=tunings, drift=drift)
+            write_report(results, tmp / "report.html", tunings=tunings, drift=drift, checks=checks_with(pairs))
         write_manifest(tmp, kind="comparison")  # every file of every run, and the report
     if args.json:
         print(json.dumps({"policies": rows, "drift_sensitivity": drift}, indent=2, default=float))

@@ -114,6 +114,10 @@ RANKING: dict[str, str] = {
     "off-policy cost": "what the speed costs the training data: staleness, resumed and dropped responses, and a "
                        "changed length mix (trained_len_ratio); none for an on-policy run: every trained response "
                        "generated whole by the weights that train on it, and no generated response dropped.",
+    "checked against a run": "how far the simulator's predicted speedup over verl was from the measured one on "
+                             "pairs of real runs of the policy (tltsim validate, at one machine speed; the shipped "
+                             "pairs, benchmarks/bench_checked.py, and those given with --validated); not yet where "
+                             "no real run of it has been checked.",
 }
 
 DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}

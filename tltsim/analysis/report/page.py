@@ -27,6 +27,7 @@ from tltsim.core.io import atomic_path, check_file, write_text
 from tltsim.analysis.report.plots.style import labelled, run_colors
 from tltsim.cost import PhaseCalibration
 from tltsim.core.records import Result
+from tltsim.analysis.validation.checked import shipped, verdict
 from tltsim.core.summary import OVERLAPS, rollout_overlap
 
 # The comparison tables: (title, summary metrics in order); a metric is shown when some run has it.
@@ -47,18 +48,20 @@ def load_results(dirs) -> list[Result]:
 
 
 def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None,
-                 tunings: list | None = None, force: bool = False, drift: list | None = None) -> Path:
+                 tunings: list | None = None, force: bool = False, drift: list | None = None,
+                 checks: pd.DataFrame | None = None) -> Path:
     """Render the report of `results` (the first is the baseline) and write it to `path` atomically.
 
     With `figures_dir`, every figure of the page is also written there as a PNG (atomically each). `tunings`:
     each result's tltsim.analysis.report.tuning.tune answer where the caller has it (else the report runs the search).
     A file in the way (the page or a figure) that tltsim did not write is refused, before anything is written,
     unless `force` (tltsim.core.io.check_file). `drift`: tltsim.analysis.drafter.drift_sensitivity's rows, for the section
-    on whether co-training the drafter is worth it.
+    on whether co-training the drafter is worth it. `checks`: the real runs the simulator was checked against
+    (tltsim.analysis.validation.checked; default: the shipped pairs'), which the ranking cites per policy.
     """
     path = Path(path)
     pngs: dict[str, bytes] = {}
-    page = build_report(results, title, pngs, tunings, drift)
+    page = build_report(results, title, pngs, tunings, drift, checks)
     for p in [path, *(Path(figures_dir) / name for name in pngs if figures_dir is not None)]:
         check_file(p, force)
     write_text(path, page)
@@ -70,10 +73,11 @@ def write_report(results, path: str | Path, title: str | None = None, figures_di
 
 
 def build_report(results, title: str | None = None, pngs: dict | None = None, tunings: list | None = None,
-                 drift: list | None = None) -> str:
+                 drift: list | None = None, checks: pd.DataFrame | None = None) -> str:
     """The report as one HTML string; `pngs`, when given, receives each figure as file name -> PNG bytes;
-    `tunings` and `drift` as write_report's."""
+    `tunings`, `drift` and `checks` as write_report's."""
     runs = labelled(results)
+    checks = shipped() if checks is None else checks
     if tunings is None:
         tunings = [tune(r, label=label) for label, r in runs]
     tuned = [t for t in tunings if t is not None]
@@ -86,7 +90,7 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
                                          else f"Comparison of {len(policies)} policies against {names[0]}")
     sections = []  # (anchor, heading, html parts)
     if not single:
-        sections += [("summary", "Summary: which policy, at what cost", _summary(runs)),
+        sections += [("summary", "Summary: which policy, at what cost", _summary(runs, checks)),
                      ("explained", "Results that look wrong, explained", _explained(runs)),
                      ("table", "Comparison tables", _comparison_tables(runs)),
                      ("glossary", "Glossary", _glossary(runs)),
@@ -142,10 +146,12 @@ def comparison_table(results) -> pd.DataFrame:
     return table
 
 
-def _summary(runs) -> list[str]:
+def _summary(runs, checks: pd.DataFrame) -> list[str]:
     """The headline and the ranking: policies by speedup (calibrated: by the seconds they save a step), then the
-    bounds, each with its cost and reason."""
+    bounds, each with its cost, whether real runs have checked the simulator on it (`checks`:
+    tltsim.analysis.validation.checked) and its reason."""
     calibrated = bool(calibration(runs[0][1]))
+    policy = {label: r.summary.get("policy", label) for label, r in runs}
     ranked = findings.rank([r for _, r in runs], by="saved_per_step_s" if calibrated else "speedup")
     colour = run_colors(runs)
     rows = []
@@ -158,9 +164,11 @@ def _summary(runs) -> list[str]:
         saved = f"<td>{f.saved_per_step_s:.2f} s</td>" if calibrated else ""
         rows.append(f'<tr{" class=bound" if f.bound else ""}><td>{place if f.bound is None else "bound"}</td>'
                     f'<td><span class="swatch" style="background:{colour[f.label]}"></span>{html.e(f.label)}</td>'
-                    f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{html.e(f.cost)}</td><td>{html.e(why)}</td></tr>")
+                    f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{html.e(f.cost)}</td>"
+                    f"<td>{html.e(verdict(checks, policy[f.label]) if f.bound is None else '')}</td>"
+                    f"<td>{html.e(why)}</td></tr>")
     names = ["#", "run", *(["saved per step"] if calibrated else []), "speedup", "rollout speedup",
-             "off-policy cost", "why, from the results"]
+             "off-policy cost", "checked against a run", "why, from the results"]
     head = "".join(f"<th{html.title(DEFINITIONS.get('saved_per_step_s' if h == 'saved per step' else h))}>{html.e(h)}</th>"
                    for h in names)
     return [f'<p class="headline">{html.e(findings.headline(ranked, runs[0][0]))}</p>',
