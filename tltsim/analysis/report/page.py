@@ -165,7 +165,7 @@ def _summary(runs, checks: pd.DataFrame) -> list[str]:
         rows.append(f'<tr{" class=bound" if f.bound else ""}><td>{place if f.bound is None else "bound"}</td>'
                     f'<td><span class="swatch" style="background:{colour[f.label]}"></span>{html.e(f.label)}</td>'
                     f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{html.e(f.cost)}</td>"
-                    f"<td>{html.e(verdict(checks, policy[f.label]) if f.bound is None else '')}</td>"
+                    f"<td>{html.e(_checked(checks, policy[f.label], f, runs[0][0]))}</td>"
                     f"<td>{html.e(why)}</td></tr>")
     names = ["#", "run", *(["saved per step"] if calibrated else []), "speedup", "rollout speedup",
              "off-policy cost", "checked against a run", "why, from the results"]
@@ -173,6 +173,13 @@ def _summary(runs, checks: pd.DataFrame) -> list[str]:
                    for h in names)
     return [f'<p class="headline">{html.e(findings.headline(ranked, runs[0][0]))}</p>',
             f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>']
+
+
+def _checked(checks: pd.DataFrame, policy: str, f, baseline: str) -> str:
+    """A ranking row's 'checked against a run': nothing for a bound, the baseline says so, a policy its verdict."""
+    if f.bound is not None:
+        return ""
+    return "the baseline" if f.label == baseline else verdict(checks, policy)
 
 
 def _explained(runs) -> list[str]:
