@@ -61,15 +61,19 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
     every engine call (the spot-training coordinator's hook). `start` (default: now) is where the first call's
     interval begins on the clock. `answers` (one per prompt): recorded responses the engine emits instead of
     its own draws (real.engine.generate, replayed answers). `budgets` (one per prompt): the tokens each row may
-    generate (Engine.add's). `stop()`, if given, is asked before every engine call: once it says True the rollout
-    returns at once, its rows unfinished (`Engine.in_progress`; prompts not yet admitted have no request id).
+    generate (Engine.add's). `stop()`, if given, is asked before every engine call, and once more after the
+    last: once it says True the rollout returns at once, its rows unfinished (`Engine.in_progress`; prompts not yet
+    admitted have no request id).
     """
     control = control if engine.drafter is not None else None
     cap = max_running or len(prompts)
     out = Rollout([], [], {}, {})
     ids, calls = out.ids, out.calls
     t_prev = clock() if start is None else start
-    while (len(ids) < len(prompts) or engine.running or engine.paused) and not (stop is not None and stop()):
+    stopped = False
+    while len(ids) < len(prompts) or engine.running or engine.paused:
+        if stop is not None and (stopped := stop()):
+            break
         room = cap - engine.running  # a row in a tool call holds no slot (its next turn is a new request to a server)
         if room > 0 and len(ids) < len(prompts):
             admit = slice(len(ids), len(ids) + room)
@@ -115,6 +119,8 @@ def rollout(engine: Engine, prompts: list[list[int]], clock, control: EngineCont
         out.finished_at.update((i, t_prev) for i in engine.finished if i not in out.finished_at)
         if poll:
             poll()
+    if stop is not None and not stopped:
+        stop()  # once more after the last call: what it finished is told (a quota, a migration's count)
     return out
 
 

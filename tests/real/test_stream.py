@@ -170,6 +170,11 @@ def test_a_stopped_row_resumed_from_its_tokens_generates_what_it_would_have():
             budgets=[MAX_NEW - len(t) for t in so_far])
     for i, t in enumerate(so_far):
         assert t + again.finished[i].tokens == whole.finished[i].tokens
+    # a rollout that runs out of rows asks once more, so a quota hears of the rows its last call finished
+    seen = []
+    done = Engine(model, sampling=SamplingParams(greedy=True), max_new_tokens=MAX_NEW, eos_token_id=[])
+    rollout(done, prompts, lambda: 0.0, stop=lambda: seen.append(len(done.finished)) or False)
+    assert seen[-1] == len(prompts) and seen[-2] < len(prompts)
 
 
 def test_partial_is_refused_what_a_real_run_cannot_do(tmp_path):

@@ -205,6 +205,18 @@ def test_skip_zero_advantage_trains_only_the_groups_whose_rewards_differ():
     assert informative.rollout_s == every.rollout_s  # the rollout is the same
 
 
+@pytest.mark.parametrize("policy", ["partial", "tail-batching"])
+def test_skip_zero_advantage_reads_the_rewards_of_the_groups_a_policy_draws_from_its_stream(policy):
+    """partial and tail batching draw their groups from the prompt stream (tltsim.sim.prompts), which carries each
+    row's reward: with ratio 1 they launch the step's own groups, so they train on verl's rows, prompt 1's alone."""
+    from tltsim.policies import make_policy
+
+    c = replace(cfg(), rl=RLConfig(reward_s=0.5, skip_zero_advantage=True))
+    knobs = {"ratio": 1.0} if policy == "partial" else {"eta": 1.0}
+    s = Simulator(rewarded_trace([0.0, 0.0, 1.0, 0.0]), c, make_policy(policy, knobs), cost=PerTokenCost()).run()
+    assert s.steps.iloc[0].train_s == pytest.approx((12 + 18) / 100)
+
+
 def test_skip_zero_advantage_trains_nothing_when_every_group_agrees():
     s = Simulator(rewarded_trace([1.0, 1.0, 0.0, 0.0]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)),
                   cost=PerTokenCost()).run().steps.iloc[0]

@@ -17,7 +17,8 @@ class PromptStream:
 
     def __init__(self, trace_df):
         columns = ["prompt_id", "sample", "prompt_len", "response_len"] + [
-            c for c in ("engine", "aborted", "turn_response_len", "tool_latency_s", "tool_tokens") if c in trace_df]
+            c for c in ("engine", "aborted", "reward", "turn_response_len", "tool_latency_s", "tool_tokens")
+            if c in trace_df]  # reward: rl.skip_zero_advantage trains only groups whose rewards differ
         self.cols = {c: trace_df[c].to_numpy() for c in columns}
         if "tool_tokens" in trace_df:  # a multi-turn trace: the tools' tokens each sequence holds
             self.cols["tool_total"] = np.fromiter((sum(t) for t in trace_df["tool_tokens"]), np.int64, len(trace_df))
