@@ -7,7 +7,7 @@ and records each trained response whole (`response_len`: its tokens over every s
 step the groups it drew (`drawn_groups`). `stream_frame` turns that back into the stream: every group the run drew,
 in order, at its rows' full lengths. A group the run never trained (carried or parked still at its end, or dropped)
 runs to the cap: it had not finished while the run had it, and how much longer it would have run, no record says.
-A step's launch more groups past the last one drawn run to the cap too, so a replay that carries or parks fewer
+A launch's worth of groups past the last one drawn runs to the cap too, so a replay that carries or parks fewer
 groups than the run (and so draws more) does not wrap round to the first.
 
 The replay's steps (`step_frame`) hold `prompts` groups each, the groups each step trains on, as the run's do; the
