@@ -41,6 +41,16 @@ def _real_step(steps: PartialSteps, step: int, store: DictStore, full: dict, wor
     return rows, done, columns
 
 
+def _drawn(served: int, groups: int, step: int, full: dict) -> dict:
+    """The simulator's side: `groups` fresh groups of 2 from the stream after the `served` ones, at their full
+    lengths, as tltsim.sim.prompts.PromptStream serves them."""
+    k = np.repeat(np.arange(served, served + groups), 2)
+    sample = np.tile([0, 1], groups)
+    return {"step": np.full(len(k), step), "prompt_id": k, "group": k, "sample": sample,
+            "prompt_len": np.full(len(k), 10), "origin": np.full(len(k), step), "carried": np.zeros(len(k), int),
+            "response_len": np.array([full[(int(a), int(b))] for a, b in zip(k, sample)])}
+
+
 @pytest.mark.parametrize("unfinished", ["resume", "drop"])
 def test_the_real_partial_step_decides_what_the_simulators_does_on_the_same_lengths(unfinished):
     """Three steps of 2 groups of 2 trained on, 2x launched, on 2 workers, with lengths drawn at random: the real
@@ -56,11 +66,8 @@ def test_the_real_partial_step_decides_what_the_simulators_does_on_the_same_leng
         rows, done, columns = _real_step(real, step, store, full, workers=2)
 
         fresh_groups = sim.begin_step(2)
-        k = np.repeat(np.arange(served, served + fresh_groups), 2)
+        fresh = _drawn(served, fresh_groups, step, full)
         served += fresh_groups
-        fresh = {"step": np.full(len(k), step), "prompt_id": k, "group": k, "sample": np.tile([0, 1], fresh_groups),
-                 "prompt_len": np.full(len(k), 10), "origin": np.full(len(k), step), "carried": np.zeros(len(k), int)}
-        fresh["response_len"] = np.array([full[(int(a), int(b))] for a, b in zip(k, fresh["sample"])])
         df = sim.rows(fresh)
         stop, sim_done = quota_stop(df["group"], df["response_len"].astype(float), 2)  # a token a second
         generated = np.minimum(df["response_len"], stop).astype(int)
@@ -94,11 +101,8 @@ def test_the_real_tail_batching_step_decides_what_the_simulators_does_on_the_sam
         rows, done, columns = _real_step(real, step, store, full, workers=2)
 
         fresh_groups = sim.begin_step(2)
-        k = np.repeat(np.arange(served, served + fresh_groups), 2)
+        fresh = _drawn(served, fresh_groups, step, full)
         served += fresh_groups
-        fresh = {"step": np.full(len(k), step), "prompt_id": k, "group": k, "sample": np.tile([0, 1], fresh_groups),
-                 "prompt_len": np.full(len(k), 10), "origin": np.full(len(k), step), "carried": np.zeros(len(k), int)}
-        fresh["response_len"] = np.array([full[(int(a), int(b))] for a, b in zip(k, fresh["sample"])])
         df = sim.rows(step, fresh)
         if sim.long:  # every row to its end
             sim_done, generated = np.ones(len(df["step"]), bool), df["response_len"]
