@@ -22,7 +22,7 @@ from tltsim.core.errors import TltsimError, TltsimWarning
 # the policies a real run executes: verl, every TLT variant of the one registry (tltsim.control.decisions.VARIANTS), and
 # the step loop's other answers, each alone or +tlt (the same step, speculating as tlt does), with their knobs:
 # longest-first (tltsim.control.placement: groups' rows placed and admitted longest predicted first), partial
-# (tltsim.control.partial: over-provisioned groups, the step stopped at its quota, unfinished rows carried) and
+# (tltsim.control.partial: over-provisioned groups, the step stopped at its quota, unfinished rows carried),
 # tail-batching (tltsim.control.tail: the same stop in short rounds, unfinished prompts parked for a long round) and
 # migrate (tltsim.control.migration: the step's tail moved onto fewer workers, the others released)
 STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs, "tail-batching": TailBatchingKnobs,
