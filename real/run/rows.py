@@ -85,7 +85,7 @@ class StepRows:
         if self.stream:
             return self._stream_trained(step, *parts[0], t0)
         samples = self.samples(parts)
-        return samples, self._advantages([(x.prompt_id, x.sample) for x in samples], samples), {}
+        return samples, self._advantages(samples), {}
 
     def samples(self, parts: list) -> list[Sample]:
         """The rows this worker's rollouts (`trained`'s `parts`) finished, as samples: whole responses (a row moved
@@ -104,13 +104,13 @@ class StepRows:
                                   else ro.admitted_at[i], ro.finished_at[i], f.turns))
         return out
 
-    def _advantages(self, rows: list[tuple[int, int]], samples: list[Sample]) -> np.ndarray:
-        """This worker's rows' GRPO advantages, each its group's over every worker's rewards (a group's rows may be
+    def _advantages(self, samples: list[Sample]) -> np.ndarray:
+        """This worker's samples' GRPO advantages, each its group's over every worker's rewards (a group's rows may be
         placed on several workers); longest-first's predictor observes every row's length, in (prompt, sample)
         order, so every rank's is the same."""
         cfg = self.config
         everyone = [None] * self.world
-        dist.all_gather_object(everyone, [(pid, j, x.reward, sum(x.generated)) for (pid, j), x in zip(rows, samples)])
+        dist.all_gather_object(everyone, [(x.prompt_id, x.sample, x.reward, sum(x.generated)) for x in samples])
         done = sorted(row for part in everyone for row in part)
         table = np.zeros((cfg.prompts, cfg.group))
         for pid, j, r, _ in done:
@@ -118,7 +118,7 @@ class StepRows:
         if self.predictor:
             self.predictor.observe(np.array([pid for pid, *_ in done]), np.array([n for *_, n in done]))
         advantages = group_advantages(table)
-        return np.array([advantages[pid, j] for pid, j in rows])
+        return np.array([advantages[x.prompt_id, x.sample] for x in samples])
 
     def _problem(self, k: int):
         cfg = self.config

@@ -29,7 +29,7 @@ import json
 
 import numpy as np
 
-from tltsim.control.groups import GroupQuota, group_shares, groups_in
+from tltsim.control.groups import GroupQuota, group_shares, groups_in, object_column
 from tltsim.control.partial import PartialControl, PartialKnobs
 from tltsim.control.tail import TailBatchingKnobs, TailControl
 from tltsim.core.off_policy import off_policy_columns
@@ -61,7 +61,7 @@ class StreamSteps:
         rows = {"step": np.full(n, step), "prompt_id": k, "sample": np.tile(np.arange(self.group), fresh), "group": k,
                 "prompt_len": np.array([lens[g] for g in k.tolist()], np.int64),
                 "response_len": np.full(n, self.max_new_tokens, np.int64), "origin": np.full(n, step),
-                "carried": np.zeros(n, np.int64), "tokens": _lists([[] for _ in range(n)])}
+                "carried": np.zeros(n, np.int64), "tokens": object_column([[] for _ in range(n)])}
         return self._rows(step, rows if n else {})
 
     def quota(self, store, step: int, rank: int, world: int, rows: dict, share: np.ndarray) -> "StoreQuota":
@@ -79,7 +79,7 @@ class StreamSteps:
         generated = np.array([len(t) for t in new_tokens], np.int64)
         quota = GroupQuota(rows["group"], len(rows["group"]))
         quota.finished(np.flatnonzero(finished))
-        rows["tokens"] = _lists([list(a) + list(b) for a, b in zip(rows["tokens"], new_tokens)])
+        rows["tokens"] = object_column([list(a) + list(b) for a, b in zip(rows["tokens"], new_tokens)])
         rows["response_len"] = np.where(finished, generated, rows["response_len"])
         dropped, columns = self._end(step, rows, quota.done, generated)
         return quota.done, {**columns, "drawn_groups": self.drawn, **off_policy_columns(step, rows, quota.done, dropped)}
@@ -120,8 +120,8 @@ class TailSteps(StreamSteps):
         rows = self.control.rows(step, fresh)
         if self.control.long:  # parked rows start again: nothing of their aborted tokens is kept
             n = len(rows["step"])
-            rows.update(tokens=_lists([[] for _ in range(n)]), response_len=np.full(n, self.max_new_tokens, np.int64),
-                        carried=np.zeros(n, np.int64))
+            rows.update(tokens=object_column([[] for _ in range(n)]),
+                        response_len=np.full(n, self.max_new_tokens, np.int64), carried=np.zeros(n, np.int64))
         return rows
 
     def _end(self, step: int, rows: dict, done: np.ndarray, generated: np.ndarray) -> tuple[int, dict]:
@@ -183,7 +183,3 @@ class StoreQuota:
                 self.quota.finished(sorted(new))
         return self.quota.stopped
 
-
-def _lists(values: list[list[int]]) -> np.ndarray:
-    """An object column of lists (never a 2-d array)."""
-    return np.array(values + [None], dtype=object)[:-1]

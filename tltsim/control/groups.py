@@ -13,6 +13,7 @@ tokens generated in earlier steps); an empty dict is no rows.
     quota_stop(group, finish, target)        when a step stops: once `target` groups have finished (offline)
     GroupQuota(group, target)                the same rule told of rows as they finish (online)
     rows_state(rows), rows_from_state(s)     rows as plain data (a checkpoint) and back
+    object_column(lists)                     a column whose cells are lists
 """
 from __future__ import annotations
 
@@ -100,6 +101,11 @@ class GroupQuota:
         return self.stopped
 
 
+def object_column(lists: list) -> np.ndarray:
+    """A column of lists: an object array holding each list whole (never a 2-d array, even when they are as long)."""
+    return np.array(list(lists) + [None], dtype=object)[:-1]
+
+
 def rows_state(rows: dict) -> dict:
     """`rows` as plain data: per column its dtype and values as lists (an object column of lists stays one)."""
     return {c: {"dtype": str(v.dtype), "values": v.tolist()} for c, v in rows.items()}
@@ -110,7 +116,7 @@ def rows_from_state(state: dict) -> dict:
     out = {}
     for c, s in state.items():
         if s["dtype"] == "object":  # a column of lists: an object array of them, never a 2-d array
-            out[c] = np.array(list(s["values"]) + [None], dtype=object)[:-1]
+            out[c] = object_column(s["values"])
         else:
             out[c] = np.asarray(s["values"], dtype=s["dtype"]).reshape(-1)
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tltsim.control.groups import concat, groups_in, rows_from_state, rows_state, take_rows
+from tltsim.control.groups import concat, groups_in, object_column, rows_from_state, rows_state, take_rows
 from tltsim.control.knobs import knob
 
 
@@ -76,8 +76,7 @@ def rest_of_trajectories(rows: dict, mask: np.ndarray, seen: dict) -> dict:
         for c, v in zip(out, rest):
             out[c].append(v)
         done.append(int(sum(tok[:j])))
-    as_column = lambda lists: np.array(lists + [None], dtype=object)[:-1]  # noqa: E731 (an object array of lists)
-    return {**{c: as_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64),
+    return {**{c: object_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64),
             "tool_pending_s": np.array(pending, float)}
 
 
