@@ -42,6 +42,7 @@ class TailMove:
         self.moving_keys = [f"{step}/moving/{w}" for w in range(world)]  # each worker's rows to move
         self.move: dict | None = None  # {"targets": [...], "at": seconds}
         self.never = False  # due, but on `to_engines` workers or fewer: the step runs to its end where it is
+        self.left = False  # this worker's rows all finished before any move was decided
 
     def finished(self, unfinished: int) -> None:
         """This worker's rows not yet finished (running, or waiting for a slot), before an engine call."""
@@ -71,7 +72,7 @@ class TailMove:
         it as a target first, in which case it waits for the decision. Whether it is a target."""
         self.finished(0)
         if self._claim(self.rank, "left") == "left":
-            self._read()  # a move decided before it left, without it (it is then released)
+            self.left = not self._read()  # else a move decided before it left, without it (it is then released)
             return False
         self.store.wait([self.key])
         self._read()
@@ -101,8 +102,10 @@ class TailMove:
 
     @property
     def released(self) -> bool:
-        """Whether this worker was released at the move (every worker runs rows in a step; the targets go on)."""
-        return self.move is not None and self.rank not in self.move["targets"]
+        """Whether this worker was released: at the move (every worker but the targets), or before it, its rows all
+        finished (the move counts it among the released engines, as the simulator does; on the rare step where no
+        move comes after it left, it has started the next stage early all the same)."""
+        return self.left or (self.move is not None and self.rank not in self.move["targets"])
 
     @property
     def target(self) -> bool:

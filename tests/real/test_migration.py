@@ -62,7 +62,7 @@ def test_a_worker_that_left_is_never_a_target_and_one_claimed_first_runs_as_one(
     store = DictStore()
     a, b, c = (TailMove(knobs, store, 0, w, 3, 6, lambda: 1.5) for w in range(3))
     a.finished(1), b.finished(3), c.finished(1)
-    assert not b.leave() and b.move is None  # gone before any decision
+    assert not b.leave() and b.move is None and b.released  # gone before any decision: released all the same
     assert a.stop() and a.move["targets"] == [0] and c.stop() and c.released
 
     store = DictStore()
@@ -87,9 +87,11 @@ def test_migrate_is_refused_what_a_real_run_cannot_do(tmp_path):
 
 @pytest.mark.slow
 def test_a_migrate_run_moves_its_tail_and_trains_it_where_it_finished(tmp_path):
-    """2 workers, one group of 2 each, run one row at a time: once half the step's rows are unfinished (one a
-    worker), the tail moves onto one worker, which runs both rows anew and trains them; the other is released and
-    computes its finished row's log-probs before the barrier (next-stage). validate's replay moves as many rows."""
+    """2 workers, one group of 2 each, run one row at a time: once half the step's rows are unfinished, the tail moves
+    onto one worker, which runs its rows anew and trains them; the other is released and computes its finished rows'
+    log-probs before the barrier (next-stage). When the move comes depends on timing (a worker that falls behind may
+    find the other done), so the test holds what every timing keeps. validate's replay, on the profile's clock, moves
+    one row a worker."""
     from real.run.config import RunConfig
     from real.run.launch import launch
     from tltsim.analysis.validation.validate import validate
@@ -99,16 +101,20 @@ def test_a_migrate_run_moves_its_tail_and_trains_it_where_it_finished(tmp_path):
                      probe=0, speed_probe=0, knobs={"remaining": 0.5, "to_engines": 1}), tmp_path / "run")
     res = Result.load(tmp_path / "run")
     steps = res.steps.set_index("step")
-    assert (steps["migrated"] == 2).all() and (steps["released_engines"] == 1).all()
+    assert steps["migrated"].between(1, 2).all() and (steps["released_engines"] == 1).all()
     assert (steps["migrate_at_s"] > 0).all() and (steps["migrate_at_s"] < steps["rollout_s"]).all()
     requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
     assert (requests.groupby("step").size() == 4).all() and (requests["response_len"] <= 24).all()
     for step, g in requests.groupby("step"):
-        target = 1 - int((g["engine"].value_counts() == 1).idxmax())  # the released worker trained its one row
-        assert (g["engine"] == target).sum() == 3
-        tl = res.timeline[(res.timeline["step"] == step) & (res.timeline["worker"] == 1 - target)]
-        reward = tl[tl["state"] == "reward"]["t_start"]
-        assert len(reward) == 2 and reward.min() < tl[tl["state"] == "train"]["t_start"].min()
+        tl = res.timeline[res.timeline["step"] == step]
+        rewards = tl[tl["state"] == "reward"].groupby("worker").size()
+        released = int(rewards.idxmax())  # the early log-prob forwards are a second reward span
+        assert sorted(rewards.tolist()) == [1, 2]
+        # the target trains its own two rows and whatever of the released worker's moved
+        assert (g["engine"] == 1 - released).sum() in range(2, 2 + steps.at[step, "migrated"] + 1)
+        mine = tl[tl["worker"] == released]
+        reward = mine[mine["state"] == "reward"]["t_start"]
+        assert reward.min() < mine[mine["state"] == "train"]["t_start"].min()
         assert reward.min() < steps.at[step, "t_start"] + steps.at[step, "rollout_s"]  # before the barrier
     v = validate([tmp_path / "run"], Path(__file__).resolve().parents[2] / "traces/profiles/real_cpu_profile.csv")
     assert next(iter(v.predicted.values())).steps["migrated"].tolist() == [2, 2]
