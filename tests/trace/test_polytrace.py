@@ -94,6 +94,42 @@ def test_convert_and_stats_read_a_log(log, tmp_path, capsys):
     assert st["responses"] == 4
 
 
+def test_a_log_as_runs_leave_it_generated_past_the_cap_and_stopped_mid_step(tmp_path, capsys):
+    """The full Search-R1 log's two shapes: a turn that generates 2,127 tokens and keeps 138 in the context (the
+    trajectory generates past max_response_len, which caps what is kept), and a last step file cut short by the run's
+    stop (a group with some of its samples, a group with none): the cut step is left out with one warning, and
+    `trace stats` says so; --max-len declares the cap, with a warning where the log says another."""
+    d = tmp_path / "0617_0223"
+    d.mkdir()
+    long = trajectory(0, 0, 0, [78, 2127, 1965], [(0, 0.05, 998), (1, 0.02, 503)], final=3000, reason="length")
+    for turn, kept in zip(long["turns"], [78, 138, 1969]):
+        turn["assistant_append_len"] = kept
+    write(d / "multiturn_workload_step_0.jsonl", [long] + lines(0)[1:])
+    write(d / "multiturn_workload_step_1.jsonl", lines(1))
+    write(d / "multiturn_workload_step_2.jsonl", lines(2)[:1])  # the run stopped: one of 4 trajectories logged
+    out = tmp_path / "t.parquet"
+    assert main(["trace", "convert", str(d), str(out), "--max-len", "4096"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tltsim: warning: {d}: step 2: 1 group with fewer than 2 samples (1 responses) left out, and so the "
+                   f"step, which had no whole group; the run stopped or the log lost lines before the step's groups "
+                   f"finished",
+                   f"tltsim: warning: --max-len 4096: {d} declares a cap of 3000; the trace takes 4096, as asked"]
+    t = load(out)
+    assert t.steps == [0, 1] and t.meta.max_response_len == 4096 and t.meta.group_size == 2
+    row = t.df.iloc[0]
+    assert row["response_len"] == 78 + 2127 + 1965 and row["turn_kept_len"] == [78, 138, 1969]
+    assert not row["finished"] and t.df.iloc[1]["turn_kept_len"] == t.df.iloc[1]["turn_response_len"]  # none logged
+    assert t.turns["kept_len"].iloc[:3].tolist() == [78, 138, 1969]
+    assert main(["trace", "stats", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == ("left out of the source: incomplete groups: step 2: 1 group "
+                                                       "with fewer than 2 samples (1 responses) (the whole step)")
+    only = tmp_path / "cut"
+    only.mkdir()
+    write(only / "multiturn_workload_step_2.jsonl", [trajectory(2, 0, 1, [29], [])])  # sample 1 of a group of 2+
+    with pytest.raises(TltsimError, match=r"every group has fewer than 2 samples"):
+        read_multiturn_log(only)
+
+
 def _bad(recs):
     """Step-0 lines with one line replaced by `recs` (a dict edit or a raw string)."""
     good = lines(0)

@@ -273,7 +273,7 @@ def test_each_format_is_recognised_by_the_registry_in_its_order(tmp_path):
     (tmp_path / "t.parquet").write_bytes(b"")
     found = {p: detect(tmp_path / p).name for p in ("poly", "dump", *files, "t.parquet")}
     assert found == {"poly": "PolyTrace's multi-turn workload log", "dump": "verl rollout dump",
-                     "lengths.jsonl": "verl length log", "ours.jsonl": "JSONL trace", "vidur.csv": "Vidur CSV trace",
+                     "lengths.jsonl": "length log", "ours.jsonl": "JSONL trace", "vidur.csv": "Vidur CSV trace",
                      "ours.csv": "CSV trace", "t.parquet": "Parquet trace"}
     assert len({f.name for f in FORMATS}) == len(FORMATS) == 7
     with pytest.raises(TltsimError, match="count_tokens applies to verl rollout dumps only"):

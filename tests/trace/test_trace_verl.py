@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tltsim.cli import main
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.trace import load, save, stats
 from tltsim.trace.tokens import token_counter
 from tltsim.trace.verl import read_rollout_dump
@@ -88,10 +88,12 @@ def test_aborted_requests_are_kept_marked_and_counted(tmp_path, capsys):
     assert main(["trace", "stats", str(out)]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[1].split()[-1] == "aborted%" and table[-2].split()[-1] == f"{100 * len(empty) / 12:.1f}"
-    # a group short of a line for another cause (a line lost) still names the prompt
-    del lines[4]
-    with pytest.raises(TltsimError, match=r"1\.jsonl, line \d+, key 'input': this prompt has 3 samples but"):
-        read_rollout_dump(_write(tmp_path / "1.jsonl", lines), token_counter(str(TOKENIZER)))
+    # a group short of a line (a line lost) is left out, with a warning naming the step, and the trace says so
+    lines.pop(4)
+    with pytest.warns(TltsimWarning, match=r"step 1: 1 group with fewer than 4 samples \(3 responses\) left out;"):
+        cut = read_rollout_dump(_write(tmp_path / "1.jsonl", lines), token_counter(str(TOKENIZER)))
+    assert len(cut.df) == 8 and cut.df.groupby("prompt_id").size().tolist() == [4, 4]
+    assert cut.meta.left_out == "incomplete groups: step 1: 1 group with fewer than 4 samples (3 responses)"
 
 
 def test_a_prompt_drawn_twice_in_a_batch_is_two_groups(tmp_path):
@@ -116,7 +118,6 @@ def _good(tmp_path, n=4):
     ("bad_json", r"1\.jsonl, line 3: not valid JSON"),
     ("missing_key", r"1\.jsonl, line 2: no key 'output'"),
     ("two_steps", r"1\.jsonl, line 6, key 'step': step 2, but line 1 is step 1; .*split the file by step"),
-    ("unequal_groups", r"1\.jsonl, line 5, key 'input': this prompt has 3 samples but the step's groups have 4"),
     ("not_utf8", r"1\.jsonl, line 4: byte 0xff at position \d+ is not UTF-8"),
     ("not_text", r"1\.jsonl, line 2, key 'input': expected the prompt text, got 17"),
     ("some_scored", r"1\.jsonl, line 4: 'score' is on some lines and not on others"),
@@ -130,8 +131,6 @@ def test_malformed_dumps_give_one_line_in_the_dumps_terms(tmp_path, case, expect
         del lines[1]["output"]
     elif case == "two_steps":
         lines[5]["step"] = 2
-    elif case == "unequal_groups":
-        del lines[5]
     elif case == "not_text":
         lines[1]["input"] = 17
     elif case == "some_scored":

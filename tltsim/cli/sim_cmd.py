@@ -35,7 +35,7 @@ from tltsim.verl_config import read_verl_config
 
 def cluster_flags(p) -> None:
     """The trace and cluster flags of simulate, compare and calibrate."""
-    p.add_argument("--trace", help="trace file (.parquet, .csv, .jsonl, verl-style log, Vidur CSV)")
+    p.add_argument("--trace", help="trace file (.parquet, .csv, .jsonl, a length log, Vidur CSV)")
     p.add_argument("--config", help="TOML config file; flags override it, and it overrides the defaults shown")
     p.add_argument("--verl-config", metavar="CONFIG", help="a verl run's .hydra/config.yaml (or its output folder): "
                    "GPUs, TP, memory utilisation, max_num_seqs; overrides --config, flags override it")

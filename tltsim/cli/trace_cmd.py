@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 from tltsim.core import glossary
 from tltsim.core.argparser import PreformattedHelpFormatter, add_force
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.core.io import check_apart, check_file
 from tltsim.trace import FAMILIES, load, save, stats, synth
 from tltsim.trace.synth import COMMON
@@ -20,7 +21,7 @@ def register(subparsers) -> None:
 
     s = sub.add_parser("stats", help="per-step and overall length statistics, tail share",
                        epilog=glossary.trace_stats_epilog(), formatter_class=PreformattedHelpFormatter)
-    s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; verl-style JSONL, Vidur CSV and PolyTrace's "
+    s.add_argument("file", help=f"trace file ({', '.join(SUFFIXES)}; length logs, Vidur CSV and PolyTrace's "
                    "multi-turn workload log, a file or its directory, too)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     s.set_defaults(func=_stats)
@@ -47,10 +48,12 @@ def register(subparsers) -> None:
 
     c = sub.add_parser("convert", help="convert between formats (and import verl / Vidur / PolyTrace logs)")
     c.add_argument("input", help="trace file to read, a verl rollout dump (trainer.rollout_data_dir or one file of it), "
-                   "or PolyTrace's multi-turn workload log (its directory or one multiturn_workload_step_<step>.jsonl)")
+                   "PolyTrace's multi-turn workload log (its directory or one multiturn_workload_step_<step>.jsonl), "
+                   "or a length log (PolyTrace's packed_length_log directory or one packed_lengths_step_<step>.jsonl)")
     c.add_argument("output", help=f"file to write ({', '.join(SUFFIXES)})")
     add_force(c, "OUTPUT (and a CSV or JSONL trace's sidecar OUTPUT.meta.json)")
-    c.add_argument("--max-len", type=int, help="declare the generation cap (e.g. for logs that do not record it)")
+    c.add_argument("--max-len", type=int, help="declare the response cap, whatever the log says (a warning where it "
+                   "says another; length logs do not record it)")
     c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
     c.add_argument("--tokenizer", metavar="TOK", help="verl rollout dumps only: the run's tokenizer (a local model or "
                    "tokenizer directory, or a `tltsim real model` name such as smollm2-135m) that counts the tokens of the dumped texts")
@@ -67,6 +70,8 @@ def _stats(args) -> int:
     cap = m.max_response_len if m.max_response_len is not None else "unknown"
     print(f"{args.file}: source {m.source}, model {m.model}, cap {cap}, group {m.group_size}, "
           f"{st['steps']} steps, {st['responses']} responses")
+    if m.left_out:
+        print(f"left out of the source: {m.left_out}")
     print(_table(st))
     if "turns" in st:
         print(_turn_table(st))
@@ -140,8 +145,12 @@ def _convert(args) -> int:
     _check_trace_output(args.output, args.force)
     trace = _read_input(args)
     if args.max_len is not None:
+        declared = trace.meta.max_response_len
         meta = TraceMeta.from_dict({**trace.meta.to_dict(), "max_response_len": args.max_len}, path="--max-len")
         trace = Trace.from_frame(trace.df, meta, path=args.input)
+        if declared not in (None, args.max_len):
+            warnings.warn(f"--max-len {args.max_len}: {args.input} declares a cap of {declared}; the trace takes "
+                          f"{args.max_len}, as asked", TltsimWarning)
     save(trace, args.output)
     print(f"wrote {args.output}: {len(trace.df)} responses in {len(trace.steps)} steps, source {trace.meta.source}")
     return 0

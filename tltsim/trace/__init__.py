@@ -1,6 +1,6 @@
 """Response-length traces: schema, file formats, statistics, synthetic generators.
 
-    load(path) -> Trace          Parquet / CSV / JSONL, verl-style JSONL, Vidur CSV, PolyTrace multi-turn log
+    load(path) -> Trace          Parquet / CSV / JSONL, length logs, Vidur CSV, PolyTrace multi-turn log
     save(trace, path)            atomically, metadata kept
     stats(trace) -> dict         per-step and overall length figures, tail share
     synth(family, ...) -> Trace  seeded synthetic traces (families in FAMILIES)

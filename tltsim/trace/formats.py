@@ -7,12 +7,14 @@ before the plain ones that share its suffix or its folder:
     PolyTrace's multi-turn workload log   a directory of multiturn_workload_step_<step>.jsonl files, or one such
                                           file: a first record with "turns" and "tool_calls" lists
                                           (tltsim.trace.polytrace)
+    a length log                          a directory of packed_lengths_step_<step>.jsonl files (PolyTrace's), or a
+                                          .jsonl whose first record has an "output" list (one prompt group a line)
+                                          (tltsim.trace.lengths)
     a verl rollout dump                   a directory of <step>.jsonl files, or one: a first record with a response
                                           text in "output"; read with a token counter (`trace convert --tokenizer`)
                                           (tltsim.trace.verl)
     a Vidur request trace                 .csv whose header has arrived_at, num_prefill_tokens, num_decode_tokens
                                           and no response_len (tltsim.trace.importers)
-    a verl length log                     .jsonl whose first record has an "output" list (one prompt per line)
     a Parquet trace                       our schema; TraceMeta in the Parquet schema metadata (b"tltsim.meta")
     a CSV trace, a JSONL trace            our schema (one response per line)
 
@@ -44,9 +46,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tltsim.core.errors import TltsimError
-from tltsim.core.jsonl import first_object, read_objects
+from tltsim.core.jsonl import read_objects
 from tltsim.core.io import atomic_path, sha256_file, write_json
-from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_verl, frame_from_vidur
+from tltsim.trace.importers import VIDUR_COLUMNS, frame_from_vidur
+from tltsim.trace.lengths import is_length_log, read_length_log
 from tltsim.trace.polytrace import is_multiturn_log, read_multiturn_log
 from tltsim.trace.verl import is_rollout_dump, read_rollout_dump
 from tltsim.trace.schema import REQUIRED, Trace, TraceMeta
@@ -206,17 +209,6 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
     return records
 
 
-def _is_length_log(path: Path) -> bool:
-    """A .jsonl file whose first record has an "output" list of lengths."""
-    first = first_object(path)
-    return first is not None and isinstance(first.get("output"), list)
-
-
-def _load_length_log(path: Path) -> Trace:
-    df, meta = frame_from_verl(_read_jsonl(path), path)
-    return Trace.from_frame(df, meta, path=path)
-
-
 def _load_jsonl(path: Path) -> Trace:
     df = pd.DataFrame([r for _, r in _read_jsonl(path)])
     return Trace.from_frame(df, _read_sidecar(path), path=path)
@@ -238,9 +230,9 @@ def _suffixed(suffix: str) -> Callable[[Path], bool]:
 # in the order a path is tried (the module docstring)
 FORMATS = (
     Format("PolyTrace's multi-turn workload log", is_multiturn_log, read_multiturn_log),
+    Format("length log", is_length_log, read_length_log),
     Format("verl rollout dump", is_rollout_dump, _read_dump, ("count_tokens", "tokenizer")),
     Format("Vidur CSV trace", _is_vidur, _load_vidur, ("requests_per_step",)),
-    Format("verl length log", _is_length_log, _load_length_log),
     Format("Parquet trace", _suffixed(".parquet"), _load_parquet),
     Format("CSV trace", _suffixed(".csv"), _load_csv),
     Format("JSONL trace", _suffixed(".jsonl"), _load_jsonl),

@@ -15,6 +15,9 @@ One trace row per line:
     step, prompt_len         the line's
     prompt_id, sample        prompt_group_id, sample_id
     turn_response_len        each turn's completion_tokens (response_len is their sum: what the model generated)
+    turn_kept_len            each turn's assistant_append_len where the log has it: the tokens the turn left in the
+                             context (verl re-templates a turn: a turn that generated 2,127 tokens may keep 138);
+                             a line without it keeps what it generated
     tool_latency_s           seconds of the tool call(s) that followed the turn (the calls whose `turn` names it),
                              summed where a turn made several; null where it made none
     tool_tokens              those calls' append_len: the tokens each call appended to the context (the tool's
@@ -23,9 +26,12 @@ One trace row per line:
                              submission to its last token (queueing in the batch included)
     finished                 false where the trajectory was cut: finish_reason "length", or final_response_len
                              (its tokens after the prompt, tools' included) at max_response_len
-    meta.max_response_len    the lines' max_response_len (the cap of a trajectory's tokens after the prompt)
+    meta.max_response_len    the lines' max_response_len: the cap of what the trainer keeps of a trajectory after its
+                             prompt (final_response_len: kept and tool tokens, cut there), not of what it generated
 
-verl's finish reasons are stop, length and tool_calls: the log records no aborted request, so the trace has no
+A run stopped mid-step leaves its last step file with some of the step's groups whole and the rest short: the
+groups with fewer samples than the run's (the largest group's, or the largest sample_id + 1) are left out, with
+one warning a step (tltsim.trace.incomplete). verl's finish reasons are stop, length and tool_calls: the log records no aborted request, so the trace has no
 `aborted` column. Every problem is reported in the log's own terms: the file, the line, the key.
 """
 from __future__ import annotations
@@ -38,6 +44,7 @@ import pandas as pd
 
 from tltsim.core.errors import TltsimError
 from tltsim.core.jsonl import first_object, read_objects
+from tltsim.trace.incomplete import whole_groups
 from tltsim.trace.schema import Trace, TraceMeta
 from tltsim.trace.values import show, whole_number
 
@@ -45,6 +52,7 @@ FILE = re.compile(r"multiturn_workload_step_(\d+)(?:_rank_(\d+))?\.jsonl")
 WHAT = "a PolyTrace multi-turn workload log"
 LINE_KEYS = ("step", "prompt_len", "prompt_group_id", "sample_id", "turns", "tool_calls")
 TURN_KEYS = ("completion_tokens", "engine_latency_s")
+KEPT = "assistant_append_len"  # a turn's tokens kept in the context, where the log has them
 CALL_KEYS = ("turn", "latency_s", "append_len")
 FINISH_REASONS = ("stop", "length", "tool_calls")
 
@@ -86,14 +94,19 @@ def read_multiturn_log(path) -> Trace:
             rows.append(row)
     max_len = cap[0]
     df = pd.DataFrame(rows)
+    if "turn_kept_len" in df:  # a line without it keeps every token it generated
+        df["turn_kept_len"] = [g if k is None or k != k else k for k, g in zip(df["turn_kept_len"],
+                                                                            df["turn_response_len"])]
+    group = max(int(df.groupby(["step", "prompt_id"]).size().max()), int(df["sample"].max()) + 1)
+    df, left_out = whole_groups(df, group, path)
     n_calls = int(sum(sum(x is not None for x in r) for r in df["tool_latency_s"]))
-    meta = TraceMeta(source="polytrace", max_response_len=max_len,
+    meta = TraceMeta(source="polytrace", max_response_len=max_len, group_size=group, left_out=left_out,
                      provenance=(
         f"imported from the PolyTrace multi-turn workload log {path.name} ({', '.join(f.name for f in files)}): "
         f"{len(df)} trajectories, {sum(len(t) for t in df['turn_response_len'])} turns, {n_calls} turns followed "
-        f"by tool calls; response_len sums the turns' completion_tokens, tool_tokens are the calls' append_len "
-        f"(tokens appended to the context), tool_latency_s their latency_s (both summed over a turn's calls), "
-        f"turn_gen_s the turns' engine_latency_s"))
+        f"by tool calls; response_len sums the turns' completion_tokens, turn_kept_len is their assistant_append_len "
+        f"(tokens kept in the context), tool_tokens the calls' append_len (tokens appended to the context), "
+        f"tool_latency_s their latency_s (both summed over a turn's calls), turn_gen_s the turns' engine_latency_s"))
     return Trace.from_frame(df, meta, path=path)
 
 
@@ -135,7 +148,7 @@ def _row(f: Path, n: int, rec: dict) -> tuple[dict, int | None]:
             raise TltsimError(f"{at}, key {key!r}: expected a list of objects, got {show(v)}")
     if not turns:
         raise TltsimError(f"{at}, key 'turns': the list is empty; a trajectory has at least one turn")
-    gen, gen_s = [], []
+    gen, gen_s, kept = [], [], []
     for i, t in enumerate(turns):
         t_at = f"{at}, key 'turns', item {i}"
         for key in TURN_KEYS:
@@ -146,6 +159,11 @@ def _row(f: Path, n: int, rec: dict) -> tuple[dict, int | None]:
                               f"a trajectory's turns in order from 0")
         gen.append(_count(t, "completion_tokens", t_at))
         gen_s.append(_seconds(t, "engine_latency_s", t_at))
+        if KEPT in t:
+            kept.append(_count(t, KEPT, t_at))
+    if kept and len(kept) < len(turns):
+        raise TltsimError(f"{at}, key 'turns': {KEPT} on {len(kept)} of {len(turns)} turns; a trajectory's turns "
+                          f"have it on every turn or none")
     latency: list[float | None] = [None] * len(turns)
     tokens = [0] * len(turns)
     for j, c in enumerate(calls):
@@ -164,7 +182,7 @@ def _row(f: Path, n: int, rec: dict) -> tuple[dict, int | None]:
             raise TltsimError(f"{at}, key 'tool_calls': no call follows turn {t}, but turn {t + 1} does; a trajectory "
                               f"goes on only after a tool call")
     out.update(response_len=sum(gen), turn_response_len=gen, tool_latency_s=latency, tool_tokens=tokens,
-               turn_gen_s=gen_s, finished=_finished(rec, cap, at))
+               turn_gen_s=gen_s, finished=_finished(rec, cap, at), **({"turn_kept_len": kept} if kept else {}))
     if out["response_len"] < 1:
         raise TltsimError(f"{at}, key 'turns': the turns generated no tokens (completion_tokens sum to 0); a "
                           f"trajectory generates at least one")

@@ -6,7 +6,8 @@ Columns (docs/design.md#one-record-schema):
     prompt_id     int   prompt within the step; a prompt's `group_size` samples share it
     sample        int   index of the sample within its prompt's group, 0..group_size-1
     prompt_len    int   prompt tokens (>= 0)
-    response_len  int   generated tokens (>= 1, <= meta.max_response_len; 0 exactly where aborted)
+    response_len  int   generated tokens (>= 1; 0 exactly where aborted; <= meta.max_response_len in a
+                        single-turn trace)
     reward        float optional
     finished      bool  optional; False = truncated at the cap
     engine        int   optional; data-parallel rank that served the response
@@ -21,10 +22,15 @@ generates again) carries each trajectory's turns as list columns, one entry per 
                                     tool; a trajectory's last turn may call one, whose answer ends it)
     tool_tokens        list[int]    tokens the tool's answer appended to the context (0 where no tool was called)
     turn_gen_s         list[float]  optional: seconds the turn's generation took where the source recorded them
+    turn_kept_len      list[int]    optional: tokens the turn left in the context for the next turn, where the
+                                    source re-templates a turn's text (a reasoning block dropped keeps fewer than
+                                    it generated; a template's wrapping adds a few); without it, every token stays
 
-Such a row's response_len counts the tokens the model generated (what GRPO's loss covers); the tool's
-tokens are part of its sequence (`sequence_tokens`). `Trace.turns` gives the same as one row per turn.
-Parquet and JSONL carry list columns; CSV does not.
+Such a row's response_len counts the tokens the model generated (what the engines decode); the tool's
+tokens are part of its sequence (`sequence_tokens`). A multi-turn trace's max_response_len caps what the
+trainer keeps of a trajectory after its prompt (its turns' kept tokens and the tools', cut there), so a
+trajectory may generate more than the cap and response_len is not checked against it. `Trace.turns` gives
+the same as one row per turn. Parquet and JSONL carry list columns; CSV does not.
 
 Sim and real write the same schema, so every table and plot works on both.
 """
@@ -42,7 +48,7 @@ REQUIRED = ["step", "prompt_id", "sample", "prompt_len", "response_len"]
 OPTIONAL = {"reward": "float64", "finished": "bool", "engine": "int64", "aborted": "bool"}
 INT_COLUMNS = REQUIRED + ["engine"]
 TURN_LISTS = ("turn_response_len", "tool_latency_s", "tool_tokens")  # a multi-turn trace has all three
-TURN_OPTIONAL = ("turn_gen_s",)
+TURN_OPTIONAL = ("turn_gen_s", "turn_kept_len")
 # Trace.turns: one row per turn
 TURN_COLUMNS = ["step", "prompt_id", "sample", "turn", "response_len", "tool_latency_s", "tool_tokens"]
 
@@ -56,9 +62,13 @@ class TraceMeta:
     max_response_len: int | None = None  # the generation cap; None = unknown (no truncation stats)
     group_size: int | None = None  # samples per prompt (GRPO n); None = inferred
     provenance: str = ""  # free text: how it was made, parameters, seed, what it was matched to
+    left_out: str = ""  # what the source held that the trace leaves out (a cut step's groups, validation rollouts)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not d["left_out"]:  # as traces saved before it was known
+            del d["left_out"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, path=None) -> "TraceMeta":
@@ -69,7 +79,7 @@ class TraceMeta:
         if not isinstance(d, dict):
             raise TltsimError(f"{where(path)}trace metadata must be a JSON object, got {type(d).__name__}")
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        for k in ("source", "model", "provenance"):
+        for k in ("source", "model", "provenance", "left_out"):
             if k in known and not isinstance(known[k], str):
                 raise TltsimError(f"{where(path)}metadata field {k!r} must be text, got {known[k]!r}")
         for k in ("max_response_len", "group_size"):
@@ -106,8 +116,8 @@ class Trace:
 
     @property
     def turns(self) -> pd.DataFrame | None:
-        """One row per turn (TURN_COLUMNS, and `gen_s` where the trace records it), in the trace's row order;
-        None for a single-turn trace."""
+        """One row per turn (TURN_COLUMNS, and `gen_s`, `kept_len` where the trace records them), in the trace's
+        row order; None for a single-turn trace."""
         if not self.agentic:
             return None
         return expand_turns(self.df)
@@ -176,7 +186,7 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
             i = int(bad[0])
             raise TltsimError(f"{where(path, row(i), col)}{out[col].iloc[i]} is negative; ids are >= 0")
     cap = meta.max_response_len
-    if cap is not None:
+    if cap is not None and TURN_LISTS[0] not in out.columns:  # a multi-turn cap bounds the kept tokens (above)
         over = np.flatnonzero(out["response_len"].to_numpy() > cap)
         if len(over):
             i = int(over[0])
@@ -223,7 +233,7 @@ def checked(df: pd.DataFrame, meta: TraceMeta, path=None) -> pd.DataFrame:
 
 
 def expand_turns(df: pd.DataFrame) -> pd.DataFrame:
-    """A frame with the turn list columns as one row per turn (TURN_COLUMNS, and `gen_s` where present)."""
+    """A frame with the turn list columns as one row per turn (TURN_COLUMNS, and `gen_s`, `kept_len` where present)."""
     n = np.fromiter((len(t) for t in df["turn_response_len"]), np.int64, len(df))
     rows = np.repeat(np.arange(len(df)), n)
     out = {c: df[c].to_numpy()[rows] for c in ("step", "prompt_id", "sample")}
@@ -233,6 +243,8 @@ def expand_turns(df: pd.DataFrame) -> pd.DataFrame:
     out["tool_tokens"] = flat_turns(df["tool_tokens"], np.int64)
     if "turn_gen_s" in df.columns:
         out["gen_s"] = flat_turns(df["turn_gen_s"], float)
+    if "turn_kept_len" in df.columns:
+        out["kept_len"] = flat_turns(df["turn_kept_len"], np.int64)
     return pd.DataFrame(out)
 
 
@@ -267,7 +279,7 @@ def _check_turns(out: pd.DataFrame, present: list[str], path) -> None:
             raise TltsimError(f"{where(path, row(i), c)}{lens[c][i]} entries but {present[0]} has "
                               f"{lens[present[0]][i]}; every turn column has one entry per turn")
     for c, kind in (("turn_response_len", "int"), ("tool_tokens", "int"), ("tool_latency_s", "float"),
-                    ("turn_gen_s", "float")):
+                    ("turn_gen_s", "float"), ("turn_kept_len", "int")):
         if c not in out.columns:
             continue
         cells = []

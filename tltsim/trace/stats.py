@@ -63,7 +63,8 @@ def tail_share(lengths) -> float:
 
 def stats(trace: Trace) -> dict:
     """Per-step and overall statistics of `trace` as a JSON-ready dict (keys in FIGURES, plus
-    `steps` = number of steps and `per_step` = one dict per step with `step` and FIGURES)."""
+    `steps` = number of steps and `per_step` = one dict per step with `step` and FIGURES, and `left_out` = what the
+    source held that the trace leaves out, where anything was)."""
     lengths = trace.df["response_len"].to_numpy()
     truncated = _truncated(trace)
     aborted = trace.df["aborted"].to_numpy(dtype=bool) if "aborted" in trace.df else np.zeros(len(lengths), bool)
@@ -85,6 +86,8 @@ def stats(trace: Trace) -> dict:
         for entry, (_, part) in zip(per_step, turns.groupby("step", sort=True)):
             entry.update(_agentic(part))
     overall["per_step"] = per_step
+    if trace.meta.left_out:
+        overall["left_out"] = trace.meta.left_out
     return overall
 
 

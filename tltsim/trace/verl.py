@@ -13,7 +13,9 @@ Groups: verl repeats each prompt `rollout.n` times on consecutive rows, but `tra
 (on by default) reorders the batch across data-parallel ranks before the dump. So the samples of one
 prompt are the lines of a step with the same input text, wherever they sit; prompt_id numbers the
 distinct inputs in order of first appearance, sample numbers a prompt's lines in file order. A prompt
-drawn k times in one batch (datasets repeat prompts) has k * n lines: it becomes k groups of n.
+drawn k times in one batch (datasets repeat prompts) has k * n lines: it becomes k groups of n. A prompt's lines
+past its last whole group (a dump that lost lines) are a group cut short: left out, with a warning
+(tltsim.trace.incomplete).
 `score` becomes `reward`; the step is the line's `step` (or, without one, the number in the file name).
 An empty `output` is an aborted request (verl writes aborted requests so, and logs their share as
 `response/aborted_ratio`): its row is kept, with response_len 0 and `aborted` true, so its group stays whole.
@@ -32,6 +34,7 @@ import pandas as pd
 
 from tltsim.core.errors import TltsimError
 from tltsim.core.jsonl import first_object, read_objects
+from tltsim.trace.incomplete import whole_groups
 from tltsim.trace.schema import Trace, TraceMeta
 from tltsim.trace.values import show, whole_number
 
@@ -69,11 +72,11 @@ def read_rollout_dump(path, count_tokens: Callable[[list[str]], list[int]], toke
         group = group or (size, f)
         frames.append(frame)
         lines += len(records)
-    df = pd.concat(frames, ignore_index=True)
+    df, left_out = whole_groups(pd.concat(frames, ignore_index=True), group[0], path)
     if "aborted" in df:  # a step without an aborted request has no such column: its rows are not aborted
         df["aborted"] = df["aborted"].astype("boolean").fillna(False).astype(bool)
     by = f" with the tokenizer {tokenizer}" if tokenizer else ""
-    meta = TraceMeta(source="verl-dump", group_size=group[0], provenance=(
+    meta = TraceMeta(source="verl-dump", group_size=group[0], left_out=left_out, provenance=(
         f"imported from the verl rollout dump {path.name}: {len(files)} step(s), {lines} samples; "
         f"lengths are token counts of the decoded texts{by} (special tokens, EOS included, not counted)"))
     return Trace.from_frame(df, meta, path=path)
@@ -141,14 +144,10 @@ def _step_frame(f: Path, step: int, records: list[tuple[int, dict]], count_token
     group = max(sizes, key=lambda s: (sizes[s], s))  # the most common size; the largest on a tie (lines get lost)
     prompt_of, sample_of = {}, {}
     prompt = 0
-    for text, idx in members.items():
-        if len(idx) % group:
-            raise TltsimError(f"{f}, line {records[idx[0]][0]}, key 'input': this prompt has {len(idx)} samples "
-                              f"but the step's groups have {group}; every prompt gets rollout.n samples "
-                              f"(the dump lost or gained lines)")
+    for text, idx in members.items():  # a prompt's lines past its last whole group: a group cut short, left out
         for j, i in enumerate(idx):
             prompt_of[i], sample_of[i] = prompt + j // group, j % group
-        prompt += len(idx) // group
+        prompt += -(-len(idx) // group)
     aborted = [not rec["output"] for _, rec in records]  # verl dumps an aborted request as an empty output
     texts = [rec["input"] for _, rec in records] + [rec["output"] for (_, rec), a in zip(records, aborted) if not a]
     k = len(records)
