@@ -24,7 +24,9 @@ generates again) carries each trajectory's turns as list columns, one entry per 
     turn_gen_s         list[float]  optional: seconds the turn's generation took where the source recorded them
     turn_kept_len      list[int]    optional: tokens the turn left in the context for the next turn, where the
                                     source re-templates a turn's text (a reasoning block dropped keeps fewer than
-                                    it generated; a template's wrapping adds a few); without it, every token stays
+                                    it generated; a template's wrapping adds a few); without it, every token stays.
+                                    Carried as the record; the simulator's executors grow a context by what the
+                                    turn generated
 
 Such a row's response_len counts the tokens the model generated (what the engines decode); the tool's
 tokens are part of its sequence (`sequence_tokens`). A multi-turn trace's max_response_len caps what the
