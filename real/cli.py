@@ -192,9 +192,14 @@ def _run_command(args) -> str:
 
 
 def _typed_path(value) -> str:
-    """A path under the working directory as one would type it there (the shipped target's default is absolute)."""
+    """A path as the run records it: the package's own files relative to the package (real.settings.recorded), one
+    under the working directory as one would type it there."""
     from pathlib import Path
 
+    from real.settings import recorded
+
+    if recorded(value) != str(value):
+        return recorded(value)
     path = Path(str(value))
     return os.path.relpath(path) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(value)
 
@@ -204,9 +209,9 @@ def _check_run(args) -> None:
     from tltsim.core.io import check_apart, check_output, manifest_kind
 
     if args.model is None:  # the shipped target, spelled out in the run's provenance
-        from real.settings import SHIPPED_TARGET
+        from real.settings import SHIPPED_TARGET, recorded
 
-        args.model = str(SHIPPED_TARGET)
+        args.model = recorded(SHIPPED_TARGET)
     if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
         check_output(args.out, lambda d: not any(d.iterdir()) or manifest_kind(d) == "result",
                      "empty or a run of `tltsim real run`")
@@ -219,8 +224,11 @@ def _run_config(args):
     from real.settings import task_grpo
     from tltsim.control.decisions import knobs_from_text
 
+    from real.settings import recorded
+
     flags = [f.name for f in fields(RunConfig) if f.name not in ("knobs", "grpo")]
-    return RunConfig(**{name: getattr(args, name) for name in flags}, knobs=knobs_from_text(args.knob),
+    paths = {name: recorded(getattr(args, name)) for name in ("model", "drafter") if getattr(args, name)}
+    return RunConfig(**{name: getattr(args, name) for name in flags} | paths, knobs=knobs_from_text(args.knob),
                      grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank))
 
 

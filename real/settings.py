@@ -46,6 +46,32 @@ PRESETS = {
 # notebooks and benchmarks need not spend 3 minutes making it. benchmarks/bench_pretrain.py measures it.
 ASSETS = Path(__file__).parent / "assets"  # what real/ ships: the default target, drafters (assets/README.md)
 SHIPPED_TARGET = ASSETS / "gcd-tiny-llama"
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory holding real/: a checkout's root, or site-packages
+
+
+def recorded(value: str | Path) -> str:
+    """A path as a run records it: one into the package's own files relative to the directory that holds the
+    package ("real/assets/gcd-tiny-llama", wherever it was given from), so a record made in one checkout reads in
+    another or in an installed copy; any other as given."""
+    path = Path(value)
+    if path.exists() and path.resolve().is_relative_to(PACKAGE_ROOT / "real"):
+        return path.resolve().relative_to(PACKAGE_ROOT).as_posix()
+    return str(value)
+
+
+def packaged(value: str | Path) -> str | Path:
+    """What a recorded path names: a relative path into the package's own files ("real/...") that is not there from
+    the working directory is the package's own, installed or checked out; any other path unchanged."""
+    path = Path(value)
+    if path.is_absolute() or path.parts[:1] != ("real",) or path.exists() or not (PACKAGE_ROOT / path).exists():
+        return value
+    return PACKAGE_ROOT / path
+
+
+def same_path(a, b) -> bool:
+    """Whether two recorded paths name one file or directory, each as `packaged` reads it."""
+    a, b = Path(packaged(str(a))), Path(packaged(str(b)))
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
 
 
 # the tasks a target can run on by name (`--task`; none given: its own, real.models.targets.load_task)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from real.models.hub import KNOWN, known_name
-from real.settings import ASSETS
+from real.settings import ASSETS, packaged
 from tltsim.core.errors import TltsimError
 
 # kind name -> "module:Class"; "eagle" (real.drafters.eagle) is the trained drafter whose checkpoints `load` reads
@@ -123,6 +123,7 @@ def resolve(name: str | Path, model: str | Path | None = None) -> tuple:
         return "checkpoint", shipped_drafter(model)
     if str(name) in DRAFTERS:
         return str(name), None
+    name = packaged(name)  # a record's "real/assets/..." from another directory
     if not Path(name).exists():
         raise TltsimError(f"drafter {name}: not {SHIPPED}, a kind ({', '.join(DRAFTERS)}) or a checkpoint file")
     check_checkpoint(name)

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from real.settings import packaged
 from tltsim.core.errors import TltsimError
 from tltsim.core.io import MANIFEST, exclusive, read_manifest, sha256_file, write_json, write_manifest
 
@@ -117,6 +118,7 @@ def resolve_model(name_or_path: str | Path, cache: str | Path | None = None) -> 
     """What a `--model` value names: a known model's cached directory (TltsimError if not fetched yet, or if its
     copy is damaged: sizes checked, not sha256), else the value unchanged (a save_pretrained directory or a
     preset name)."""
+    name_or_path = packaged(name_or_path)  # a record's "real/assets/..." from another directory
     name = str(name_or_path)
     if name not in KNOWN or Path(name).is_dir():
         return name_or_path

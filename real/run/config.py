@@ -8,7 +8,8 @@ from pathlib import Path
 
 from real.checks import check_target, cuda_available, plan_task, response_cap
 from real.run import checkpoint
-from real.settings import SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, task_grpo
+from real.settings import (SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, packaged,
+                           recorded, same_path, task_grpo)
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.groups import streamed
 from tltsim.control.partial import PartialKnobs
@@ -57,7 +58,7 @@ class RunConfig:
     # speculating as tlt)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
-    model: str = str(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
+    model: str = recorded(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
     # smollm2-135m) or save_pretrained directory with a chat-template tokenizer (word problems), or a preset
     # (random weights) (default: the shipped real/assets/gcd-tiny-llama)
     task: str | None = None  # the task: gcd, wordproblems, longtail (the long-tail workload, real/tasks/longtail.py)
@@ -183,7 +184,7 @@ class RunConfig:
             raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
                               f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "
                               f"drafter is the default")
-        check_checkpoint(self.drafter)  # here, not in every worker after they start
+        check_checkpoint(packaged(self.drafter))  # here, not in every worker after they start
 
     def _check_answers(self) -> None:
         """That `answers` is a run directory holding every response this run will generate: the same target, task,
@@ -194,11 +195,13 @@ class RunConfig:
         if not (where / ANSWERS_FILE).is_file():
             raise TltsimError(f"--answers {where}: no {ANSWERS_FILE} (a run recorded before runs kept their answers); "
                               f"record the run again")
-        recorded, mine = json.loads((where / "config.json").read_text()), asdict(self)
+        record, mine = json.loads((where / "config.json").read_text()), asdict(self)
         for name in ("model", "task", "seed", "prompts", "group", "max_new_tokens", "greedy", "temperature", "grpo",
                      "repeat_prompts"):
-            if recorded.get(name, False if name == "repeat_prompts" else None) != mine[name]:  # the same prompts, answers drawn alike, the target trained alike
-                raise TltsimError(f"--answers {where}: its {name} is {recorded.get(name)!r}, this run's {mine[name]!r}; "
+            theirs = record.get(name, False if name == "repeat_prompts" else None)
+            if theirs != mine[name] and not (name == "model" and same_path(theirs, mine[name])):  # the same
+                # prompts, answers drawn alike, the target trained alike
+                raise TltsimError(f"--answers {where}: its {name} is {theirs!r}, this run's {mine[name]!r}; "
                                   f"a run replays the answers of a run of the same prompts, sampling and training")
         import pandas as pd  # here: `tltsim real` builds its parser from this module, and most runs have no --answers
 
