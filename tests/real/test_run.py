@@ -148,12 +148,12 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
     the rest on the step's and the warm-up's responses. Over 16 seeds (docs/investigations/spot_vs_static.py,
     docs/investigations/spot_vs_static.txt) the margin was +0.50 to +0.96 tokens. With 6 groups of 4 and no
     cap, workers finish within tens of milliseconds of each other, train a handful of batches and the margin
-    ranged -0.08 to +0.96 (the reason this test once asserted only the mechanism).
+    ranges -0.08 to +0.96.
 
-    Seed 4: its prompts got mixed rewards in every step of every recorded run, so GRPO updated the target in
-    all three. The sampled tokens differ from machine to machine (float and thread order) and with the
-    drafter (speculative sampling draws per drafted token), so a seed whose groups are mostly all-right or
-    all-wrong can leave the target unmoved elsewhere: seed 0 did on CI, seed 6 did here."""
+    Seed 4: its prompts get mixed rewards in every step, so GRPO updates the target in all three. The sampled
+    tokens differ from machine to machine (float and thread order) and with the drafter (speculative sampling
+    draws per drafted token), so a seed whose groups are mostly all-right or all-wrong can leave the target
+    unmoved on another machine; the test asserts the target moved."""
     cfg = RunConfig(workers=2, steps=3, prompts=3, group=8, max_running=2, max_new_tokens=96, warmup_steps=10,
                     warmup_prompts=16, probe=4, drafter_batch=4, seed=4,
                     knobs={"threshold": 4, "patience": 2, "arms": "4_2_8,4_1_4", "buffer_steps": 2})
