@@ -43,15 +43,17 @@ th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
 th[title] { cursor: help; text-decoration: underline dotted #999; } th.text, td.text { text-align: left; }
 table.ranking td:nth-child(2), table.ranking th:nth-child(2) { text-align: left; white-space: nowrap; }
-table.ranking td:nth-last-child(-n+2), table.ranking th:nth-last-child(-n+2) { text-align: left; }
+table.ranking td:nth-last-child(-n+3), table.ranking th:nth-last-child(-n+3) { text-align: left; }
 table.ranking tr.bound td { background: #f4f1fa; font-style: italic; }
+table.ranking td:nth-last-child(3) { min-width: 22em; } table.ranking td:last-child { width: 24em; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.35em; border-radius: 2px; }
 dl.glossary { display: grid; grid-template-columns: max-content auto; gap: 0.25em 1em; font-size: 0.92em; }
 dl.glossary dt { font-family: monospace; font-weight: bold; } dl.glossary dd { margin: 0; }
-ul.findings li { margin-bottom: 0.45em; }
+ul.findings li { margin-bottom: 0.45em; } ul.findings li:has(> details.fold) { list-style: none; }
 figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; }
 figcaption { color: #555; font-size: 0.9em; }
 details { margin: 0.6em 0; } summary { cursor: pointer; color: #2c5d8a; }
+details.fold { margin: 0; } details.fold > summary { color: inherit; } details.fold[open] > summary { color: #2c5d8a; }
 details.run { border: 1px solid #e1e4e8; padding: 0.3em 0.8em; } details.run > summary { font-weight: bold; }
 .scroll { overflow-x: auto; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
@@ -60,6 +62,22 @@ pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; font-size: 0.85em; 
 
 def collapsed(inner: str, summary: str, open_: bool) -> str:
     return f"<details{' open' if open_ else ''}><summary>{e(summary)}</summary>{inner}</details>"
+
+
+def folded(text: str, limit: int) -> str:
+    """`text` (escaped) whole where it has `limit` characters or fewer; else its first clause or sentence (to the
+    first "; " or ". ", cut at a word before `limit` where longer) with the rest folded beneath it."""
+    if len(text) <= limit:
+        return e(text)
+    ends = [i for i in (text.find("; "), text.find(". ")) if i > 0]
+    cut = min(ends, default=len(text))
+    if cut > limit:
+        cut = text.rfind(" ", 0, limit)
+        head, rest = text[:cut] + " …", "… " + text[cut + 1:]
+    else:
+        head, rest = text[:cut + (text[cut] == ".")], text[cut + 2:]  # a sentence keeps its full stop
+    return f'<details class="fold"><summary>{e(head)}</summary>{e(rest)}</details>'
+
 
 
 def slug(label: str) -> str:

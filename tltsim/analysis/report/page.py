@@ -3,8 +3,10 @@
     write_report([Result, ...], "report.html")                  # figures_dir="figs" also saves each PNG
 
 The page needs nothing but itself (no scripts, no links outside it): images are base64 data URIs
-(palette PNGs, shown at the size they were drawn), each run's section and config sit in collapsible
-blocks, and a table of contents links the sections. Runs simulated on a calibrated cluster (`--calibration`)
+(palette PNGs, shown at the size they were drawn), and a table of contents links the sections. It reads in a
+minute: a ranking reason or a finding longer than two lines shows its first clause with the rest folded beneath
+it; the glossary, the comparison tables after the first, the tuning searches and the runs (each with its section
+and config) are folded; a section no run has anything for is left out. Runs simulated on a calibrated cluster (`--calibration`)
 are named as such under the title, with the calibration's factors, fixed costs, files and error. With
 several results the first is the baseline and the page opens with the summary (tltsim.analysis.report.findings:
 the ranking by speedup, or on a calibrated cluster by saved_per_step_s, each policy's
@@ -30,6 +32,9 @@ from tltsim.core.records import Result
 from tltsim.analysis.validation.checked import shipped, verdict
 from tltsim.core.summary import OVERLAPS, rollout_overlap
 
+# A ranking row's reason and a finding, shown whole up to this many characters (two lines of their column at 1,400
+# px), else their first clause with the rest folded beneath it
+WHY_CHARS, FINDING_CHARS = 80, 250
 # The comparison tables: (title, summary metrics in order); a metric is shown when some run has it.
 # Two tables side by side would not fit the page's 1,200 px; each of these does.
 COMPARISON_GROUPS = [
@@ -166,7 +171,7 @@ def _summary(runs, checks: pd.DataFrame) -> list[str]:
                     f'<td><span class="swatch" style="background:{colour[f.label]}"></span>{html.e(f.label)}</td>'
                     f"{saved}<td>{f.speedup:.2f}×</td><td>{roll}</td><td>{html.e(f.cost)}</td>"
                     f"<td>{html.e(_checked(checks, policy[f.label], f, runs[0][0]))}</td>"
-                    f"<td>{html.e(why)}</td></tr>")
+                    f"<td>{html.folded(why, WHY_CHARS)}</td></tr>")
     names = ["#", "run", *(["saved per step"] if calibrated else []), "speedup", "rollout speedup",
              "off-policy cost", "checked against a run", "why, from the results"]
     head = "".join(f"<th{html.title(DEFINITIONS.get('saved_per_step_s' if h == 'saved per step' else h))}>{html.e(h)}</th>"
@@ -187,7 +192,7 @@ def _explained(runs) -> list[str]:
     if not items:
         return ["<p>Nothing here calls for a word: no bound, no idle time turned into drafter training, "
                 "no rollout that overlaps training.</p>"]
-    return ['<ul class="findings">' + "".join(f"<li>{html.e(t)}</li>" for t in items) + "</ul>"]
+    return ['<ul class="findings">' + "".join(f"<li>{html.folded(t, FINDING_CHARS)}</li>" for t in items) + "</ul>"]
 
 
 def _comparison_tables(runs) -> list[str]:
@@ -195,8 +200,12 @@ def _comparison_tables(runs) -> list[str]:
     out = [f"<p>Baseline: <b>{html.e(runs[0][0])}</b>. Hover over a column name for its meaning, or see the "
            f'<a href="#glossary">glossary</a>.</p>']
     for i, (heading, metrics) in enumerate(COMPARISON_GROUPS):
-        cols = ["run", *(["speedup"] if i == 0 else []), *[m for m in metrics if m in table.columns]]
-        out += [f"<h3>{html.e(heading)}</h3>", html.table(table[cols])]
+        shown = [m for m in metrics if m in table.columns]
+        if not shown:  # a group no run has (multi-turn on a single-turn trace) says nothing
+            continue
+        part = html.table(table[["run", *(["speedup"] if i == 0 else []), *shown]])
+        out += [f"<h3>{html.e(heading)}</h3>", part] if i == 0 else [  # the ranking has said the rest in words
+            f"<h3>{html.e(heading)}</h3>", html.collapsed(part, f"{', '.join(shown)}, per run", False)]
     return out
 
 
@@ -206,7 +215,8 @@ def _glossary(runs) -> list[str]:
     items += [f"<dt>{html.e(k)}</dt><dd>{html.e(v)}</dd>" for k, v in RANKING.items()]
     items += [f"<dt>{html.e(k)}</dt><dd>a bound, not a policy: {html.e(v)}</dd>" for k, v in BOUNDS.items()
               if any(r.summary.get("policy") == k for _, r in runs)]
-    return ['<dl class="glossary">' + "".join(items) + "</dl>"]
+    return [html.collapsed('<dl class="glossary">' + "".join(items) + "</dl>",
+                           f"What each column and word of the page means ({len(items)} entries)", False)]
 
 
 def _comparison_charts(runs, pngs: dict) -> list[str]:
@@ -241,11 +251,12 @@ def _tuning(tunings) -> list[str]:
         rows = "".join(f"<tr><td class=text>{html.e(s)}{' (the run’s own)' if s == t.own else ''}</td>"
                        f"<td>{m:,.1f}</td><td>{m / t.search[0][2]:.3f}</td></tr>" for s, _, m in t.search)
         out += [f"<h3>{html.e(t.label)}</h3>",
-                f"<p>{html.e(t.label)} {html.e(what)}. A threshold search around it ({html.e(t.cost)}: the run's first steps, "
-                f"its cluster and knobs, the switch fixed at each threshold, and once learned), fastest first:</p>",
-                f'<div class="scroll"><table><tr><th class=text>setting (--knob)</th><th>makespan_s</th>'
-                f"<th>× the fastest</th></tr>{rows}</table></div>",
-                f"<p><b>Pass:</b> <code>{html.e(t.recommended)}</code>.</p>"]
+                f"<p>{html.e(t.label)} {html.e(what)}. <b>Pass:</b> <code>{html.e(t.recommended)}</code>.</p>",
+                html.collapsed(f"<p>{html.e(t.cost)}: the run's first steps, its cluster and knobs, the switch fixed at "
+                               f"each threshold, and once learned; fastest first.</p>"
+                               f'<div class="scroll"><table><tr><th class=text>setting (--knob)</th><th>makespan_s</th>'
+                               f"<th>× the fastest</th></tr>{rows}</table></div>",
+                               f"The threshold search around it ({len(t.search)} settings)", False)]
     return out
 
 
@@ -285,13 +296,14 @@ def _runs(runs, single: bool, pngs: dict) -> list[str]:
     if single:
         return _run_section(*runs[0], True, pngs)
     base = runs[0][1].summary["makespan_s"]
-    out = [f'<p>{len(runs)} runs; open one for its summary table, figures and config.</p>']
+    out = []
     for label, r in runs:
         speed = base / r.summary["makespan_s"] if r.summary["makespan_s"] else float("nan")
         line = f"{label}: {speed:.2f}× over {runs[0][0]}, makespan {r.summary['makespan_s']:,.1f} s"
         out.append(f'<details class="run" id="run-{html.slug(label)}"><summary>{html.e(line)}</summary>'
                    + "\n".join(_run_section(label, r, False, pngs)) + "</details>")
-    return out
+    return [html.collapsed("".join(out), f"{len(runs)} runs: open one for its summary table, figures and config",
+                           False)]
 
 
 def _run_section(label: str, r: Result, single: bool, pngs: dict) -> list[str]:
