@@ -22,7 +22,7 @@ from tltsim.analysis.validation.checked import validated_pairs
 from tltsim.cli.analysis_cmd import add_validated, checks_with
 from tltsim.core.config_files import read_toml
 from tltsim.core.io import atomic_dir, check_apart, check_output, sealed, write_manifest
-from tltsim.policies import make_policy, policy_names
+from tltsim.policies import knob_text, make_policy, policy_knobs, policy_names
 from tltsim.control.decisions import knobs_from_text
 from tltsim.analysis.report.tuning import tune
 from tltsim.core.records import Result
@@ -90,10 +90,36 @@ def register(sub) -> None:
     p = sub.add_parser("compare", help="run several policies on one trace and cluster; table and report",
                        epilog=glossary.epilog(), formatter_class=PreformattedHelpFormatter)
     _cluster_flags(p)
-    p.add_argument("--policies", default=None, help="comma-separated policy names; the first is the baseline (default: all)")
+    p.add_argument("--policies", default=None, help="comma-separated policy names; the first is the baseline (default: all; "
+                   "`tltsim policies` lists each with its knobs, their defaults and the values they take)")
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report.html")
     add_validated(p)
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("policies", help="every policy in one line, with its knobs (--knob KEY=VALUE), their defaults "
+                       "and the values they take")
+    p.add_argument("names", nargs="*", metavar="POLICY", help="only these (default: every one)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the list")
+    p.set_defaults(func=cmd_policies)
+
+
+def cmd_policies(args) -> int:
+    """`tltsim policies`: each policy's line (tltsim.core.glossary.POLICIES) and its knobs."""
+    names = args.names or policy_names()
+    unknown = [n for n in names if n not in policy_names()]
+    if unknown:
+        raise TltsimError(f"unknown policy {unknown[0]!r}; choose among {', '.join(policy_names())}")
+    listed = {n: {"about": glossary.POLICIES[n], "knobs": {k: {"default": d, "takes": t}
+                                                           for k, d, t in policy_knobs(n)}} for n in names}
+    if args.json:
+        print(json.dumps(listed, indent=2))
+        return 0
+    for n, entry in listed.items():
+        print(f"{n}: {entry['about']}")
+        width = max((len(k) for k in entry["knobs"]), default=0)
+        for k, knob in entry["knobs"].items():
+            print(f"    {k:<{width}}  {knob_text(knob['default']):<10}  {knob['takes']}")
+    print("(knobs are set with --knob KEY=VALUE; a combination A+B takes its parts' knobs)")
+    return 0
 
 
 def sim_config(args, policy: str | None = None) -> configmod.SimConfig:

@@ -122,6 +122,34 @@ RANKING: dict[str, str] = {
 
 DEFINITIONS: dict[str, str] = {**COLUMNS, **SUMMARY_ONLY, **RANKING}
 
+# Every policy `--policy` / `--policies` takes, in one line (`tltsim policies` lists them with their knobs).
+POLICIES: dict[str, str] = {
+    "verl": "the baseline: synchronous rollout, every response decoded plainly, the step waits for its longest.",
+    "tlt": "TLT: a drafter spot-trained on idle GPUs; speculative decoding, a bandit-chosen strategy, once an "
+           "engine's running batch falls to the threshold.",
+    "tlt-base": "verl with model-free n-gram (prompt-lookup) speculation, switched on as TLT's; no drafter trained.",
+    "static-sd": "TLT's switch and tuner with a drafter that is never retrained (its accepted length drifts).",
+    "sd-always": "TLT with speculation from the first token, whatever the batch.",
+    "tlt-auto": "TLT with a switch threshold learned per batch size from the engine's own measurements.",
+    "das": "speculation from a history of the prompt's earlier responses (DAS: suffix drafting); no drafter trained.",
+    "das+tlt": "TLT whose drafter is the hybrid of the spot-trained drafter and the history's suffix drafting.",
+    "tlt-dedicated": "TLT with GPUs set aside to train the drafter all step instead of on idle ones.",
+    "cotrain": "a drafter trained inside the actor update each step (quality restored, at the update's cost).",
+    "ideal": "a bound, not a policy: each step's rollout as long as its longest response alone.",
+    "partial": "partial rollout (APRIL): ratio x the groups launched, the step ends once enough finish, the rest "
+               "carried with their tokens into the next step.",
+    "tail-batching": "tail batching (RollPacker): eta x the groups in a short round, the rest aborted and their "
+                     "prompts parked for a long round.",
+    "longest-first": "groups placed on engines and admitted longest predicted first (a history predictor, LPT).",
+    "migrate": "tail migration (RLHFuse): once few responses remain they move onto fewer engines; the rest are "
+               "released to the next stage.",
+    "async": "asynchronous RL (AReaL): rollout engines and a trainer apart, samples up to max_staleness versions old.",
+    "partial+tlt": "partial rollout with TLT's speculation and spot-trained drafter.",
+    "tail-batching+tlt": "tail batching with TLT's speculation and spot-trained drafter.",
+    "longest-first+tlt": "longest-first placement with TLT's speculation and spot-trained drafter.",
+    "migrate+tlt": "tail migration whose released engines train TLT's drafter (release = drafter).",
+}
+
 # Runs that are not realisable policies but bounds, and what they bound.
 BOUNDS: dict[str, str] = {
     "ideal": "each step's rollout as long as the longest of its responses decoded alone on one engine "

@@ -55,8 +55,8 @@ class TLTKnobs(DecisionKnobs):
     """The decision knobs (tltsim.control.decisions) and the simulator's own: its model of the drafter and of
     spot training, and its fast path's chunking."""
 
-    dedicated_gpus: int = knob(0, lo=0)  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple
-    # of tp
+    dedicated_gpus: int = knob(0, lo=-1)  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple
+    # of tp, or -1: one engine's worth (tp GPUs)
     drift: float = knob(DrafterConfig.drift)  # drafter quality lost per policy update
     tau_samples: float = knob(DrafterConfig.tau_samples)  # samples that close 63% of the quality gap
     q_start: float = knob(DrafterConfig.q_start)  # drafter quality when RL starts
@@ -318,6 +318,7 @@ def variant_factory(name: str):
         return TLTPolicy(name, **knobs)
 
     make.knob_names = KNOB_NAMES
+    make.Knobs, make.defaults = TLTKnobs, VARIANTS[name]  # what `tltsim policies` lists
     make.__doc__ = f"{name}: TLT variant ({VARIANTS[name] or 'defaults'})"
     return make
 
