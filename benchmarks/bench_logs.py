@@ -4,11 +4,11 @@
 
 REPO_DIR is a checkout of PolyTrace (github.com/Zhou-jiecheng/PolyTrace; it carries no license, so no copy ships
 here) or any directory holding logs. Every directory under it that tltsim recognises as a log (`tltsim.trace.formats.
-detect`: PolyTrace's multi-turn workload log, a packed_length_log directory of length logs, a verl rollout dump) is
-read, with the warnings a user sees, as `tltsim trace convert` reads it; a line per log: its path under REPO_DIR,
-the format, the steps, responses (trajectories), turns and tool calls where it has them, the cap, what was left out,
-and the seconds the read took (one process, one read each). A log that cannot be read is a line with its error;
-the exit status counts them.
+detect`: PolyTrace's multi-turn workload log, a packed_length_log directory of length logs; a verl rollout dump
+needs its run's tokenizer and is not looked for) is read as `tltsim trace convert` reads it; a line per log: its
+path under REPO_DIR, the format, the steps, responses (trajectories), turns and tool calls where it has them, the
+cap, what was left out, the warnings and the seconds the read took (one process, one read each). A log that cannot
+be read is a line with its error, and the exit status is then 1.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from tltsim.core.errors import TltsimError
 from tltsim.trace.formats import detect
 
-LOGS = ("length log", "PolyTrace's multi-turn workload log", "verl rollout dump")
+LOGS = ("length log", "PolyTrace's multi-turn workload log")  # a verl rollout dump needs its run's tokenizer
 
 
 def logs(root: Path) -> list[Path]:

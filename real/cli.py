@@ -198,8 +198,8 @@ def _typed_path(value) -> str:
 
     from real.settings import recorded
 
-    if recorded(value) != str(value):
-        return recorded(value)
+    if (own := recorded(value)) != str(value):
+        return own
     path = Path(str(value))
     return os.path.relpath(path) if path.is_absolute() and path.is_relative_to(Path.cwd()) else str(value)
 
@@ -221,10 +221,8 @@ def _check_run(args) -> None:
 
 def _run_config(args):
     from real.run.config import RunConfig
-    from real.settings import task_grpo
+    from real.settings import recorded, task_grpo
     from tltsim.control.decisions import knobs_from_text
-
-    from real.settings import recorded
 
     flags = [f.name for f in fields(RunConfig) if f.name not in ("knobs", "grpo")]
     paths = {name: recorded(getattr(args, name)) for name in ("model", "drafter") if getattr(args, name)}

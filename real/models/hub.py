@@ -116,8 +116,8 @@ def _check_safetensors(path: Path) -> None:
 
 def resolve_model(name_or_path: str | Path, cache: str | Path | None = None) -> str | Path:
     """What a `--model` value names: a known model's cached directory (TltsimError if not fetched yet, or if its
-    copy is damaged: sizes checked, not sha256), else the value unchanged (a save_pretrained directory or a
-    preset name)."""
+    copy is damaged: sizes checked, not sha256), a recorded path into the package's own files the package's
+    (real.settings.packaged), else the value unchanged (a save_pretrained directory or a preset name)."""
     name_or_path = packaged(name_or_path)  # a record's "real/assets/..." from another directory
     name = str(name_or_path)
     if name not in KNOWN or Path(name).is_dir():

@@ -8,6 +8,7 @@ tltsim.control.migration's `MigrationControl`, which decides for it as it does f
         than `to_engines` workers hold some (the first worker to see it decides the targets, the busiest, from
         every worker's count in the store, and writes them there; every worker then stops at once)
     tail.leave()                       a worker whose rows all finished first: whether it is a target after all
+    tail.outcome()                     such a worker, not a target: waits for the move (or for none to come)
     tail.publish(rows)                 every worker: its unfinished rows, in its engine's order (none once done)
     mine = tail.assigned()             a target: the rows it runs anew (round-robin, MigrationControl.assign)
 
@@ -26,6 +27,7 @@ it is recorded (steps columns migrate_at_s, migrated, released_engines); nothing
 from __future__ import annotations
 
 import json
+import time
 
 from tltsim.control.migration import MigrateKnobs, MigrationControl
 
@@ -42,7 +44,7 @@ class TailMove:
         self.moving_keys = [f"{step}/moving/{w}" for w in range(world)]  # each worker's rows to move
         self.move: dict | None = None  # {"targets": [...], "at": seconds}
         self.never = False  # due, but on `to_engines` workers or fewer: the step runs to its end where it is
-        self.left = False  # this worker's rows all finished before any move was decided
+        self.gone_early = False  # this worker's rows all finished before any move was decided
 
     def finished(self, unfinished: int) -> None:
         """This worker's rows not yet finished (running, or waiting for a slot), before an engine call."""
@@ -72,7 +74,7 @@ class TailMove:
         it as a target first, in which case it waits for the decision. Whether it is a target."""
         self.finished(0)
         if self._claim(self.rank, "left") == "left":
-            self.left = not self._read()  # else a move decided before it left, without it (it is then released)
+            self.gone_early = not self._read()  # else a move decided before it left, without it (released then)
             return False
         self.store.wait([self.key])
         self._read()
@@ -100,12 +102,21 @@ class TailMove:
         return {"migrated": moved, "migrate_at_s": self.move["at"],
                 "released_engines": self.world - len(self.move["targets"])}
 
+    def outcome(self) -> bool:
+        """A worker whose rows all finished before any move was decided: wait until one is (this worker is then
+        released with the others, as the simulator releases every engine but the targets at the move) or until
+        every worker has handed its rows over with none decided (no move this step). Whether a move came."""
+        while not self._read():
+            if self.store.check(self.moving_keys):
+                return self._read()
+            time.sleep(0.002)
+        return True
+
     @property
     def released(self) -> bool:
-        """Whether this worker was released: at the move (every worker but the targets), or before it, its rows all
-        finished (the move counts it among the released engines, as the simulator does; on the rare step where no
-        move comes after it left, it has started the next stage early all the same)."""
-        return self.left or (self.move is not None and self.rank not in self.move["targets"])
+        """Whether this worker was released at the move: every worker but the targets, one whose rows all finished
+        before it included."""
+        return self.move is not None and self.rank not in self.move["targets"]
 
     @property
     def target(self) -> bool:

@@ -28,7 +28,7 @@ from real.tools.profile import speed_probe
 from real.run.progress import StepProgress
 from real.run.recorder import Recorder, WorkerStep, recorded_answers, turn_records
 from real.run.config import WARM_SPOT_LR, RunConfig
-from real.settings import GenerateSettings, SamplingParams, packaged
+from real.settings import GenerateSettings, SamplingParams
 from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
 from real.drafters.suffix import SuffixDrafter
 from real.drafters.warmup import find_shipped_drafter
@@ -116,7 +116,7 @@ class Worker:
 
     def _spot(self, knobs) -> SpotTraining:
         cfg = self.config
-        warm = packaged(cfg.drafter) if cfg.drafter else find_shipped_drafter(cfg.model)
+        warm = cfg.drafter or find_shipped_drafter(cfg.model)
         lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
         return SpotTraining(self.rank, self.world, self.store, SampleBuffer(knobs.buffer_steps, knobs.keep_long_prev),
                             lr, cfg.drafter_batch, self.out, self.device, self.dtype,
@@ -186,7 +186,7 @@ class Worker:
         cfg = self.config
         if self.ckpt:
             return drafters.load(self.ckpt / "drafter.pt", self.target)
-        start = packaged(cfg.drafter) if cfg.drafter else find_shipped_drafter(cfg.model)
+        start = cfg.drafter or find_shipped_drafter(cfg.model)  # drafters.load reads a recorded path as packaged
         if start:
             return drafters.load(start, self.target)
         drafter = drafters.kind("eagle").for_target(self.target, seed=cfg.seed)
@@ -247,6 +247,8 @@ class Worker:
             parts += self._move_tail(step, tail, share, engine, ro, poll)
         done = max((r.calls[-1].t_end for _, _, r in parts if r.calls), default=t0)
         phases, early = [], None
+        if tail is not None and tail.gone_early and tail.outcome():  # idle until the move releases it
+            phases.append(("idle", done, done := max(done, t0 + tail.move["at"])))
         if tail is not None and tail.released and self.migration.release == "next-stage":
             # the reward stage's log-prob forwards of the responses this worker finished, before the barrier
             mine = self.rows.samples(parts)

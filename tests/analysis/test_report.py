@@ -163,3 +163,16 @@ def test_the_same_runs_give_the_same_report_bytes(base, tlt, tmp_path):
     one = write_report([base, tlt], tmp_path / "a.html").read_bytes()
     two = write_report([base, tlt], tmp_path / "b.html").read_bytes()
     assert one == two and datetime.now(timezone.utc).strftime("%Y-%m-%d").encode() not in one
+
+
+def test_a_long_reason_shows_its_first_clause_and_folds_the_rest():
+    from tltsim.analysis.report.html import folded
+
+    assert folded("short & plain", 20) == "short &amp; plain"
+    f = folded("1.50× faster: rollout takes 12 s against 22 s; it ends a step before all finish", 60)
+    assert f == ('<details class="fold"><summary>1.50× faster: rollout takes 12 s against 22 s</summary>'
+                 "it ends a step before all finish</details>")
+    f = folded("The baseline: rollout is 74% of its time, 42% of rollout is the long tail.", 30)
+    assert "<summary>The baseline: rollout is 74% …</summary>… of its time, 42%" in f
+    f = folded("x" * 50, 20)  # no space to cut at: cut inside the word, nothing lost
+    assert f == f'<details class="fold"><summary>{"x" * 20} …</summary>… {"x" * 30}</details>'

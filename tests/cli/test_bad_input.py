@@ -406,7 +406,7 @@ CASES = {
     "trace convert --tokenizer of a trace": (lambda s, t: ["trace", "convert", t, s / "t.csv", "--tokenizer", "x"],
                                              "--tokenizer applies to verl rollout dumps"),
     "trace convert --max-len 0": (lambda s, t: ["trace", "convert", t, s / "t.csv", "--max-len", "0"],
-                                  "must be a positive integer"),
+                                  "0 is out of range; give a whole number >= 1"),
     "trace convert --max-len below the lengths": (lambda s, t: ["trace", "convert", t, s / "t.csv", "--max-len", "3"],
                                                   "exceeds the declared max_response_len 3"),
     "trace convert --requests-per-step of a Parquet": (lambda s, t: ["trace", "convert", t, s / "t.csv",

@@ -62,14 +62,28 @@ def test_a_worker_that_left_is_never_a_target_and_one_claimed_first_runs_as_one(
     store = DictStore()
     a, b, c = (TailMove(knobs, store, 0, w, 3, 6, lambda: 1.5) for w in range(3))
     a.finished(1), b.finished(3), c.finished(1)
-    assert not b.leave() and b.move is None and b.released  # gone before any decision: released all the same
+    assert not b.leave() and b.move is None and b.gone_early and not b.released  # gone before any decision
     assert a.stop() and a.move["targets"] == [0] and c.stop() and c.released
+    assert b.outcome() and b.released  # the move came: released with the others, as the simulator has it
 
     store = DictStore()
     a, b, c = (TailMove(knobs, store, 0, w, 3, 6, lambda: 1.5) for w in range(3))
     a.finished(1), b.finished(2), c.finished(0)
     assert a.stop() and a.move == {"targets": [1], "at": 1.5}
     assert b.leave() and b.target  # claimed before it could leave: it runs the tail
+
+
+def test_a_worker_gone_before_a_move_that_never_comes_is_not_released():
+    """Worker 1 finished first; then only worker 0 holds rows (to_engines = 1): no move. Worker 1 waits for the
+    step's outcome: every worker's hand-over, no decision; it is not released."""
+    store = DictStore()
+    a, b = (TailMove(MigrateKnobs(remaining=0.5, to_engines=1), store, 0, w, 2, 4, lambda: 1.0) for w in range(2))
+    a.finished(2)
+    assert not b.leave() and b.gone_early
+    b.publish([])
+    assert not a.stop() and a.never  # due, but one worker holds every unfinished row
+    a.publish([[0, 1, [5], 0.0]])
+    assert not b.outcome() and not b.released and b.columns()["migrated"] == 0
 
 
 def test_migrate_is_refused_what_a_real_run_cannot_do(tmp_path):

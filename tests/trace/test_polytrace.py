@@ -110,9 +110,8 @@ def test_a_log_as_runs_leave_it_generated_past_the_cap_and_stopped_mid_step(tmp_
     out = tmp_path / "t.parquet"
     assert main(["trace", "convert", str(d), str(out), "--max-len", "4096"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"tltsim: warning: {d}: step 2: 1 group with fewer than 2 samples (1 responses) left out, and so the "
-                   f"step, which had no whole group; the run stopped or the log lost lines before the step's groups "
-                   f"finished",
+    assert err == [f"tltsim: warning: {d}: step 2: 1 group with fewer than 2 samples (1 response) left out, and so the "
+                   f"step, which had no whole group (a run stopped mid-step, or lines lost or added)",
                    f"tltsim: warning: --max-len 4096: {d} declares a cap of 3000; the trace takes 4096, as asked"]
     t = load(out)
     assert t.steps == [0, 1] and t.meta.max_response_len == 4096 and t.meta.group_size == 2
@@ -122,7 +121,7 @@ def test_a_log_as_runs_leave_it_generated_past_the_cap_and_stopped_mid_step(tmp_
     assert t.turns["kept_len"].iloc[:3].tolist() == [78, 138, 1969]
     assert main(["trace", "stats", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[1] == ("left out of the source: incomplete groups: step 2: 1 group "
-                                                       "with fewer than 2 samples (1 responses) (the whole step)")
+                                                       "with fewer than 2 samples (1 response) (the whole step)")
     only = tmp_path / "cut"
     only.mkdir()
     write(only / "multiturn_workload_step_2.jsonl", [trajectory(2, 0, 1, [29], [])])  # sample 1 of a group of 2+

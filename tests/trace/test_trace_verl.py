@@ -90,7 +90,7 @@ def test_aborted_requests_are_kept_marked_and_counted(tmp_path, capsys):
     assert table[1].split()[-1] == "aborted%" and table[-2].split()[-1] == f"{100 * len(empty) / 12:.1f}"
     # a group short of a line (a line lost) is left out, with a warning naming the step, and the trace says so
     lines.pop(4)
-    with pytest.warns(TltsimWarning, match=r"step 1: 1 group with fewer than 4 samples \(3 responses\) left out;"):
+    with pytest.warns(TltsimWarning, match=r"step 1: 1 group with fewer than 4 samples \(3 responses\) left out \(a run stopped"):
         cut = read_rollout_dump(_write(tmp_path / "1.jsonl", lines), token_counter(str(TOKENIZER)))
     assert len(cut.df) == 8 and cut.df.groupby("prompt_id").size().tolist() == [4, 4]
     assert cut.meta.left_out == "incomplete groups: step 1: 1 group with fewer than 4 samples (3 responses)"

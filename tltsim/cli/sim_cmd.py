@@ -104,12 +104,9 @@ def register(sub) -> None:
 
 def cmd_policies(args) -> int:
     """`tltsim policies`: each policy's line (tltsim.core.glossary.POLICIES) and its knobs."""
-    names = args.names or policy_names()
-    unknown = [n for n in names if n not in policy_names()]
-    if unknown:
-        raise TltsimError(f"unknown policy {unknown[0]!r}; choose among {', '.join(policy_names())}")
-    listed = {n: {"about": glossary.POLICIES[n], "knobs": {k: {"default": d, "takes": t}
-                                                           for k, d, t in policy_knobs(n)}} for n in names}
+    names = [n.strip().lower() for n in args.names] or policy_names()
+    listed = {n: {"knobs": {k: {"default": d, "takes": t} for k, d, t in policy_knobs(n)},  # refuses a bad name
+                  "about": glossary.POLICIES.get(n) or " combined with ".join(n.split("+"))} for n in names}
     if args.json:
         print(json.dumps(listed, indent=2))
         return 0

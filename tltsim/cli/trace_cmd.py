@@ -5,7 +5,7 @@ import json
 import warnings
 
 from tltsim.core import glossary
-from tltsim.core.argparser import PreformattedHelpFormatter, add_force
+from tltsim.core.argparser import PreformattedHelpFormatter, add_force, whole
 from tltsim.core.errors import TltsimError, TltsimWarning
 from tltsim.core.io import check_apart, check_file
 from tltsim.trace import FAMILIES, load, save, stats, synth
@@ -52,7 +52,7 @@ def register(subparsers) -> None:
                    "or a length log (PolyTrace's packed_length_log directory or one packed_lengths_step_<step>.jsonl)")
     c.add_argument("output", help=f"file to write ({', '.join(SUFFIXES)})")
     add_force(c, "OUTPUT (and a CSV or JSONL trace's sidecar OUTPUT.meta.json)")
-    c.add_argument("--max-len", type=int, help="declare the response cap, whatever the log says (a warning where it "
+    c.add_argument("--max-len", type=whole(1), help="declare the response cap, whatever the log says (a warning where it "
                    "says another; length logs do not record it)")
     c.add_argument("--requests-per-step", type=int, help="Vidur CSV only: chunk requests into steps of this many")
     c.add_argument("--tokenizer", metavar="TOK", help="verl rollout dumps only: the run's tokenizer (a local model or "
@@ -143,14 +143,18 @@ def _convert(args) -> int:
     check_apart({"OUTPUT": args.output, "OUTPUT's sidecar": sidecar(args.output)},
                 {"INPUT": args.input, "INPUT's sidecar": sidecar(args.input), "--tokenizer": args.tokenizer})
     _check_trace_output(args.output, args.force)
-    trace = _read_input(args)
+    with warnings.catch_warnings(record=True) as read:  # said once the trace is whole: an error is one line
+        warnings.simplefilter("always")
+        trace = _read_input(args)
     if args.max_len is not None:
         declared = trace.meta.max_response_len
         meta = TraceMeta.from_dict({**trace.meta.to_dict(), "max_response_len": args.max_len}, path="--max-len")
         trace = Trace.from_frame(trace.df, meta, path=args.input)
-        if declared not in (None, args.max_len):
-            warnings.warn(f"--max-len {args.max_len}: {args.input} declares a cap of {declared}; the trace takes "
-                          f"{args.max_len}, as asked", TltsimWarning)
+    for w in read:
+        warnings.warn(w.message, w.category)
+    if args.max_len is not None and declared not in (None, args.max_len):
+        warnings.warn(f"--max-len {args.max_len}: {args.input} declares a cap of {declared}; the trace takes "
+                      f"{args.max_len}, as asked", TltsimWarning)
     save(trace, args.output)
     print(f"wrote {args.output}: {len(trace.df)} responses in {len(trace.steps)} steps, source {trace.meta.source}")
     return 0

@@ -98,13 +98,27 @@ def _check(policy: str, key: str, v, default, meta):
         return v
     if isinstance(default, (int, float)):
         integer = isinstance(default, int)
-        allowed = ("an integer" if integer else "a number") + _range(lo, hi)
+        allowed = takes(default, meta)
         if isinstance(v, bool) or not isinstance(v, int if integer else (int, float)):
             raise bad(allowed)
         if (lo is not None and not v >= lo) or (hi is not None and not v <= hi):  # NaN is out of every range
             raise bad(allowed)
         return v if integer or isinstance(v, float) else float(v)
     return v
+
+
+def takes(default, meta) -> str:
+    """The values a knob with this default and field metadata takes, in words (its refusal and `tltsim policies`
+    say them so)."""
+    if meta.get("choices"):
+        return "one of " + ", ".join(map(str, meta["choices"]))
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, tuple):  # the tuner's arms
+        return "comma-separated depth_topk_verify strategies"
+    if isinstance(default, (int, float)):
+        return ("an integer" if isinstance(default, int) else "a number") + _range(meta.get("lo"), meta.get("hi"))
+    return "a string"
 
 
 def _range(lo, hi) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from tltsim.control.knobs import check_known
+from tltsim.control.knobs import check_known, takes
 from tltsim.core.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
 from tltsim.policies.ideal import Ideal
@@ -66,6 +66,7 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
 def policy_knobs(name: str) -> list[tuple[str, object, str]]:
     """(knob, default, the values it takes) of every knob of the registered policy `name`, a combination's parts'
     in order (each knob once, with the combination's default)."""
+    make_policy(name)  # an unknown name: its refusal
     key = name.strip().lower()
     parts = [key] if key in REGISTRY else key.split("+")
     out: dict[str, tuple[object, str]] = {}
@@ -77,7 +78,7 @@ def policy_knobs(name: str) -> list[tuple[str, object, str]]:
         defaults = {**getattr(factory, "defaults", {}), **COMBINATIONS.get(key, {})}
         for f in fields(cls):
             if f.name not in out:
-                out[f.name] = (defaults.get(f.name, f.default), _allowed(f))
+                out[f.name] = (defaults.get(f.name, f.default), takes(f.default, f.metadata))
     return [(k, ",".join(default) if isinstance(default, tuple) else default, allowed)
             for k, (default, allowed) in out.items()]
 
@@ -85,21 +86,6 @@ def policy_knobs(name: str) -> list[tuple[str, object, str]]:
 def knob_text(value) -> str:
     """A knob's value as --knob KEY=VALUE spells it (true, not True)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _allowed(f) -> str:
-    """The values a knob's field takes, in words."""
-    m = f.metadata
-    if m.get("choices"):
-        return " | ".join(map(str, m["choices"]))
-    if isinstance(f.default, bool):
-        return "true | false"
-    if isinstance(f.default, tuple):  # the tuner's arms
-        return "comma-separated depth_topk_verify strategies"
-    kind = "integer" if isinstance(f.default, int) else "number"
-    lo, hi = m.get("lo"), m.get("hi")
-    return kind + ("" if lo is None and hi is None else f" in [{'-inf' if lo is None else lo}, "
-                                                        f"{'inf' if hi is None else hi}]")
 
 
 def _single(key: str, knobs: dict, name: str) -> Policy:

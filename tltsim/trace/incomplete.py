@@ -36,8 +36,8 @@ def whole_groups(df: pd.DataFrame, group: int, path) -> tuple[pd.DataFrame, str]
         groups = rows["prompt_id"].nunique()
         whole = step not in kept_steps
         said = (f"step {step}: {groups} group{'s' if groups > 1 else ''} with fewer than {group} samples "
-                f"({len(rows)} responses)")
-        warnings.warn(f"{path}: {said} left out{', and so the step, which had no whole group' if whole else ''}; "
-                      f"the run stopped or the log lost lines before the step's groups finished", TltsimWarning)
+                f"({len(rows)} response{'s' if len(rows) > 1 else ''})")
+        warnings.warn(f"{path}: {said} left out{', and so the step, which had no whole group' if whole else ''} "
+                      f"(a run stopped mid-step, or lines lost or added)", TltsimWarning)
         parts.append(said + (" (the whole step)" if whole else ""))
     return df[~short].reset_index(drop=True), "incomplete groups: " + "; ".join(parts)

@@ -69,6 +69,8 @@ def read_length_log(path) -> Trace:
         group = group or (meta.group_size, f.name)
         frames.append(df)
         prompts += len(training)
+    if not files:
+        raise TltsimError(f"{path}: no packed_lengths_step_<step>.jsonl files; give a length log's directory or file")
     if not frames:
         raise TltsimError(f"{path}: every line is a validation rollout (\"validate\": true); give the training "
                           f"steps' log")

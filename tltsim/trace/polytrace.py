@@ -97,7 +97,7 @@ def read_multiturn_log(path) -> Trace:
     if "turn_kept_len" in df:  # a line without it keeps every token it generated
         df["turn_kept_len"] = [g if k is None or k != k else k for k, g in zip(df["turn_kept_len"],
                                                                             df["turn_response_len"])]
-    group = max(int(df.groupby(["step", "prompt_id"]).size().max()), int(df["sample"].max()) + 1)
+    group = _group_size(df)
     df, left_out = whole_groups(df, group, path)
     n_calls = int(sum(sum(x is not None for x in r) for r in df["tool_latency_s"]))
     meta = TraceMeta(source="polytrace", max_response_len=max_len, group_size=group, left_out=left_out,
@@ -108,6 +108,12 @@ def read_multiturn_log(path) -> Trace:
         f"(tokens kept in the context), tool_tokens the calls' append_len (tokens appended to the context), "
         f"tool_latency_s their latency_s (both summed over a turn's calls), turn_gen_s the turns' engine_latency_s"))
     return Trace.from_frame(df, meta, path=path)
+
+
+def _group_size(df: pd.DataFrame) -> int:
+    """The run's samples a prompt: its largest group's, or the largest sample_id + 1 where a log's groups are all
+    cut short."""
+    return max(int(df.groupby(["step", "prompt_id"]).size().max()), int(df["sample"].max()) + 1)
 
 
 def _log_files(path: Path) -> list[Path]:

@@ -61,7 +61,7 @@ class TraceMeta:
 
     source: str = "unknown"  # where the lengths come from: "synth:<family>", "verl", "vidur", "real", ...
     model: str = "unknown"  # the policy model that generated them
-    max_response_len: int | None = None  # the generation cap; None = unknown (no truncation stats)
+    max_response_len: int | None = None  # the response cap (a multi-turn trace's: of what is kept); None = unknown
     group_size: int | None = None  # samples per prompt (GRPO n); None = inferred
     provenance: str = ""  # free text: how it was made, parameters, seed, what it was matched to
     left_out: str = ""  # what the source held that the trace leaves out (a cut step's groups, validation rollouts)

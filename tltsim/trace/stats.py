@@ -120,8 +120,10 @@ def _figures(lengths: np.ndarray, truncated: np.ndarray | None, aborted: np.ndar
 
 
 def _truncated(trace: Trace) -> np.ndarray | None:
+    """Which responses the cap cut: the trace's `finished` where it has one; else, single-turn, those at the cap
+    (a multi-turn trace's cap bounds what is kept, not response_len); None where neither tells."""
     if "finished" in trace.df.columns:
         return ~trace.df["finished"].to_numpy(dtype=bool)
-    if trace.meta.max_response_len is not None:
+    if trace.meta.max_response_len is not None and not trace.agentic:
         return trace.df["response_len"].to_numpy() >= trace.meta.max_response_len
     return None

@@ -73,11 +73,11 @@ def folded(text: str, limit: int) -> str:
     cut = min(ends, default=len(text))
     if cut > limit:
         cut = text.rfind(" ", 0, limit)
-        head, rest = text[:cut] + " …", "… " + text[cut + 1:]
+        cut = cut if cut > 0 else limit  # no space before the limit: cut inside the word
+        head, rest = text[:cut] + " …", "… " + text[cut:].lstrip()
     else:
         head, rest = text[:cut + (text[cut] == ".")], text[cut + 2:]  # a sentence keeps its full stop
     return f'<details class="fold"><summary>{e(head)}</summary>{e(rest)}</details>'
-
 
 
 def slug(label: str) -> str:

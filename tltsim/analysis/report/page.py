@@ -6,7 +6,7 @@ The page needs nothing but itself (no scripts, no links outside it): images are 
 (palette PNGs, shown at the size they were drawn), and a table of contents links the sections. It reads in a
 minute: a ranking reason or a finding longer than two lines shows its first clause with the rest folded beneath
 it; the glossary, the comparison tables after the first, the tuning searches and the runs (each with its section
-and config) are folded; a section no run has anything for is left out. Runs simulated on a calibrated cluster (`--calibration`)
+and config) are folded; a comparison table no run has a column of is left out. Runs simulated on a calibrated cluster (`--calibration`)
 are named as such under the title, with the calibration's factors, fixed costs, files and error. With
 several results the first is the baseline and the page opens with the summary (tltsim.analysis.report.findings:
 the ranking by speedup, or on a calibrated cluster by saved_per_step_s, each policy's
