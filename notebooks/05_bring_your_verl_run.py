@@ -62,6 +62,8 @@ import json
 import warnings
 from dataclasses import replace
 
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without widgets, on import
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
@@ -75,7 +77,6 @@ from tltsim.trace.verl import read_rollout_dump
 from tltsim.verl_config import read_verl_config
 from tltsim.verl_metrics import read_metrics
 
-warnings.filterwarnings("ignore", message="IProgress not found")
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 160)
 

@@ -51,6 +51,7 @@ THREADS = 2  # torch threads the live parts compute with (your core count)
 import json
 import os
 import warnings
+from pathlib import Path
 
 os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -82,7 +83,7 @@ pd.set_option("display.width", 160)
 path = hub.fetch(MODEL, log=lambda _: None) if MODEL in hub.KNOWN else MODEL
 target, tokenizer = load_target(MODEL), load_tokenizer(MODEL)
 config = target.config
-print(path)
+print(f"{MODEL}: {Path(path).relative_to(hub.cache_root())} in the cache" if MODEL in hub.KNOWN else path)
 print(f"{type(target).__name__}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
       f"{config.num_attention_heads}/{config.num_key_value_heads} query/key-value heads, vocabulary "
       f"{config.vocab_size}, {sum(p.numel() for p in target.parameters()) / 1e6:.1f}M parameters")

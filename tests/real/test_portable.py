@@ -63,7 +63,7 @@ def test_no_shipped_run_names_a_directory_of_the_machine_that_made_it():
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs git and a checkout")
 def test_no_tracked_record_holds_an_absolute_path():
-    files = subprocess.run(["git", "ls-files", "traces"], cwd=ROOT, capture_output=True, text=True,
+    files = subprocess.run(["git", "ls-files", "traces", "notebooks"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
     hits = [f for f in files if f.endswith((".json", ".ipynb", ".md", ".csv"))
             and MACHINE_PATH.search((ROOT / f).read_text(errors="replace"))]
