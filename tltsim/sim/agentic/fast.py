@@ -50,11 +50,13 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
     """`reference.Run`'s rollout event by event in plain floats: a running row's context and tokens left follow from the
     token clock at its admission (every running row gains the same tokens per iteration), the running rows' turn
     ends are a heap on the token clock, the rows whose cached KV may be evicted a heap by when they began to wait,
-    and the KV in use and the running context are kept as they change, so no event scans every row."""
+    and the KV in use and the running context are kept as they change, so no event scans every row. One loop,
+    its events inline and its state in locals: a step's events are thousands, each a few operations."""
     n, nt = turns.rows, len(turns.gen)
     gen, tool_tokens = turns.gen.tolist(), turns.tool_tokens.tolist()
     latency = [None if x != x else x for x in turns.tool_latency_s.tolist()]  # None: no call after the turn
     first = turns.first.tolist()
+    last_turn = [k - 1 for k in first[1:]]
     cap = float(cost.kv_capacity_tokens)
     scalar = cost.scalar_times() if hasattr(cost, "scalar_times") else None
     if scalar is not None:
@@ -66,12 +68,19 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
         def prefill_time(tokens, sq):
             return float(cost.prefill_time(tokens, sq))
 
+    def within_plain(b, c, k, room):
+        """tltsim.sim.speculation.within of `k` plain iterations, whole ones."""
+        full = stretch_time(b, c, k)
+        if full <= room:
+            return k, full
+        k = max(1, math.ceil(k * max(room, 0.0) / full)) if full > 0 else k
+        return k, stretch_time(b, c, k)
+
     turn = first[:-1]  # each row's current turn (flat index)
     ctx = turns.prompt_len.astype(float).tolist()  # a row's context; a running row's at its admission
     held = [0.0] * n  # KV tokens the engine holds for a row out of the batch (cached while it waits)
     reserved = [0.0] * n  # a running row's KV: its context at admission and its turn's tokens
     tau_in = [0.0] * n  # a running row's token clock at its admission
-    running = [False] * n
     version = [0] * n  # bumped whenever a row's entry in `cached` goes stale
     cached: list = []  # heap of (waiting since, row, version): rows out of the batch whose KV the cache holds
     ends: list = []  # heap of (token clock at the turn's end, row): the running rows
@@ -89,116 +98,28 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
     drafted = control is not None and control.on
     behind = 0.0
     log = Timeline()
+    log_rows = log.rows
     tally = Tally()
     tool_wait = 0.0
     switch_at = None
     t = tau = 0.0
     clock_t, clock_tau = [0.0], [0.0]
+    tick, tock = clock_t.append, clock_tau.append
     done = nrun = 0
     used = 0.0  # KV in use: running rows' reservations and the cached KV of rows out of the batch
     c_run = 0.0  # the running rows' context tokens
     heappush, heappop = heapq.heappush, heapq.heappop
-    inf = math.inf
-
-    def finish(r):
-        nonlocal done, used
-        used -= held[r]
-        held[r] = 0.0
-        version[r] += 1
-        finished_at[r] = t
-        done += 1
-
-    def end_turns():
-        """Rows whose turn has ended leave the batch: to their tool call (KV cached), or done."""
-        nonlocal nrun, c_run
-        while ends and ends[0][0] - tau <= EPS:
-            _, r = heappop(ends)
-            k = turn[r]
-            t_fin[k] = t
-            c_run -= ctx[r] + (tau - tau_in[r])
-            ctx[r] = held[r] = reserved[r]  # at its turn's length (a speculative stretch may overshoot it)
-            running[r] = False
-            nrun -= 1
-            lat = latency[k]
-            if lat is None:
-                finish(r)
-            else:
-                version[r] += 1
-                if held[r] > 0:
-                    heappush(cached, (t, r, version[r]))
-                heappush(tools, (t + lat, r, True))
-        if not nrun:
-            c_run = 0.0
-
-    def returns():
-        """Tools that answered by now: the answer joins the row's context and the row queues for its next turn."""
-        nonlocal arrivals
-        while tools and tools[0][0] <= t + EPS:
-            _, r, ends_turn = heappop(tools)
-            if ends_turn:
-                k = turn[r]
-                ctx[r] += tool_tokens[k]
-                if k + 1 == first[r + 1]:
-                    finish(r)
-                    continue
-                turn[r] = k + 1
-            heappush(queue, (key[r], arrivals, r))
-            arrivals += 1
-
-    def plain(b, k, dt):
-        """`k` plain iterations at batch `b`, `dt` seconds in all."""
-        nonlocal t, tau, c_run, behind
-        if control is not None:
-            control.observe_plain(b, dt / k, int(k))
-        log.add("decode", t, t + dt, b, float(b * k))
-        c_run += b * k
-        t += dt
-        tau += k
-        clock_t.append(t)
-        clock_tau.append(tau)
-        if drafted:
-            behind += k
-
-    def within_plain(b, c, k, room):
-        """tltsim.sim.speculation.within of `k` plain iterations, whole ones."""
-        full = stretch_time(b, c, k)
-        if full <= room:
-            return k, full
-        k = max(1, math.ceil(k * max(room, 0.0) / full)) if full > 0 else k
-        return k, stretch_time(b, c, k)
-
-    def speculative(b, c, s, to_end, room):
-        nonlocal t, tau, c_run, behind, drafted, switch_at
-        if not drafted:  # the switch: the drafter's state for every running row
-            rows = sorted(r for _, r in ends)
-            sq = float(np.sum(np.array([ctx[r] + (tau - tau_in[r]) for r in rows]) ** 2))
-            dt = float(cost.switch_time(b, c, sq))
-            log.add("prefill", t, t + dt, b)
-            switch_at, drafted, behind = t, True, 0.0
-            t += dt
-            clock_t.append(t)
-            clock_tau.append(tau)
-            room -= dt
-        chunk = speculate(spec, cost, s, b, c, to_end, behind, room)
-        behind = 0.0
-        gain = chunk.accepted * chunk.iterations
-        log.add("spec_decode", t, t + chunk.seconds, b, b * gain, chunk.accepted, str(s), chunk.iterations)
-        tally.add(chunk)
-        c_run += b * gain
-        t += chunk.seconds
-        tau += gain
-        clock_t.append(t)
-        clock_tau.append(tau)
+    inf, nan, ceil = math.inf, math.nan, math.ceil
 
     while done < n:
+        admitted = False
         # admission: FIFO (or by priority) while a slot and the cache allow, evicting cached KV oldest first
         if queue and nrun < max_running:
             chosen: list[int] = []
             slots = max_running - nrun
             while queue and len(chosen) < slots:
                 r = queue[0][2]
-                k = turn[r]
-                size = ctx[r] + gen[k]
+                size = ctx[r] + gen[turn[r]]
                 extra = size - held[r]
                 if used + extra > cap:
                     aside = None
@@ -227,6 +148,7 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                 used += extra
                 heappop(queue)
             if chosen:
+                admitted = True
                 chosen.sort()
                 fresh = sq = 0.0
                 for r in chosen:
@@ -238,23 +160,29 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                     if admitted_at[r] != admitted_at[r]:
                         admitted_at[r] = t
                     held[r] = c
-                    reserved[r] = c + gen[k]
+                    g = gen[k]
+                    reserved[r] = c + g
                     version[r] += 1
-                    running[r] = True
                     tau_in[r] = tau
-                    heappush(ends, (tau + gen[k], r))
+                    heappush(ends, (tau + g, r))
                     c_run += c
                 nrun += len(chosen)
                 dt = prefill_time(fresh, sq)
-                log.add("prefill", t, t + dt, nrun)
+                last = log.last
+                if last[0] == "prefill":  # log.add's merge, inline
+                    last[2] = t + dt
+                else:
+                    log.last = last = ["prefill", t, t + dt, nrun, 0.0, nan, ""]
+                    log_rows.append(last)
                 t += dt
-                clock_t.append(t)
-                clock_tau.append(tau)
+                tick(t)
+                tock(tau)
                 if drafted:  # the drafter has not read the prefilled tokens either
                     behind += fresh / nrun
-                end_turns()  # turns of no tokens (aborted requests) end at once
-                continue
-        if not nrun:
+        # after an admission, turns of no tokens (aborted requests) end at once, below; tools answer after a stretch
+        if admitted:
+            pass
+        elif not nrun:
             if not tools:  # nothing runs, queued or waits: cannot happen while rows are not done
                 raise AssertionError("agentic rollout stalled")
             t_next = tools[0][0]
@@ -262,52 +190,117 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                 log.add("tool_wait", t, t_next, 0)
                 tool_wait += t_next - t
                 t = t_next
-                clock_t.append(t)
-                clock_tau.append(tau)
-            returns()
-            continue
-        # a stretch at the running batch: to the first turn's end, a tool's return, or the next decision
-        b, c = nrun, c_run
-        room = (tools[0][0] if tools else inf) - t
-        to_end = ends[0][0] - tau
-        if control is None:  # plain decoding (as `plain` and `within_plain`, inline: most events are these)
-            k = max(1, math.ceil(to_end - EPS))
-            dt = stretch_time(b, c, k)
-            if dt > room:
-                k = max(1, math.ceil(k * max(room, 0.0) / dt)) if dt > 0 else k
-                dt = stretch_time(b, c, k)
-            t1 = t + dt
-            last = log.last
-            if last[0] == "decode":  # log.add's merge
-                last[2] = t1
-                last[4] = last[4] + float(b * k)
-            else:
-                log.add("decode", t, t1, b, float(b * k))
-            c_run += b * k
-            t = t1
-            tau += k
-            clock_t.append(t)
-            clock_tau.append(tau)
+                tick(t)
+                tock(tau)
         else:
-            s = None
-            if not control.on:  # count plain iterations towards the switch
-                k, dt = within_plain(b, c, max(1, math.ceil(to_end - EPS)), room)
-                k_plain = control.advance(b, k)
-                if k_plain or not control.on:
-                    plain(b, k_plain, dt if k_plain == k else stretch_time(b, c, k_plain))
-                    end_turns()
-                    returns()
-                    continue
-            s = control.decide(b)
-            if s is None:
-                k = max(1, int(min(max(1, math.ceil(to_end - EPS)), control.plain_left(b))))
-                plain(b, *within_plain(b, c, k, room))
+            # a stretch at the running batch: to the first turn's end, a tool's return, or the next decision
+            b, c = nrun, c_run
+            room = (tools[0][0] if tools else inf) - t
+            to_end = ends[0][0] - tau
+            if control is None:  # plain decoding: most events are these
+                k = ceil(to_end - EPS)
+                if k < 1:
+                    k = 1
+                dt = stretch_time(b, c, k)
+                if dt > room:
+                    k = max(1, ceil(k * max(room, 0.0) / dt)) if dt > 0 else k
+                    dt = stretch_time(b, c, k)
             else:
-                speculative(b, c, s, to_end, room)
+                k = None
+                if not control.on:  # count plain iterations towards the switch
+                    k, dt = within_plain(b, c, max(1, ceil(to_end - EPS)), room)
+                    k_plain = control.advance(b, k)
+                    if k_plain or not control.on:
+                        if k_plain != k:
+                            k, dt = k_plain, stretch_time(b, c, k_plain)
+                    else:
+                        k = None
+                if k is None:
+                    s = control.decide(b)
+                    if s is None:
+                        k = max(1, int(min(max(1, ceil(to_end - EPS)), control.plain_left(b))))
+                        k, dt = within_plain(b, c, k, room)
+                    else:
+                        if not drafted:  # the switch: the drafter's state for every running row
+                            rows = sorted(r for _, r in ends)
+                            sq = float(np.sum(np.array([ctx[r] + (tau - tau_in[r]) for r in rows]) ** 2))
+                            dt = float(cost.switch_time(b, c, sq))
+                            log.add("prefill", t, t + dt, b)
+                            switch_at, drafted, behind = t, True, 0.0
+                            t += dt
+                            tick(t)
+                            tock(tau)
+                            room -= dt
+                        chunk = speculate(spec, cost, s, b, c, to_end, behind, room)
+                        behind = 0.0
+                        gain = chunk.accepted * chunk.iterations
+                        log.add("spec_decode", t, t + chunk.seconds, b, b * gain, chunk.accepted, str(s),
+                                chunk.iterations)
+                        tally.add(chunk)
+                        c_run += b * gain
+                        t += chunk.seconds
+                        tau += gain
+                        tick(t)
+                        tock(tau)
+                if k is not None:
+                    control.observe_plain(b, dt / k, int(k))
+            if k is not None:  # `k` plain iterations, `dt` seconds in all
+                t1 = t + dt
+                last = log.last
+                if last[0] == "decode":  # log.add's, inline
+                    last[2] = t1
+                    last[4] = last[4] + float(b * k)
+                else:
+                    log.last = last = ["decode", t, t1, b, float(b * k), nan, ""]
+                    log_rows.append(last)
+                c_run += b * k
+                t = t1
+                tau += k
+                tick(t)
+                tock(tau)
+                if drafted:
+                    behind += k
+        # rows whose turn has ended leave the batch: to their tool call (KV cached), or done
         if ends and ends[0][0] - tau <= EPS:
-            end_turns()
-        if tools and tools[0][0] <= t + EPS:
-            returns()
+            while ends and ends[0][0] - tau <= EPS:
+                r = heappop(ends)[1]
+                k = turn[r]
+                t_fin[k] = t
+                c_run -= ctx[r] + (tau - tau_in[r])
+                ctx[r] = h = reserved[r]  # at its turn's length (a speculative stretch may overshoot it)
+                nrun -= 1
+                version[r] += 1
+                lat = latency[k]
+                if lat is None:
+                    used -= h
+                    held[r] = 0.0
+                    finished_at[r] = t
+                    done += 1
+                else:
+                    held[r] = h
+                    if h > 0:
+                        heappush(cached, (t, r, version[r]))
+                    heappush(tools, (t + lat, r, True))
+            if not nrun:
+                c_run = 0.0
+        # tools that answered by now: the answer joins the row's context and the row queues for its next turn
+        if not admitted and tools and tools[0][0] <= t + EPS:
+            due = t + EPS
+            while tools and tools[0][0] <= due:
+                _, r, ends_turn = heappop(tools)
+                if ends_turn:
+                    k = turn[r]
+                    ctx[r] += tool_tokens[k]
+                    if k == last_turn[r]:
+                        used -= held[r]
+                        held[r] = 0.0
+                        version[r] += 1
+                        finished_at[r] = t
+                        done += 1
+                        continue
+                    turn[r] = k + 1
+                heappush(queue, (key[r], arrivals, r))
+                arrivals += 1
     record = {"admitted_at": np.array(t_admit), "finished_at": np.array(t_fin),
               "prompt_tokens": np.array(prompt_tokens), "cached_tokens": np.array(cached_tokens),
               "tau_a": np.array(tau_a), "first": turns.first, "gen": turns.gen}
