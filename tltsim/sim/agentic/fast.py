@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 
 import numpy as np
 
@@ -23,7 +22,7 @@ class Timeline:
 
     def __init__(self):
         self.rows: list[list] = []  # [state, t_start, t_end, batch_size, tokens, accepted, strategy]
-        self.counts: dict[int, Counter] = {}  # row -> speculative iterations by strategy, where it has any
+        self.counts: dict[int, dict] = {}  # row -> speculative iterations by strategy, where it has any
         self.last = [None]
 
     def add(self, state: str, t0: float, t1: float, b, tokens: float = 0.0, accepted: float = math.nan,
@@ -36,11 +35,14 @@ class Timeline:
             last = self.last = [state, t0, t1, b, tokens, math.nan, ""]
             self.rows.append(last)
         if weight > 0:
-            c = self.counts.setdefault(len(self.rows) - 1, Counter())
+            i = len(self.rows) - 1
+            c = self.counts.get(i)
+            if c is None:
+                c = self.counts[i] = {}
             total = sum(c.values())
-            c[strategy] += weight
+            c[strategy] = c.get(strategy, 0) + weight
             last[5] = accepted if total == 0 else (last[5] * total + accepted * weight) / (total + weight)
-            last[6] = c.most_common(1)[0][0]
+            last[6] = max(c, key=c.__getitem__)  # Counter.most_common's first: the first of the largest
 
     def intervals(self) -> list[Interval]:
         return [Interval(*row) for row in self.rows]
