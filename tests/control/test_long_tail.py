@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from tltsim.control.async_rl import AsyncControl
 from tltsim.control.groups import GroupQuota, concat, groups_in, needs_engine, quota_stop, take_rows
 from tltsim.control.knobs import build
 from tltsim.control.migration import MigrateKnobs, MigrationControl, next_stage_span
@@ -201,3 +202,22 @@ def test_knobs_are_checked_where_both_executors_build_them():
     with pytest.raises(TltsimError, match="release"):
         build(MigrateKnobs, "migrate", {"release": "nope"})
     assert build(TailBatchingKnobs, "tail-batching", {"eta": 2}).eta == 2.0
+
+
+def test_async_gate_lets_rollout_run_max_staleness_versions_ahead():
+    c = AsyncControl(2, [3, 3, 5])
+    assert [c.may_start(n, 0) for n in (8, 9)] == [True, False]  # (0 + 2 + 1) x 3 groups by version 0
+    assert c.may_start(11, 1) and not c.may_start(12, 1)
+    assert c.may_start(24, 2) and not c.may_start(25, 2)
+    assert c.may_start(49, 7) and not c.may_start(50, 7)  # beyond the run: the last batch
+    assert not AsyncControl(0, [2]).may_start(2, 0)
+
+
+def test_async_trainer_takes_the_oldest_fresh_groups_and_drops_the_stale():
+    c = AsyncControl(1, [2, 2, 2, 2])
+    assert c.select(0, {5: 0}) == (None, [])  # one of the two it needs: it waits
+    assert c.select(0, {7: 0, 5: 0, 6: 0}) == ([5, 6], [])  # oldest version first, then the order they started
+    assert c.select(2, {3: 0, 4: 1, 9: 2, 8: 1}) == ([4, 8], [3])  # version 0 is 2 behind step 2: dropped
+    assert c.select(3, {3: 1, 4: 2}) == (None, [3])
+    with pytest.raises(ValueError):
+        AsyncControl(-1, [2])

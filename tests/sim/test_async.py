@@ -10,9 +10,9 @@ from tltsim.sim.simulator import Simulator
 from tltsim.trace import load
 
 
-def run(trace, gpus=2, cost=None, **knobs):
+def run(trace, gpus=2, cost=None, policy="async", **knobs):
     cfg = SimConfig(cluster=ClusterConfig(gpus=gpus, tp=1, max_running=8), rl=RLConfig(reward_s=0.5))
-    return Simulator(trace, cfg, make_policy("async", knobs), cost=cost or ConstantCost()).run()
+    return Simulator(trace, cfg, make_policy(policy, knobs), cost=cost or ConstantCost()).run()
 
 
 def test_staleness_one_by_hand():
@@ -58,10 +58,48 @@ def test_never_exceeds_the_staleness_bound_on_a_shipped_trace(eta):
         assert np.allclose(w["t_start"].to_numpy()[1:], w["t_end"].to_numpy()[:-1])
 
 
-def test_async_knob_errors_and_no_combination():
+def test_async_knob_errors_and_what_runs_inside_it():
     with pytest.raises(TltsimError, match="max_staleness = -1 must be an integer >= 0"):
         make_policy("async", {"max_staleness": -1})
-    with pytest.raises(TltsimError, match="'async' runs its own step loop and does not combine"):
-        make_policy("async+tlt")
+    for name, why in [("async+partial", "it shapes a synchronous step"),
+                      ("async+cotrain", "its drafter trains inside the actor update"),
+                      ("async+das", "its history drafting"), ("async+tlt-dedicated", "it keeps GPUs")]:
+        with pytest.raises(TltsimError, match=f"'async' runs its own step loop, and .* cannot run inside it: {why}"):
+            make_policy(name)
+    make_policy("tlt+async")  # either order
     with pytest.raises(TltsimError, match="needs at least two TP groups"):
         run(make_trace([[4]]), gpus=1)
+
+
+def test_speculation_inside_async_by_hand():
+    # the run of test_staleness_one_by_hand, speculating from the first token (sd-always) with one strategy that
+    # accepts 4 tokens an iteration (chain 3_1_3 at quality 1, no drift): each request's 4 tokens take one 1 s verify.
+    # t=0: groups 0 and 1 prefill (0.5), the drafter reads them (the switch's prefill, 0.5), one verify: done at 2.0.
+    # step 0 waits 2.0, trains until 5.5; the engine, gated, trains the drafter 2.0-5.5 (3.5 s: load 1 s, save 0.097).
+    # version 1 at 5.5: group 2 prefills, the drafter reads it again (its switch starts over), one verify: 7.5;
+    # step 1 trains group 1 at once (5.5-9.0); the engine trains the drafter 7.5-9.0; the same again in step 2.
+    res = run(make_trace([[4], [4], [4]]), max_staleness=1, policy="async+sd-always",
+              tuner="fixed", arms="3_1_3", q_start=1.0, drift=0.0)
+    s = res.steps
+    assert s["t_start"].tolist() == [0.0, 5.5, 9.0] and s["rollout_s"].tolist() == [2.0, 0.0, 0.0]
+    assert res.summary["makespan_s"] == 12.5 and s["staleness_mean"].tolist() == [0.0, 1.0, 1.0]
+    assert s["mean_accepted"].tolist() == [4.0, 4.0, 4.0] and s["strategies"].tolist() == ["3_1_3:1"] * 3
+    assert np.allclose(s["sd_share"], [1 / 5.5, 1 / 3.5, 1 / 3.5])
+    assert s["drafter_train_gpu_s"].tolist() == [0.0, 3.5, 1.5]  # a wait counts for the version it ends in
+    engine = [(r.state, r.t_start, r.t_end) for r in res.timeline[res.timeline.worker == 0].itertuples()]
+    assert engine[:7] == [("prefill", 0.0, 1.0), ("spec_decode", 1.0, 2.0), ("drafter_train", 2.0, 5.5),
+                          ("prefill", 5.5, 6.5), ("spec_decode", 6.5, 7.5), ("drafter_train", 7.5, 9.0),
+                          ("prefill", 9.0, 10.0)]
+
+
+def test_the_switch_decides_inside_async():
+    # TLT's switch turns on after `patience` iterations at a small batch: never within a 4-token response when it
+    # is 10, after the first iteration when it is 1 (then the drafter reads the rows, and the rest is one verify)
+    trace = make_trace([[4], [4], [4]])
+    never = run(trace, max_staleness=1, policy="async+tlt", tuner="fixed", arms="3_1_3", q_start=1.0)
+    assert never.steps["sd_share"].tolist() == [0.0] * 3 and never.summary["makespan_s"] == 18.0
+    soon = run(trace, max_staleness=1, policy="async+tlt", tuner="fixed", arms="3_1_3", q_start=1.0, drift=0.0,
+               patience=1)
+    engine = [(r.state, r.t_start, r.t_end) for r in soon.timeline[soon.timeline.worker == 0].itertuples()]
+    assert engine[:3] == [("prefill", 0.0, 0.5), ("decode", 0.5, 1.5), ("prefill", 1.5, 2.0)]
+    assert engine[3][0] == "spec_decode" and engine[3][1] == 2.0

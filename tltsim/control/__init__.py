@@ -8,8 +8,10 @@ policies act on are the simulator's world model (tltsim/drafter/: acceptance.py,
 
 Speculation: `EngineControl` (switch, tuner, guard) and the `SpotTrainer`. The other answers to the long tail:
 `PartialControl` (partial rollout), `TailControl` (tail batching), `HistoryPredictor` and `lpt_shares`
-(longest-first), `MigrationControl` (tail migration), over a step's rows grouped by prompt (tltsim.control.groups).
+(longest-first), `MigrationControl` (tail migration), over a step's rows grouped by prompt (tltsim.control.groups);
+`AsyncControl` (asynchronous RL: the staleness gate, the trainer's choice).
 """
+from tltsim.control.async_rl import AsyncControl
 from tltsim.control.control import EngineControl
 from tltsim.control.coordinator import (
     CHECKPOINT_S, DataBuffer, SpotTrainer, TrainingData, WorkerState)
@@ -31,5 +33,5 @@ __all__ = [
     "Tuner", "BEGTuner", "EpsilonGreedyTuner", "UCB1Tuner", "FixedTuner", "OracleTuner",
     "TUNERS", "make_tuner",
     "PartialControl", "PartialKnobs", "TailControl", "TailBatchingKnobs", "HistoryPredictor", "LongestFirstKnobs",
-    "lpt_shares", "MigrationControl", "MigrateKnobs", "GroupQuota", "quota_stop",
+    "lpt_shares", "MigrationControl", "MigrateKnobs", "GroupQuota", "quota_stop", "AsyncControl",
 ]

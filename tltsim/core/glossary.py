@@ -143,7 +143,8 @@ POLICIES: dict[str, str] = {
     "longest-first": "groups placed on engines and admitted longest predicted first (a history predictor, LPT).",
     "migrate": "tail migration (RLHFuse): once few responses remain they move onto fewer engines; the rest are "
                "released to the next stage.",
-    "async": "asynchronous RL (AReaL): rollout engines and a trainer apart, samples up to max_staleness versions old.",
+    "async": "asynchronous RL (AReaL): rollout engines and a trainer apart, samples up to max_staleness versions old; "
+             "its engines speculate with a policy that only speculates (async+tlt, async+sd-always, async+tlt-auto).",
     "partial+tlt": "partial rollout with TLT's speculation and spot-trained drafter.",
     "tail-batching+tlt": "tail batching with TLT's speculation and spot-trained drafter.",
     "longest-first+tlt": "longest-first placement with TLT's speculation and spot-trained drafter.",

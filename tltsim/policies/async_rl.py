@@ -15,8 +15,11 @@ of simpy processes (tltsim.sim.async_loop), not the synchronous step loop. Knobs
                    model's weight-sync time
 
 The engines step from batch change to batch change in both modes: `exact` does not
-change an asynchronous run. Speculative decoding is not modelled here (`async+tlt` is
-refused): a continuously refilled batch rarely gets small enough for SD to pay.
+change an asynchronous run. A policy that only speculates runs inside it (`async+tlt`,
+`async+sd-always`, `async+tlt-auto`, `async+static-sd`, `async+tlt-base`): each engine's
+switch, tuner and guard decide on its running batch, whether speculation pays there is the
+cost model's answer, and the drafter trains where an engine waits (tltsim.sim.async_loop).
+The gate and the trainer's choice are tltsim.control.async_rl's, which a real executor drives too.
 
 Steps report the staleness of every trained sample (`staleness_mean`, `staleness_max`,
 summary `staleness_counts` = the distribution), `resumed` (samples interrupted by an
@@ -27,21 +30,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tltsim.core.errors import TltsimError
+from tltsim.control.async_rl import AsyncKnobs
 from tltsim.control.knobs import knob
 from tltsim.policies.knobs import KnobbedPolicy
 from tltsim.sim.async_loop import AsyncRun
 
 
 @dataclass(frozen=True)
-class AsyncKnobs:
-    rollout_share: float = knob(0.5, lo=0.0, hi=1.0)  # GPUs rolling out / all GPUs (whole engines)
-    max_staleness: int = knob(4, lo=0)  # policy versions a trained sample may lag (AReaL's eta)
+class AsyncRLKnobs(AsyncKnobs):
+    """The decisions' knobs (tltsim.control.async_rl) and the simulator's model of an interruption."""
+
     update_s: float = knob(-1.0, lo=-1.0)  # weight load per interrupt, s; -1 = cost model's weight sync
 
 
 class AsyncRL(KnobbedPolicy):
     name = "async"
-    Knobs = AsyncKnobs
+    Knobs = AsyncRLKnobs
 
     def reserved_gpus(self, cluster) -> int:
         engines = cluster.gpus // cluster.tp

@@ -6,7 +6,8 @@ Order: hooks that transform or decide (prepare_step, split, rollout, speculation
 go to A first; a transforming hook (prepare_step) chains A then B; a deciding hook
 takes the first answer that is not the default (split, speculation), and `rollout`
 is the one of the part that overrides it (at most one may). A policy that owns the
-step loop (async) does not combine. Hooks that
+step loop (async) runs it with a part that only speculates (async+tlt): the loop asks the composite, which forwards
+to both, for speculation and tells it of versions and waits. Hooks that
 observe (bind, begin_step, worker_done) go to A then B. `end_rollout` asks both and
 merges their outcomes: spans and columns united (a worker claimed by both is an
 error), trained masks intersected, dropped counts and pre-work added.
@@ -27,10 +28,15 @@ class Composite(Policy):
         self.name = f"{a.name}+{b.name}"
         self.knob_names = tuple(dict.fromkeys([*a.knob_names, *b.knob_names]))
         self.knob_values = {**b.knob_values, **a.knob_values}
-        loops = [p.name for p in self.parts if type(p).loop is not Policy.loop]
+        loops = [p for p in self.parts if type(p).loop is not Policy.loop]
+        self._loop_owner = loops[0] if loops else None
         if loops:
-            raise TltsimError(f"policy {self.name!r}: {loops[0]!r} runs its own step loop and does not combine "
-                              f"with another policy; run it alone")
+            other = b if loops[0] is a else a
+            why = "it runs its own step loop too" if len(loops) > 1 else other.loop_refusal()
+            if why:
+                raise TltsimError(f"policy {self.name!r}: {loops[0].name!r} runs its own step loop, and "
+                                  f"{other.name!r} cannot run inside it: {why}; run {loops[0].name!r} alone or with "
+                                  f"a policy that only speculates (e.g. {loops[0].name}+tlt)")
         owners = [p for p in self.parts if type(p).rollout is not Policy.rollout]
         if len(owners) > 1:
             raise TltsimError(f"policy {self.name!r}: both {a.name!r} and {b.name!r} decide how a rollout runs; "
@@ -73,6 +79,23 @@ class Composite(Policy):
 
     def speculation(self, engine: int, rows=None):
         return next((s for s in (p.speculation(engine, rows) for p in self.parts) if s is not None), None)
+
+    def loop(self, sim, env, bar):
+        return self._loop_owner.loop(sim, env, bar) if self._loop_owner else None
+
+    def loop_refusal(self) -> str | None:
+        return "it is a combination already"
+
+    def begin_version(self, version: int, t: float) -> None:
+        for p in self.parts:
+            p.begin_version(version, t)
+
+    def idle_training(self, seconds: float) -> float:
+        return sum(p.idle_training(seconds) for p in self.parts)
+
+    def end_version(self, version: int, lengths: np.ndarray) -> dict:
+        a, b = (p.end_version(version, lengths) for p in self.parts)
+        return {**b, **a}
 
     def worker_done(self, engine: int, t: float) -> None:
         for p in self.parts:

@@ -156,6 +156,7 @@ class TLTPolicy(Policy):
         self.workers = sim.engines + sim.reserved_workers
         self.trainer = k.trainer(self.workers)
         self.buffer = k.buffer()
+        self.data_version = -1  # inside an asynchronous run: the newest version whose responses the buffer holds
 
     def _prior(self, cost, per_request_ctx: float, tuner, df) -> dict:
         """The learned switch's prior: per bucket, the cost model's plain and speculative tokens per second (the
@@ -301,6 +302,51 @@ class TLTPolicy(Policy):
             },
             train_s=update_s,
         )
+
+    # --- inside an asynchronous run (tltsim.sim.async_loop) -------------------------------------
+    def loop_refusal(self) -> str | None:
+        k = self.k
+        if k.cotrain:
+            return "its drafter trains inside the actor update"
+        if self._dedicated_default or k.dedicated_gpus:
+            return "it keeps GPUs for drafter training"
+        if k.drafter in ("history", "hybrid"):
+            return "its history drafting follows a synchronous step's prompt groups"
+        return None
+
+    def begin_version(self, version: int, t: float) -> None:
+        """Every engine's switch starts over under the new weights; the version's drafter is the drafter now."""
+        self.version_quality = self.quality_now = self.drafter.quality
+        self.version_trained = [0.0, 0.0]  # GPU-seconds of drafter training, and the samples it trained on
+        for c in self.controls:
+            c.begin_rollout()
+
+    def idle_training(self, seconds: float) -> float:
+        """A wait of `seconds` trains the drafter (spot training) where it is long enough to load it and save it
+        again, on the buffer's newest step's samples at the cost model's throughput; it serves from then on."""
+        load = getattr(getattr(self.drafter, "config", None), "load_s", 0.0)
+        useful = seconds - load - self.k.checkpoint_s
+        if not self.trains_drafter or useful <= 0:
+            return 0.0
+        data = self.buffer.samples(self.data_version)
+        tps = float(self.sim.cost.drafter_train_tokens_per_s(self.sim.cfg.cluster.tp))
+        samples = useful * tps / max(data.mean_length, 1.0) if data.num_samples else 0.0
+        if getattr(self.drafter, "trainable", False) and samples > 0:
+            self.drafter.train(samples)
+        self.quality_now = self.drafter.quality
+        self.version_trained[0] += seconds * self.sim.cfg.cluster.tp
+        self.version_trained[1] += samples
+        return useful
+
+    def end_version(self, version: int, lengths: np.ndarray) -> dict:
+        """The step's responses join the drafter's data; the drafter drifts with the policy update."""
+        self.buffer.add(version, lengths)
+        self.data_version = version
+        trained = self.drafter.quality
+        self.drafter.policy_update()
+        gpu_s, samples = self.version_trained
+        return {"drafter_quality": self.version_quality, "drafter_quality_trained": trained,
+                "drafter_train_gpu_s": gpu_s, "drafter_train_samples": samples}
 
     def _cotrain(self, df: dict, sr) -> float:
         """The drafter trained inside the actor update on the step's finished sequences: its quality back at its

@@ -21,19 +21,32 @@ carry the trainer's step at the time; an update's pause is `weight_sync`.
 Between events an engine's batch is constant: it decodes until its next request
 finishes, in closed form (cost.segment_time), or until an update interrupts it, in
 which case the iterations done are the elapsed share of the stretch, rounded down.
+
+Speculation (`async+tlt`, `async+sd-always`, `async+tlt-auto`, `async+static-sd`, `async+tlt-base`): the policy that
+speculates gives each engine's decisions (`speculation(engine)`: its switch, tuner and guard on the engine's running
+batch), and the engine speculates in chunks (tltsim.sim.speculation.speculate, the routine the synchronous executors
+use) once its switch is on and wherever the guard finds speculation paying at the batch it runs. Each policy version
+is a rollout to the switch: it starts over at every weight update (the engine re-prefills its requests then, and the
+drafter reads them again when it switches on). The drafter trains where an engine has nothing to decode (the gate
+closed, or every request in a tool call), the wait long enough to load and save it (the policy's `idle_training`),
+and drifts with every weight update (`end_version`): it follows the policy versions it serves.
 """
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
+from tltsim.control.async_rl import AsyncControl
 from tltsim.core.padding import padded_tokens
 from tltsim.core.records import TimelineRow
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import admits, check_footprints
+from tltsim.sim.speculation import Chunk, Tally, speculate, strategies_text
 
 NAN = np.nan
+EPS = 1e-9  # tokens: a request whose turn has fewer left has ended it (speculation gains fractions of tokens)
 
 
 class AsyncRun:
@@ -42,11 +55,15 @@ class AsyncRun:
     def __init__(self, sim, env, bar, rollout_engines: int, max_staleness: int, update_s: float):
         self.sim, self.env, self.bar = sim, env, bar
         self.cost, self.cfg = sim.cost, sim.cfg
-        self.R, self.eta, self.update_s = rollout_engines, max_staleness, update_s
+        self.R, self.update_s = rollout_engines, update_s
+        self.policy = sim.policy  # asked for each engine's speculation (None: plain decoding) and its drafter
         self.stream = PromptStream(sim.trace.df)
         trace_steps = sim.step_columns()
-        self.batches = [len(np.unique(cols["prompt_id"])) for _, cols in trace_steps]  # groups each step trains on
+        # the gate and the trainer's choice; each step trains on the groups its trace step holds
+        self.control = AsyncControl(max_staleness, [len(np.unique(cols["prompt_id"])) for _, cols in trace_steps])
         self.steps = [s for s, _ in trace_steps]
+        self.tally = Tally()  # the speculation of the policy version in progress, every engine's
+        self.spec_s = 0.0  # ... its seconds of speculative decoding
         self.version = 0
         self.updated = env.event()  # triggered (and replaced) at every weight update and at the end
         self.finished_group = env.event()
@@ -76,12 +93,9 @@ class AsyncRun:
         self._doing: dict[int, str] = {}  # engine -> state of what it is waiting on
 
     # --- shared queue ------------------------------------------------------------------------
-    def _batch(self) -> int:
-        return self.batches[min(self.version, len(self.batches) - 1)]
-
     def _refill(self) -> None:
         """Start new groups while the staleness gate allows and nothing is waiting."""
-        while not self.pending and self.started_groups < (self.version + self.eta + 1) * self._batch():
+        while not self.pending and self.control.may_start(self.started_groups, self.version):
             g = self.stream.take(1, self.version)
             gid = int(g["group"][0])
             ids = list(range(len(self.s_group), len(self.s_group) + len(g["group"])))
@@ -112,6 +126,7 @@ class AsyncRun:
 
     # --- processes ---------------------------------------------------------------------------
     def process(self):
+        self.policy.begin_version(0, 0.0)
         for e in range(self.R):
             self.env.process(self._engine(e))
         yield self.env.process(self._trainer())
@@ -146,6 +161,7 @@ class AsyncRun:
         tools: list[tuple[float, int]] = []  # heap of (return time, sample): samples in a tool call (their KV kept)
         ready: list[int] = []  # samples whose tool answered, waiting for a slot
         stale: set[int] = set()  # samples whose weights changed during their tool call: prefilled whole again
+        drafted, behind = False, 0.0  # the drafter holds the running rows' state; tokens a row it has not read
         while not self.over:
             while tools and tools[0][0] <= env.now:
                 _, i = heapq.heappop(tools)
@@ -179,6 +195,8 @@ class AsyncRun:
                 yield env.timeout(float(cost.prefill_time(answer.sum(), float((p * p - (p - answer) ** 2).sum()))))
                 self._log(e, state, t, env.now, len(rows) + len(new) + len(back))
                 admitted = new + back
+                if drafted:  # the drafter has not read the prefilled tokens either
+                    behind += float(answer.sum()) / (len(rows) + len(admitted))
                 rows = np.concatenate([rows, admitted]).astype(np.int64)
                 rem = np.concatenate([rem, [self.s_turns[i][0][turn[i]] for i in admitted]])
                 ctx = np.concatenate([ctx, p])
@@ -186,22 +204,20 @@ class AsyncRun:
                 state, update = "tool_wait" if tools else "idle", self.updated
                 t, self._doing[e] = env.now, state
                 yield env.any_of([update] + ([env.timeout(max(0.0, tools[0][0] - env.now))] if tools else []))
-                self._log(e, state, t, env.now)
+                trains = self.policy.idle_training(env.now - t) > 0  # the drafter trained in the wait
+                self._log(e, "drafter_train" if trains else state, t, env.now)
                 if update.triggered:  # new weights while they waited: their context is prefilled whole again
                     stale |= {i for _, i in tools} | set(ready)
                     for i in stale:
                         self.s_resumed[i] = True
+                    drafted = False
                 continue
-            b, n = len(rows), float(rem.min())
-            dt = float(cost.segment_time(b, 1, ctx.sum(), b, n))
-            t, update = env.now, self.updated
-            self._doing[e] = "decode"
-            yield env.any_of([env.timeout(dt), update] + ([env.timeout(max(0.0, tools[0][0] - t))] if tools else []))
-            k = n if env.now >= t + dt else np.floor(n * (env.now - t) / dt)
-            rem -= k
-            ctx += k
-            self._log(e, "decode", t, env.now, b, b * k)
-            ended = rem <= 0
+            b, update = len(rows), self.updated
+            gain, drafted, behind = yield from self._decode(e, rows, rem, ctx, tools[0][0] if tools else np.inf,
+                                                            drafted, behind)
+            rem -= gain
+            ctx += gain
+            ended = rem <= EPS
             for j in np.flatnonzero(ended):
                 i = int(rows[j])
                 gen, lat, tok = self.s_turns[i]
@@ -218,11 +234,58 @@ class AsyncRun:
                 stale |= {i for _, i in tools} | set(ready)
                 for i in [*rows.tolist(), *stale]:
                     self.s_resumed[i] = True
+                drafted = False  # a new rollout to the switch: the drafter reads the rows again when it is on
                 if len(rows):  # new weights: load them, re-prefill the running
                     self._doing[e], t = "weight_sync", env.now
                     yield env.timeout(self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))
                     self._log(e, "weight_sync", t, env.now, b)
         self._log(e, "idle", self._end_of(e), env.now)
+
+    def _decode(self, e: int, rows, rem, ctx, tool_at: float, drafted: bool, behind: float):
+        """Engine e's next stretch at its constant batch, until its first request ends its turn, a tool returns or
+        an update interrupts it: plain iterations, or a speculative chunk where the engine's control decides so
+        (the switch's one-off prefill first, when the drafter does not hold the rows yet). Returns the tokens every
+        row gained, and after it whether the drafter holds the rows and the tokens a row it has not read."""
+        env, cost = self.env, self.cost
+        b, c, left = len(rows), float(ctx.sum()), float(rem.min())
+        spec = self.policy.speculation(e)
+        update = self.updated
+        n = max(0, math.ceil(left - EPS))  # plain iterations until the first request ends its turn
+        strategy = None
+        if spec is not None and n:
+            k = 0 if spec.control.on else spec.control.advance(b, n)
+            if k:  # plain until the switch turns on (or all n while it stays off)
+                n = k
+            else:
+                strategy = spec.control.decide(b)
+                if strategy is None:
+                    n = max(1, int(min(n, spec.control.plain_left(b))))
+        t = env.now
+        if strategy is None:
+            dt = float(cost.segment_time(b, 1, c, b, n))
+            self._doing[e] = "decode"
+            yield env.any_of([env.timeout(dt), update] + ([env.timeout(max(0.0, tool_at - t))] if tool_at < np.inf
+                                                          else []))
+            k = n if env.now >= t + dt else np.floor(n * (env.now - t) / dt)
+            if spec is not None and k:
+                spec.control.observe_plain(b, dt / n, int(k))
+            self._log(e, "decode", t, env.now, b, b * k)
+            return float(k), drafted, behind + k if drafted else 0.0
+        if not drafted:  # the switch: the drafter reads every running row (prompt and tokens so far)
+            self._doing[e] = "prefill"
+            yield env.timeout(float(cost.switch_time(b, c, float((ctx * ctx).sum()))))
+            self._log(e, "prefill", t, env.now, b)
+            t, behind = env.now, 0.0
+        chunk = speculate(spec, cost, strategy, b, c, left, behind, tool_at - t)
+        self._doing[e] = "spec_decode"
+        yield env.any_of([env.timeout(chunk.seconds), update])
+        done = 1.0 if env.now >= t + chunk.seconds else (env.now - t) / chunk.seconds
+        chunk = Chunk(chunk.strategy, chunk.iterations * done, env.now - t, chunk.accepted)
+        self.tally.add(chunk)
+        self.spec_s += chunk.seconds
+        gain = chunk.accepted * chunk.iterations
+        self._log(e, "spec_decode", t, env.now, b, b * gain)
+        return gain, True, 0.0
 
     def _finish(self, i: int, t: float) -> None:
         """Sample i is done at t; its group is done with its last sample."""
@@ -246,17 +309,15 @@ class AsyncRun:
         gpus = len(trainers) * tp
         for k, step in enumerate(self.steps):
             t0 = env.now
-            need = self.batches[k]
             dropped = 0
             while True:
-                self.done_groups.sort(key=lambda g: (self.group_version[g], g))
-                fresh = [g for g in self.done_groups if k - self.group_version[g] <= self.eta]
-                dropped += sum(len(self.group_rows[g]) for g in self.done_groups if k - self.group_version[g] > self.eta)
-                self.done_groups = fresh
-                if len(fresh) >= need:
+                take, gone = self.control.select(k, {g: self.group_version[g] for g in self.done_groups})
+                dropped += sum(len(self.group_rows[g]) for g in gone)
+                out = set(gone) | set(take or ())
+                self.done_groups = [g for g in self.done_groups if g not in out]
+                if take is not None:
                     break
                 yield self.finished_group
-            take, self.done_groups = self.done_groups[:need], self.done_groups[need:]
             ids = np.array([i for g in take for i in self.group_rows[g]])
             waited = env.now
             tokens, sq = padded_tokens([self.s_plen[i] + self.s_rlen[i] + self.s_tool[i] for i in ids],
@@ -274,6 +335,7 @@ class AsyncRun:
             self._record(k, step, t0, waited, phases, ids, dropped)
             self.version += 1
             self.over = k == len(self.steps) - 1
+            self.policy.begin_version(self.version, env.now)
             self.updated.succeed()
             self.updated = env.event()
             self.bar.update(1)
@@ -295,9 +357,18 @@ class AsyncRun:
             "sync_s": phases[2][1], "total_s": self.env.now - t0, "responses": int(trained.sum()),
             "response_tokens": int(pick(self.s_rlen).sum()), "tail_s": 0.0,
             **sim.off_policy_columns(k, df, trained, dropped),
-            "sd_share": 0.0, "mean_accepted": NAN, "strategies": "",
+            **self._spec_columns(t0), **self.policy.end_version(k, pick(self.s_rlen)[trained]),
             **(self._turn_columns(ids, step, t0) if sim.agentic else {}),
         })
+
+    def _spec_columns(self, t0: float) -> dict:
+        """The speculation of the policy version that just ended, on every rollout engine: its share of their time
+        since `t0`, its mean accepted length and its strategies' iterations (a synchronous step's columns)."""
+        tally, span = self.tally, self.R * (self.env.now - t0)
+        self.tally, seconds, self.spec_s = Tally(), self.spec_s, 0.0
+        return {"sd_share": seconds / span if span else 0.0,
+                "mean_accepted": tally.accepted / tally.iterations if tally.iterations else NAN,
+                "strategies": strategies_text(tally.strategies)}
 
     def _turn_columns(self, ids, step: int, t0: float) -> dict:
         """A multi-turn step's trajectories, turns and tool calls (of the samples it trains on), and the share of

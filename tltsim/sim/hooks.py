@@ -9,7 +9,10 @@ events; the real backend drives the same objects at the same events.
 Per synchronous step the simulator calls, in order:
     prepare_step -> split -> begin_step -> rollout (which calls speculation once per engine run)
     -> worker_done (per engine, at its end time) -> end_rollout (at the barrier)
-A policy that needs another step structure (asynchronous RL) returns its own simpy process from `loop`.
+A policy that needs another step structure (asynchronous RL) returns its own simpy process from `loop`; a
+policy that speculates may run inside it (`loop_refusal` None), asked for each engine's `speculation` and told
+    begin_version (at the start and at every weight update) -> idle_training (per engine wait)
+    -> end_version (when a training step ends, before the weights it made reach the engines).
 """
 from __future__ import annotations
 
@@ -100,6 +103,24 @@ class Policy:
     def end_rollout(self, step: int, t: float, df: dict, sr: StepRollout) -> StepOutcome:
         """All engines finished (the barrier) at absolute time t; `df` is the step's rows, `sr` the rollout."""
         return StepOutcome()
+
+    def loop_refusal(self) -> str | None:
+        """Why this policy cannot run inside another policy's step loop (asynchronous RL's), or None where it can:
+        only a policy that speculates and nothing else can."""
+        return "it shapes a synchronous step"
+
+    def begin_version(self, version: int, t: float) -> None:
+        """Inside an asynchronous run: every rollout engine decodes under policy version `version` from t."""
+
+    def idle_training(self, seconds: float) -> float:
+        """Inside an asynchronous run: a rollout engine had nothing to decode for `seconds`; the seconds of them its
+        drafter trained (0: it idled)."""
+        return 0.0
+
+    def end_version(self, version: int, lengths: np.ndarray) -> dict:
+        """Inside an asynchronous run: the training step of `version` trained on responses of `lengths` tokens and
+        its weights go out now; the columns the policy adds to the step's record."""
+        return {}
 
     def summary(self) -> dict:
         """Keys the policy adds to the run's summary when the run ends (what it learned); none by default."""

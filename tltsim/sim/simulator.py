@@ -30,6 +30,7 @@ from tltsim.sim.agentic import Turns, agentic_rollout
 from tltsim.sim.engine import exact_rollout, fast_rollout
 from tltsim.sim.hooks import Policy
 from tltsim.sim.recorder import SimRecorder
+from tltsim.sim.speculation import strategies_text
 from tltsim.core.summary import summarize
 from tltsim.trace import Trace
 from tltsim.trace.schema import flat_turns
@@ -286,7 +287,7 @@ class Simulator:
         return {
             "sd_share": sd_time / engine_time if engine_time else 0.0,
             "mean_accepted": acc / iters if iters else np.nan,
-            "strategies": ",".join(f"{s}:{n:.0f}" for s, n in strategies.most_common()),
+            "strategies": strategies_text(strategies),
         }
 
     def _off_policy_summary(self, steps: pd.DataFrame) -> dict:

@@ -126,3 +126,8 @@ class Tally:
         self.iterations += chunk.iterations
         self.accepted += chunk.iterations * chunk.accepted
         self.strategies[str(chunk.strategy)] += chunk.iterations
+
+
+def strategies_text(iterations: Counter) -> str:
+    """A step's `strategies` column: each strategy's iterations, most used first ("3_1_3:120,2_1_2:40")."""
+    return ",".join(f"{s}:{n:.0f}" for s, n in iterations.most_common())
