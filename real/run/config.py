@@ -10,6 +10,7 @@ from real.checks import check_target, cuda_available, plan_task, response_cap
 from real.run import checkpoint
 from real.settings import (SHIPPED_TARGET, TASK_PROMPTS, TASK_TEMPERATURE, TASKS, GRPOConfig, SamplingParams, packaged,
                            recorded, same_path, task_grpo)
+from tltsim.control.async_rl import AsyncKnobs
 from tltsim.control.decisions import VARIANTS, DecisionKnobs
 from tltsim.control.groups import streamed
 from tltsim.control.partial import PartialKnobs
@@ -29,7 +30,8 @@ from tltsim.core.errors import TltsimError, TltsimWarning
 STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs, "tail-batching": TailBatchingKnobs,
                  "migrate": MigrateKnobs}
 COMBINED = tuple(name for base in STEP_POLICIES for name in (base, f"{base}+tlt"))
-POLICIES = ("verl", *VARIANTS, *COMBINED)
+ASYNC = "async"  # asynchronous RL (tltsim.control.async_rl): the last worker trains, the others roll out
+POLICIES = ("verl", *VARIANTS, *COMBINED, ASYNC)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
@@ -55,7 +57,9 @@ class RunConfig:
     # anew in a long round every long_every short rounds: real/run/stream.py), migrate (no speculation; once the
     # step's unfinished rows fall to `remaining` of them, they move onto `to_engines` workers, the others released:
     # real/run/migration.py), and longest-first+tlt, partial+tlt, tail-batching+tlt, migrate+tlt (each so,
-    # speculating as tlt)
+    # speculating as tlt); async (asynchronous RL, no speculation: the last worker trains on the oldest finished
+    # groups, the others generate the prompt stream's groups as the staleness gate lets them start, each weight
+    # update interrupting them: real/run/async_rl.py)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = recorded(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -81,7 +85,8 @@ class RunConfig:
     knobs: dict = field(default_factory=dict)  # the policy's knobs: --knob (DecisionKnobs, tltsim/control/
     # decisions.py; longest-first: LongestFirstKnobs, tltsim/control/placement.py; partial: PartialKnobs,
     # tltsim/control/partial.py; tail-batching: TailBatchingKnobs, tltsim/control/tail.py; migrate: MigrateKnobs,
-    # tltsim/control/migration.py; a +tlt combination: both parts', each by its name)
+    # tltsim/control/migration.py; async: max_staleness, tltsim/control/async_rl.py; a +tlt combination: both
+    # parts', each by its name)
     grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
     warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
     warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
@@ -125,7 +130,9 @@ class RunConfig:
         for name in ("probe", "speed_probe"):
             if getattr(self, name) < 0:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
-        if self.prompts < self.workers:
+        if self.policy == ASYNC:
+            self._check_async()
+        elif self.prompts < self.workers:
             raise TltsimError(f"prompts={self.prompts} < workers={self.workers}: every worker needs a prompt group")
         if self.device not in ("cpu", "cuda"):
             raise TltsimError(f"device {self.device!r}: use cpu or cuda")
@@ -170,6 +177,27 @@ class RunConfig:
             raise TltsimError(f"--probe-static: policy {self.policy!r} trains no drafter, so there is no starting "
                               f"drafter to probe beside it; drop --probe-static")
         return self
+
+    def _check_async(self) -> None:
+        """What an asynchronous run cannot take; TltsimError for it."""
+        self.async_knobs()  # its knobs, checked
+        if self.workers < 2:
+            raise TltsimError(f"policy 'async' needs at least 2 workers (the last trains, the others roll out); "
+                              f"workers={self.workers}")
+        if self.task == "agentic" or self.answers is not None:
+            raise TltsimError("policy 'async' interrupts rows at every weight update and draws its own groups from "
+                              "the prompt stream, which a trajectory in a tool call or a replayed answer cannot "
+                              "follow yet; use another task, drop --answers")
+        if self.drafter is not None:
+            raise TltsimError(f"--drafter {self.drafter}: policy 'async' does not speculate; drop --drafter")
+
+    def async_knobs(self) -> AsyncKnobs | None:
+        """async's knobs (None for every other policy); TltsimError for unknown ones. Its split is the run's: every
+        worker but the last rolls out (`rollout_share` (workers - 1) / workers, as the simulator replays it)."""
+        if self.policy != ASYNC:
+            return None
+        check_known(f"policy {self.policy!r}", self.knobs, ("max_staleness",))
+        return build(AsyncKnobs, self.policy, {**self.knobs, "rollout_share": (self.workers - 1) / self.workers})
 
     def _check_drafter(self, knobs: DecisionKnobs | None) -> None:
         """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
@@ -254,6 +282,8 @@ class RunConfig:
         simulator's models of the drafter and of training, which a real run measures instead, are not knobs here)."""
         if self.policy in COMBINED and not self._speculates():
             return None
+        if self.policy == ASYNC:
+            return None
         if self.policy == "verl":
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
@@ -282,7 +312,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """What config.json holds (knobs resolved in full; a combination's both parts', by name)."""
         d = asdict(self)
-        step = self.placement() or self.partial() or self.tail_batching() or self.migration()
+        step = self.placement() or self.partial() or self.tail_batching() or self.migration() or self.async_knobs()
         decisions = self.tlt_knobs()
         d["knobs"] = {**({f.name: getattr(step, f.name) for f in fields(step) if acts(step, f)} if step else {}),
                       **(asdict(decisions) if decisions else {})}

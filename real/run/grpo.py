@@ -103,10 +103,11 @@ class GRPO:
     """The target's optimizer and update; one per worker, all holding identical weights.
 
     `old_logprobs` is the reward stage's forward; `update` the training stage. With a process group
-    initialised, `update` all-reduces gradients and token counts; without one it trains alone.
+    initialised, `update` all-reduces gradients and token counts over `group` (default: every worker); without one
+    it trains alone.
     """
 
-    def __init__(self, model, config: GRPOConfig = GRPOConfig(), reference=None, seed: int = 0):
+    def __init__(self, model, config: GRPOConfig = GRPOConfig(), reference=None, seed: int = 0, group=None):
         if config.kl > 0 and reference is None:
             raise TltsimError("grpo kl > 0 needs a reference model")
         self.model = lora.add_lora(model, config.lora_rank, seed) if config.lora_rank else model
@@ -116,6 +117,7 @@ class GRPO:
         self.reference = reference
         self.params = [p for p in model.parameters() if p.requires_grad]  # what the update trains
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr)
+        self.group = group  # the workers that train (torch.distributed's default group when None)
 
     def trained_rows(self, advantages) -> list[int]:
         """The rows `update` computes: all, or with `skip_zero_advantage` (and no KL term) those whose advantage
@@ -166,7 +168,8 @@ class GRPO:
                 self.optimizer.zero_grad(set_to_none=False)
                 local = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, clipped tokens
                 counted = [sum(generated[i]) if generated is not None else len(responses[i]) for i in rows]
-                total = _all_reduce(torch.tensor([float(sum(counted))], dtype=torch.float64, device=device))[0]
+                total = _all_reduce(torch.tensor([float(sum(counted))], dtype=torch.float64, device=device),
+                                    self.group)[0]
                 sel = [i for i in rows.tolist() if i in trained]
                 lengths = [len(prompts[i]) + len(responses[i]) for i in sel]
                 for part in micro_batches(lengths, cfg.micro_batch_tokens) if sel else []:
@@ -188,10 +191,10 @@ class GRPO:
                 for p in self.params:
                     if p.grad is None:
                         p.grad = torch.zeros_like(p)
-                all_reduce_tensors([p.grad for p in self.params])
+                all_reduce_tensors([p.grad for p in self.params], self.group)
                 torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 self.optimizer.step()
-                tot = _all_reduce(local)
+                tot = _all_reduce(local, self.group)
                 stats = {"loss": float(tot[0] / max(total, 1.0)), "clip_frac": float(tot[1] / max(total, 1.0))}
         self.model.eval()
         return stats
@@ -209,27 +212,28 @@ class GRPO:
             lora.resume(self.model, directory)
 
 
-def all_reduce_tensors(tensors: list[torch.Tensor]) -> None:
-    """Sum each tensor over workers, in place (a no-op without a process group): one all-reduce of them all,
-    flattened, as DDP buckets gradients (a call per tensor costs a round trip each). One dtype and device."""
-    if not tensors or not _distributed():
+def all_reduce_tensors(tensors: list[torch.Tensor], group=None) -> None:
+    """Sum each tensor over the workers of `group` (default: all), in place (a no-op without a process group): one
+    all-reduce of them all, flattened, as DDP buckets gradients (a call per tensor costs a round trip each). One
+    dtype and device."""
+    if not tensors or not _distributed(group):
         return
     flat = torch.cat([t.reshape(-1) for t in tensors])
-    dist.all_reduce(flat)
+    dist.all_reduce(flat, group=group)
     for t, part in zip(tensors, flat.split([t.numel() for t in tensors])):
         t.copy_(part.view_as(t))
 
 
-def _all_reduce(t: torch.Tensor) -> torch.Tensor:
-    """Sum `t` over workers in place (a no-op without a process group); returns it."""
-    if _distributed():
-        dist.all_reduce(t)
+def _all_reduce(t: torch.Tensor, group=None) -> torch.Tensor:
+    """Sum `t` over the workers of `group` (default: all) in place (a no-op without a process group); returns it."""
+    if _distributed(group):
+        dist.all_reduce(t, group=group)
     return t
 
 
-def _distributed() -> bool:
+def _distributed(group=None) -> bool:
     """Whether a process group with other workers exists (else every all-reduce is a no-op)."""
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1
 
 
 def free_port() -> int:

@@ -22,6 +22,9 @@ are dropped and those steps run again, so a run killed before its first checkpoi
 sampling and drafter batches come from generators seeded by (seed, step, rank); the tuners carry
 their own generators' state in the checkpoint.
 
+An asynchronous run (`--policy async`) has no common step: its workers are real/run/async_rl.py's, the last one
+training while the others roll out.
+
 Modules: real/run/config.py (RunConfig), real/run/worker.py (a worker's state and step loop),
 real/run/spot.py (spot training across processes), real/run/checkpoint.py.
 
@@ -52,7 +55,8 @@ import transformers
 from real.engine.tools import require_os_sandbox, runs_code
 from real.run.processes import start_workers
 from real.run.grpo import free_port
-from real.run.config import RunConfig, check_run_dir
+from real.run.async_rl import AsyncWorker
+from real.run.config import ASYNC, RunConfig, check_run_dir
 from real.run.worker import Worker
 from tltsim.core.errors import TltsimError
 
@@ -98,6 +102,9 @@ def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str,
             backend = "nccl"  # NCCL needs one GPU per rank; several workers sharing a GPU talk through gloo
     dist.init_process_group(backend, rank=rank, world_size=config.workers)
     try:
-        Worker(rank, config, out, resume, command, bar).run()
+        if config.policy == ASYNC:
+            AsyncWorker(rank, config, out, resume, command, bar).run()
+        else:
+            Worker(rank, config, out, resume, command, bar).run()
     finally:
         dist.destroy_process_group()

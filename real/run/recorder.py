@@ -60,7 +60,7 @@ class WorkerStep:
     phases: list[tuple[str, float, float]]  # (state, t_start, t_end) after its rollout: idle, drafter_train, reward, ...
     responses: list[dict]  # prompt_id, sample, prompt_len, response_len, reward, finished, admitted_at, finished_at,
     # tokens (the response's token ids); with a tool, turns (per turn the turns frame's columns but step, prompt_id,
-    # sample and engine)
+    # sample and engine); engine, where another worker generated it (asynchronous RL's trainer reports them)
     done_at: float  # run clock when its share was generated
     drafter_batches: int = 0  # spot-training batches it ran this step
     extra: dict = field(default_factory=dict)  # per-worker counts summed into the step row (a hybrid's history_rows,
@@ -156,7 +156,8 @@ class Recorder:
                                                                            if k in resp}, "finished": resp["finished"]})
                 self.trace.append({"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
                                    "prompt_len": resp["prompt_len"], "response_len": resp["response_len"],
-                                   "reward": resp["reward"], "finished": resp["finished"], "engine": r.worker,
+                                   "reward": resp["reward"], "finished": resp["finished"],
+                                   "engine": resp.get("engine", r.worker),
                                    **turn_lists(resp.get("turns"))})
                 self.turns += [{"step": step, "prompt_id": resp["prompt_id"], "sample": resp["sample"],
                                 "engine": r.worker, **turn} for turn in resp.get("turns", [])]
