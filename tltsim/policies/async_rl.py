@@ -46,6 +46,7 @@ class AsyncRLKnobs(AsyncKnobs):
 class AsyncRL(KnobbedPolicy):
     name = "async"
     Knobs = AsyncRLKnobs
+    stream = None  # the prompt stream the run draws from (None: the trace's groups in order); a replay sets it
 
     def reserved_gpus(self, cluster) -> int:
         engines = cluster.gpus // cluster.tp
@@ -57,4 +58,4 @@ class AsyncRL(KnobbedPolicy):
 
     def loop(self, sim, env, bar):
         update = float(sim.cost.sync_time()) if self.k.update_s < 0 else self.k.update_s
-        return AsyncRun(sim, env, bar, sim.engines, self.k.max_staleness, update).process()
+        return AsyncRun(sim, env, bar, sim.engines, self.k.max_staleness, update, self.stream).process()

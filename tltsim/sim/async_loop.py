@@ -52,12 +52,13 @@ EPS = 1e-9  # tokens: a request whose turn has fewer left has ended it (speculat
 class AsyncRun:
     """One asynchronous training run; `process()` is the simpy process the simulator runs."""
 
-    def __init__(self, sim, env, bar, rollout_engines: int, max_staleness: int, update_s: float):
+    def __init__(self, sim, env, bar, rollout_engines: int, max_staleness: int, update_s: float,
+                 stream: PromptStream | None = None):
         self.sim, self.env, self.bar = sim, env, bar
         self.cost, self.cfg = sim.cost, sim.cfg
         self.R, self.update_s = rollout_engines, update_s
         self.policy = sim.policy  # asked for each engine's speculation (None: plain decoding) and its drafter
-        self.stream = PromptStream(sim.trace.df)
+        self.stream = stream or PromptStream(sim.trace.df)  # the groups in the order they start
         trace_steps = sim.step_columns()
         # the gate and the trainer's choice; each step trains on the groups its trace step holds
         self.control = AsyncControl(max_staleness, [len(np.unique(cols["prompt_id"])) for _, cols in trace_steps])

@@ -162,10 +162,13 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     workers = int(cfg.get("workers", measured.timeline["worker"].nunique()))
     per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
     stream = None
-    if streamed(cfg.get("policy", "verl")):  # the stream the run drew from; the replay's own stops, carries, parks
+    asynchronous = cfg.get("policy") == "async"
+    if streamed(cfg.get("policy", "verl")) or asynchronous:  # the stream the run drew from; the replay's own stops,
+        # carries, parks (or, asynchronously, starts and takes)
         stream = stream_frame(trace.df, measured.steps, cfg, trace.meta.max_response_len)
         trace = Trace.from_frame(step_frame(stream, len(measured.steps)), trace.meta)
-        per_engine = math.ceil(int(measured.steps["launched_groups"].max()) / workers) * int(cfg["group"])
+        per_engine = ((int(cfg["knobs"]["max_staleness"]) + 1) * int(cfg["prompts"]) if asynchronous else
+                      math.ceil(int(measured.steps["launched_groups"].max()) / workers)) * int(cfg["group"])
     sim_cfg = SimConfig(
         trace=str(Path(run_dir) / TRACE_FILE),
         policy=policy or cfg.get("policy", "verl"),
