@@ -19,7 +19,8 @@ once `AsyncControl.may_start(k, version)`. A sample's policy version (`origin`) 
 it, its first tokens'; a group's is its oldest sample's.
 
 Records (the trainer writes them, real/run/recorder.py, after each step): a step runs from the last update to this
-one; the trainer's timeline is its wait for groups (`idle`: the step's `rollout_s`), `reward`, `train` and
+one; the trainer's timeline is its wait for groups (`idle`: the step's `rollout_s`; it times the machine first, the
+speed probe of `tltsim validate --speed`), `reward`, `train` and
 `weight_sync` (the broadcast); a rollout worker's, its engine calls, an `idle` wait where the gate is closed and
 every row it holds has finished, and its `weight_sync` (receiving the weights; the rows' re-prefill is the next
 step's first prefill). The step's samples are the groups the trainer took, each recorded with the worker that
@@ -50,8 +51,10 @@ from real.run.config import RunConfig
 from real.run.grpo import GRPO, group_advantages
 from real.run.problems import mixed_seed, stream_problem
 from real.run.progress import StepProgress
+from real.run.async_speculation import RolloutSpeculation
 from real.run.recorder import Recorder, WorkerStep
 from real.settings import SamplingParams
+from real.tools.profile import speed_probe
 from tltsim.control.async_rl import AsyncControl
 from tltsim.core.off_policy import off_policy_columns
 from tltsim.trace import TraceMeta
@@ -98,6 +101,11 @@ class AsyncWorker:
         self.next = state.get("next", self.worker)  # a rollout worker's next group of the stream
         self.finished: dict[int, dict] = state.get("finished", {})  # the trainer's finished groups not trained yet
         self.read = 0  # groups the trainer has read from the store (a resumed run's store starts empty)
+        self.sampling = SamplingParams(config.greedy, config.temperature)
+        knobs = config.tlt_knobs()  # the speculating variant's decisions (None: async alone)
+        self.spec = RolloutSpeculation(config, knobs, self.target, self.task, self.sampling, rank, self.worker,
+                                       self.store, out, ckpt, state.get("speculation") or {}) \
+            if knobs is not None and rank != TRAINER else None
         alone = dist.new_group([self.trainer])  # every rank makes it; the trainer's update reduces over itself alone
         self.clock_end = 0.0  # where the run's clock stands: 0, or a resumed run's last step's end
         if rank == self.trainer:
@@ -154,7 +162,7 @@ class AsyncWorker:
         cfg = self.config
         groups = self.groups  # the groups started and not yet told: k -> its samples
         t0 = self._started()
-        sampling = SamplingParams(cfg.greedy, cfg.temperature)
+        spec = self.spec
         for version in range(self.first_step, cfg.steps):
             while self.control.may_start(self.next, version):  # groups start in stream order: k have started before k
                 k = self.next
@@ -162,28 +170,43 @@ class AsyncWorker:
                 groups[k] = [Row(k, j, prompt) for j in range(cfg.group)]
                 self.next += self.rollout_workers
             rows = [r for g in groups.values() for r in g if r.finished_at is None]
-            engine = Engine(self.target, None, sampling=sampling, max_new_tokens=cfg.max_new_tokens,
-                            seed=mixed_seed(cfg.seed, version, self.rank))
+            if spec:
+                spec.begin()
+            engine = Engine(self.target, spec and spec.drafter, sampling=self.sampling,
+                            max_new_tokens=cfg.max_new_tokens, seed=mixed_seed(cfg.seed, version, self.rank),
+                            collect_features=bool(spec and spec.collects_features))
             update = UPDATE.format(version + 1)
-            ro = rollout(engine, [r.prompt + r.tokens for r in rows], self.clock, max_running=cfg.max_running,
-                         start=t0, budgets=[cfg.max_new_tokens - len(r.tokens) for r in rows],
+            ro = rollout(engine, [r.prompt + r.tokens for r in rows], self.clock, spec and spec.control,
+                         max_running=cfg.max_running, start=t0,
+                         budgets=[cfg.max_new_tokens - len(r.tokens) for r in rows],
                          stop=lambda: self.store.check([update]),
                          poll=lambda: self._after_call(engine, rows, groups, version))
             self._after_call(engine, rows, groups, version)
             for i, tokens in engine.in_progress().items():  # interrupted: its tokens so far join its prompt
                 rows[i].tokens += tokens
                 rows[i].resumed = True
-            phases, t = [], ro.calls[-1].t_end if ro.calls else t0
+            if spec:
+                spec.finished(version, engine)
+            phases, batches, t = [], 0, ro.calls[-1].t_end if ro.calls else t0
             if not self.store.check([update]):  # every row finished and the gate is closed: wait for the update
-                while not self.store.check([update]):
-                    time.sleep(POLL_S)
-                phases.append(("idle", t, t := self.clock()))
+                phases, batches = spec.wait(version, update, t, self.clock) if spec else (self._wait(update, t), 0)
+                t = phases[-1][2]
             self._broadcast_weights()
+            if spec:
+                spec.updated()
             phases.append(("weight_sync", t, self.clock()))
-            dist.gather_object(WorkerStep(self.worker, ro.calls, phases, [], t0), None, dst=self.trainer)
+            dist.gather_object(WorkerStep(self.worker, ro.calls, phases, [], t0, batches), None, dst=self.trainer)
             t0 = self._step_end()
             self._checkpoint(version, {"next": self.next, "groups": {k: [asdict(r) for r in g]
-                                                                     for k, g in groups.items()}})
+                                                                     for k, g in groups.items()},
+                                       "speculation": spec.state_dict() if spec else None},
+                             spec.save if spec else None)
+
+    def _wait(self, update: str, since: float) -> list[tuple[str, float, float]]:
+        """Nothing to decode from `since` until the store holds `update`: idle."""
+        while not self.store.check([update]):
+            time.sleep(POLL_S)
+        return [("idle", since, self.clock())]
 
     def _after_call(self, engine: Engine, rows: list[Row], groups: dict[int, list[Row]], version: int) -> None:
         """After a call of the engine running `rows`: the rows it admitted get their version and time, those it
@@ -219,6 +242,10 @@ class AsyncWorker:
         t0 = self._started()
         for step in range(self.first_step, cfg.steps):
             dropped = 0
+            # how fast the machine runs now (real.tools.profile.speed_probe, for validate --speed): on the trainer,
+            # which would wait for groups anyway, while the rollout workers decode
+            probe = speed_probe(self.grpo.model, cfg.speed_probe, mixed_seed(cfg.seed, 998), self.sampling) \
+                if cfg.speed_probe else float("nan")
             while True:
                 self._read_told(finished)
                 take, stale = self.control.select(step, {k: min(s["origin"] for s in g["samples"])
@@ -256,8 +283,10 @@ class AsyncWorker:
                   "response_len": np.array([len(s["tokens"]) for *_, s in samples])}
             row = self.recorder.add(step, t0, reports, {
                 "tail_s": 0.0, "drafter_accepted": float("nan"), "static_drafter_accepted": float("nan"),
-                "speed_probe_s": float("nan"), "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"],
+                "speed_probe_s": probe, "grpo_loss": stats["loss"], "grpo_clip_frac": stats["clip_frac"],
                 **off_policy_columns(step, df, np.ones(len(samples), bool), dropped)})
+            spec_s = sum(c.t_end - c.t_start for r in reports for c in r.calls if c.mode == "spec_decode")
+            row["sd_share"] = spec_s / (self.rollout_workers * row["total_s"])  # of the rollout workers' step
             t0 = self._step_end(t0 + row["total_s"])
             self.recorder.save(self.out)
             self._checkpoint(step, {"finished": finished})
@@ -270,14 +299,15 @@ class AsyncWorker:
             finished[k] = json.loads(self.store.get(GROUP.format(k)))
             self.read = i + 1
 
-    def _checkpoint(self, step: int, state: dict) -> None:
-        """RUN_DIR/checkpoint for `step` (collective): each rank's `state`; the trainer's target and optimizer."""
+    def _checkpoint(self, step: int, state: dict, own=None) -> None:
+        """RUN_DIR/checkpoint for `step` (collective): each rank's `state` (and what `own(dir)` writes of its own);
+        the trainer's target and optimizer."""
         def shared(tmp: Path) -> None:
             self.grpo.save_target(tmp / "target")
             self.task.save(tmp / "target")
             torch.save(self.grpo.optimizer.state_dict(), tmp / "optimizer.pt")
 
-        checkpoint.write(self.out, self.rank, step, state, shared if self.rank == self.trainer else None)
+        checkpoint.write(self.out, self.rank, step, state, shared if self.rank == self.trainer else None, own)
 
     def _started(self) -> float:
         """The run's first step starts once every worker is ready, where the run's clock stands (0, or where a

@@ -35,9 +35,11 @@ def last_step(out: Path) -> int:
     return json.loads((out / CHECKPOINT / "state.json").read_text())["step"]
 
 
-def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path], None] | None = None) -> None:
-    """Every rank (collectively) writes its `state` into a temporary directory; rank 0 also calls `shared(dir)`
-    for what the ranks share, then the directory takes RUN_DIR/checkpoint's place whole (tltsim.core.io.atomic_dir)."""
+def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path], None] | None = None,
+          own: Callable[[Path], None] | None = None) -> None:
+    """Every rank (collectively) writes its `state` into a temporary directory (and calls `own(dir)` for files of its
+    own); rank 0 also calls `shared(dir)` for what the ranks share, then the directory takes RUN_DIR/checkpoint's
+    place whole (tltsim.core.io.atomic_dir)."""
     import torch  # here, not at the top: `exists` is read before a run imports torch (real.run.config.check_run_dir)
     import torch.distributed as dist
 
@@ -45,6 +47,8 @@ def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path],
         where = [str(tmp) if rank == 0 else None]
         dist.broadcast_object_list(where, src=0)
         torch.save(state, Path(where[0]) / f"rank{rank}.pt")
+        if own is not None:
+            own(Path(where[0]))
         dist.barrier()
         if rank == 0:
             if shared is not None:

@@ -31,7 +31,9 @@ STEP_POLICIES = {"longest-first": LongestFirstKnobs, "partial": PartialKnobs, "t
                  "migrate": MigrateKnobs}
 COMBINED = tuple(name for base in STEP_POLICIES for name in (base, f"{base}+tlt"))
 ASYNC = "async"  # asynchronous RL (tltsim.control.async_rl): the last worker trains, the others roll out
-POLICIES = ("verl", *VARIANTS, *COMBINED, ASYNC)
+# ... and inside it, the TLT variants whose drafter a rollout worker keeps to itself (no history of every worker's)
+ASYNC_POLICIES = (ASYNC, *(f"{ASYNC}+{v}" for v in ("tlt", "sd-always", "tlt-auto", "static-sd", "tlt-base")))
+POLICIES = ("verl", *VARIANTS, *COMBINED, *ASYNC_POLICIES)
 MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
@@ -57,9 +59,11 @@ class RunConfig:
     # anew in a long round every long_every short rounds: real/run/stream.py), migrate (no speculation; once the
     # step's unfinished rows fall to `remaining` of them, they move onto `to_engines` workers, the others released:
     # real/run/migration.py), and longest-first+tlt, partial+tlt, tail-batching+tlt, migrate+tlt (each so,
-    # speculating as tlt); async (asynchronous RL, no speculation: the last worker trains on the oldest finished
-    # groups, the others generate the prompt stream's groups as the staleness gate lets them start, each weight
-    # update interrupting them: real/run/async_rl.py)
+    # speculating as tlt); async (asynchronous RL: the last worker trains on the oldest finished groups, the others
+    # generate the prompt stream's groups as the staleness gate lets them start, each weight update interrupting
+    # them: real/run/async_rl.py), and async+tlt, async+sd-always, async+tlt-auto, async+static-sd, async+tlt-base
+    # (its rollout workers speculating as the variant does, each its own drafter spot-trained while the gate keeps
+    # it waiting)
     workers: int = 2  # worker processes, one rollout engine each
     steps: int = 3  # RL steps in all (a resumed run may raise it)
     model: str = recorded(SHIPPED_TARGET)  # target: a `tltsim real pretrain` directory (gcd task), a known model (e.g.
@@ -96,11 +100,12 @@ class RunConfig:
     spot_lr: float | None = None  # spot training's drafter learning rate (default: 1e-5 from a drafter warmed up
     # before the run, --drafter or a shipped one, else --drafter-lr after the run's own short warm-up)
     probe: int = 8  # held-out prompts the policy's drafter's accepted length is measured on before each step, each
-    # decoded alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens; 0: off)
+    # decoded alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens; 0: off;
+    # an asynchronous run has no step between its rollouts to probe in)
     probe_static: bool = False  # also probe the starting drafter, never trained, with the current target (steps
     # column static_drafter_accepted; a spot-training policy only)
     speed_probe: int = 8  # plain decode iterations that time the machine before each step, for `tltsim validate
-    # --speed` (0: off)
+    # --speed` (0: off; an asynchronous run's trainer times it at the start of each step, beside the rollout)
     answers: str | None = None  # emit a recorded run's responses token for token instead of drawing new ones (its
     # answers.parquet; the same prompts, sampling and training): a pair of runs on the same answers differs only in
     # how fast each produced them
@@ -130,7 +135,7 @@ class RunConfig:
         for name in ("probe", "speed_probe"):
             if getattr(self, name) < 0:
                 raise TltsimError(f"{name}={getattr(self, name)}: must be >= 0 (0 turns it off)")
-        if self.policy == ASYNC:
+        if self.asynchronous:
             self._check_async()
         elif self.prompts < self.workers:
             raise TltsimError(f"prompts={self.prompts} < workers={self.workers}: every worker needs a prompt group")
@@ -188,16 +193,26 @@ class RunConfig:
             raise TltsimError("policy 'async' interrupts rows at every weight update and draws its own groups from "
                               "the prompt stream, which a trajectory in a tool call or a replayed answer cannot "
                               "follow yet; use another task, drop --answers")
-        if self.drafter is not None:
+        if self.drafter is not None and self.policy == ASYNC:
             raise TltsimError(f"--drafter {self.drafter}: policy 'async' does not speculate; drop --drafter")
+        if self.probe_static:
+            raise TltsimError(f"--probe-static: policy {self.policy!r} has no step between its rollouts to probe a "
+                              f"drafter in; drop --probe-static")
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the run is asynchronous RL (async, alone or with speculation)."""
+        return self.policy in ASYNC_POLICIES
 
     def async_knobs(self) -> AsyncKnobs | None:
         """async's knobs (None for every other policy); TltsimError for unknown ones. Its split is the run's: every
         worker but the last rolls out (`rollout_share` (workers - 1) / workers, as the simulator replays it)."""
-        if self.policy != ASYNC:
+        if not self.asynchronous:
             return None
-        check_known(f"policy {self.policy!r}", self.knobs, ("max_staleness",))
-        return build(AsyncKnobs, self.policy, {**self.knobs, "rollout_share": (self.workers - 1) / self.workers})
+        speculates = knob_names(DecisionKnobs) if self.policy != ASYNC else ()
+        check_known(f"policy {self.policy!r}", self.knobs, ("max_staleness", *speculates))
+        return build(AsyncKnobs, self.policy, {**{k: v for k, v in self.knobs.items() if k == "max_staleness"},
+                                               "rollout_share": (self.workers - 1) / self.workers})
 
     def _check_drafter(self, knobs: DecisionKnobs | None) -> None:
         """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
@@ -284,6 +299,10 @@ class RunConfig:
             return None
         if self.policy == ASYNC:
             return None
+        if self.asynchronous:
+            self.async_knobs()  # every knob is one of the two parts'
+            variant, given = VARIANTS[self.policy.split("+", 1)[1]], self._knobs_of(DecisionKnobs)
+            return self._decisions(variant, given)
         if self.policy == "verl":
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
@@ -293,6 +312,10 @@ class RunConfig:
             variant, given = VARIANTS["tlt"], self._knobs_of(DecisionKnobs)
         else:
             variant, given = VARIANTS[self.policy], self.knobs
+        return self._decisions(variant, given)
+
+    def _decisions(self, variant: dict, given: dict) -> DecisionKnobs:
+        """The decision knobs of a TLT `variant` (its defaults) with those `given`, checked."""
         k = build(DecisionKnobs, self.policy, {**variant, **given})
         if k.drafter in MODEL_FREE and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
             raise TltsimError(f"policy {self.policy!r} drafts {MODEL_FREE[k.drafter]} and trains no drafter; drop the "

@@ -22,7 +22,7 @@ are dropped and those steps run again, so a run killed before its first checkpoi
 sampling and drafter batches come from generators seeded by (seed, step, rank); the tuners carry
 their own generators' state in the checkpoint.
 
-An asynchronous run (`--policy async`) has no common step: its workers are real/run/async_rl.py's, the last one
+An asynchronous run (`--policy async`, alone or with speculation) has no common step: its workers are real/run/async_rl.py's, the last one
 training while the others roll out.
 
 Modules: real/run/config.py (RunConfig), real/run/worker.py (a worker's state and step loop),
@@ -56,7 +56,7 @@ from real.engine.tools import require_os_sandbox, runs_code
 from real.run.processes import start_workers
 from real.run.grpo import free_port
 from real.run.async_rl import AsyncWorker
-from real.run.config import ASYNC, RunConfig, check_run_dir
+from real.run.config import RunConfig, check_run_dir
 from real.run.worker import Worker
 from tltsim.core.errors import TltsimError
 
@@ -102,7 +102,7 @@ def _worker(rank: int, config: RunConfig, out: Path, resume: bool, command: str,
             backend = "nccl"  # NCCL needs one GPU per rank; several workers sharing a GPU talk through gloo
     dist.init_process_group(backend, rank=rank, world_size=config.workers)
     try:
-        if config.policy == ASYNC:
+        if config.asynchronous:
             AsyncWorker(rank, config, out, resume, command, bar).run()
         else:
             Worker(rank, config, out, resume, command, bar).run()

@@ -15,7 +15,7 @@ from real.run import checkpoint
 from real import drafters
 from real.engine.adaptive import rollout
 from real.tasks.evaluate import accepted_tokens
-from real.engine.generate import Engine, generate
+from real.engine.generate import Engine
 from real.engine.tools import Sandbox, runs_code
 from real.run.grpo import GRPO, all_reduce_tensors
 from real.run.migration import TailMove
@@ -28,7 +28,8 @@ from real.tools.profile import speed_probe
 from real.run.progress import StepProgress
 from real.run.recorder import Recorder, WorkerStep, recorded_answers, turn_records
 from real.run.config import WARM_SPOT_LR, RunConfig
-from real.settings import GenerateSettings, SamplingParams
+from real.run.drafting import given_drafter, warmed_up_drafter
+from real.settings import SamplingParams
 from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
 from real.drafters.suffix import SuffixDrafter
 from real.drafters.warmup import find_shipped_drafter
@@ -183,24 +184,19 @@ class Worker:
     def _initial_drafter(self) -> drafters.Trainable:
         """The resumed run's drafter, --drafter, the one shipped for a known model (real.drafters.warmup), or one
         warmed up by rank 0; the same on every rank."""
-        cfg = self.config
         if self.ckpt:
             return drafters.load(self.ckpt / "drafter.pt", self.target)
-        start = cfg.drafter or find_shipped_drafter(cfg.model)  # drafters.load reads a recorded path as packaged
-        if start:
-            return drafters.load(start, self.target)
-        drafter = drafters.kind("eagle").for_target(self.target, seed=cfg.seed)
-        pairs = None
+        given = given_drafter(self.config, self.target)
+        if given is not None:
+            return given
         if self.rank == 0:
             t = time.perf_counter()
-            problems = self.task.sample(np.random.default_rng(mixed_seed(cfg.seed, 998)), cfg.warmup_prompts)
-            gen = generate(self.target, [self.task.prompt_ids(p) for p in problems], settings=GenerateSettings(
-                sampling=self.sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, collect_features=True))
-            pairs = [(torch.tensor(f.prompt + f.tokens), f.features) for f in gen.finished]
-            drafter.fit(pairs, cfg.warmup_steps, cfg.drafter_batch, cfg.drafter_lr, seed=cfg.seed)
+            drafter, pairs = warmed_up_drafter(self.config, self.target, self.task, self.sampling)
             drafter.save(self.out / "drafter_init.pt")
             self.recorder.extra_summary["drafter_warmup_s"] = time.perf_counter() - t
             self.progress.note(f"drafter warmed up in {time.perf_counter() - t:.1f} s")
+        else:  # rank 0's, once broadcast
+            drafter, pairs = drafters.kind("eagle").for_target(self.target, seed=self.config.seed), None
         for p in drafter.parameters():
             dist.broadcast(p.data, src=0)
         if self.trains:  # the warm-up responses are the buffer's first data (step -1), so early spot training

@@ -1,8 +1,11 @@
-"""Asynchronous RL for real (real/run/async_rl.py): what a run may take, and a run of the tiny target."""
+"""Asynchronous RL for real (real/run/async_rl.py): what a run may take, speculation across a weight update, and runs
+of the tiny target."""
+import copy
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from real.run.config import RunConfig
 from tltsim.core.errors import TltsimError
@@ -15,8 +18,61 @@ def test_async_is_refused_what_a_real_run_cannot_do(tmp_path):
         RunConfig(policy="async", knobs={"rollout_share": 0.25}).checked()  # the split is the run's workers'
     with pytest.raises(TltsimError, match="does not speculate"):
         RunConfig(policy="async", drafter=str(tmp_path)).checked()
+    with pytest.raises(TltsimError, match="no step between its rollouts"):
+        RunConfig(policy="async+tlt", probe_static=True).checked()
+    with pytest.raises(TltsimError, match="real runs offer"):
+        RunConfig(policy="async+das").checked()  # a history drafter is every worker's: not inside async
     config = RunConfig(policy="async", workers=4, prompts=2, knobs={"max_staleness": 2}).checked()
     assert config.to_dict()["knobs"] == {"rollout_share": 0.75, "max_staleness": 2}  # as the simulator replays it
+    both = RunConfig(policy="async+sd-always", knobs={"max_staleness": 1, "threshold": 4}).checked()
+    assert both.async_knobs().max_staleness == 1 and both.tlt_knobs().threshold == 4 and both.tlt_knobs().sd == "always"
+
+
+def test_speculation_across_a_weight_update_is_lossless():
+    """A row a weight update interrupts goes on from its tokens on a fresh engine under the new weights (its prompt
+    and tokens prefilled anew): greedy, speculating with a drafter told of the update gives the tokens plain decoding
+    gives under the same weight schedule (the update after the same 9 tokens of every row)."""
+    from tiny_lm import MAX_NEW, PROMPTS, target, trained_drafter
+
+    from real.drafters.eagle import Drafter
+    from real.engine.adaptive import rollout
+    from real.engine.generate import Engine
+    from real.settings import SamplingParams
+    from tltsim.control.decisions import DecisionKnobs
+
+    model, prompts, cut = copy.deepcopy(target("llama", "trained")), PROMPTS["trained"], 9
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    noise = torch.Generator().manual_seed(3)
+    after = {n: p + 0.05 * torch.randn(p.shape, generator=noise, dtype=p.dtype) for n, p in before.items()}
+
+    def load(weights):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(weights[n])
+
+    def run(speculate: bool) -> tuple[list[list[int]], int]:
+        load(before)
+        drafter = None
+        if speculate:
+            drafter = Drafter.for_target(model, seed=0)
+            drafter.load_state_dict(trained_drafter("llama", "trained").state_dict())
+        control = DecisionKnobs(sd="always", tuner="fixed", arms=("3_1_3",)).control(0, 0) if speculate else None
+        first = Engine(model, drafter, sampling=SamplingParams(greedy=True), max_new_tokens=MAX_NEW, eos_token_id=[])
+        rollout(first, prompts, lambda: 0.0, control, budgets=[cut] * len(prompts))
+        so_far = [first.finished[i].tokens for i in range(len(prompts))]
+        load(after)
+        if drafter is not None:
+            drafter.target_updated()
+            control.begin_rollout()
+        again = Engine(model, drafter, sampling=SamplingParams(greedy=True), max_new_tokens=MAX_NEW, eos_token_id=[])
+        ro = rollout(again, [p + t for p, t in zip(prompts, so_far)], lambda: 0.0, control,
+                     budgets=[MAX_NEW - cut] * len(prompts))
+        return [t + again.finished[i].tokens for i, t in enumerate(so_far)], \
+            sum(c.mode == "spec_decode" for c in ro.calls)
+
+    plain, _ = run(False)
+    spec, calls = run(True)
+    assert spec == plain and calls > 0 and all(len(t) == MAX_NEW for t in plain)
 
 
 @pytest.mark.slow
@@ -65,3 +121,33 @@ def test_an_async_run_trains_fresh_whole_groups_beside_its_rollout(tmp_path):
     predicted = next(iter(v.predicted.values()))
     assert predicted.summary["staleness_max"] <= 1 and len(predicted.steps) == 3
     assert {"staleness_mean", "resumed_fraction", "dropped_fraction"} <= set(v.overall["metric"])
+
+
+@pytest.mark.slow
+def test_an_async_tlt_run_speculates_trains_its_drafter_while_gated_and_resumes(tmp_path):
+    """async+tlt, no staleness (the trainer waits for every group the gate let start, so the rollout worker then
+    waits for the update), batches small enough to speculate at once: the rollout worker speculates, spot-trains
+    its drafter while it waits (its own responses' features), and a run resumed after step 0 (its control, buffer
+    and drafter in the checkpoint) goes on."""
+    from real.run.launch import launch
+    from tltsim.core.records import Result
+
+    def run(steps):
+        return RunConfig(policy="async+tlt", workers=2, steps=steps, prompts=2, group=2, max_new_tokens=24,
+                         probe=0, speed_probe=0, warmup_steps=5, warmup_prompts=4,
+                         knobs={"max_staleness": 0, "threshold": 4, "patience": 2, "arms": "4_1_4"})
+
+    out = tmp_path / "run"
+    launch(run(1), out)
+    assert (out / "checkpoint" / "drafter1.pt").is_file()  # the rollout worker's (rank 1) drafter
+    launch(run(3), out, resume=True)
+    res = Result.load(out)
+    steps = res.steps.set_index("step")
+    assert steps["responses"].tolist() == [4, 4, 4] and (steps["staleness_max"] == 0).all()
+    assert (steps["sd_share"] > 0).all() and (steps["mean_accepted"] >= 1).all()
+    assert steps["drafter_train_batches"].sum() > 0  # the gate closed, the worker trained until the update
+    tl = res.timeline
+    rollout = tl[tl.worker == 0]
+    assert set(rollout["state"]) <= {"prefill", "decode", "spec_decode", "idle", "drafter_train", "weight_sync"}
+    assert np.isclose(rollout.loc[rollout.state == "drafter_train", "t_end"].sub(
+        rollout.loc[rollout.state == "drafter_train", "t_start"]).sum(), steps["drafter_train_s"].sum())

@@ -30,7 +30,7 @@ from tltsim.sim.prompts import PromptStream
 
 def stream_groups(steps: pd.DataFrame, config: dict) -> int:
     """The groups of the stream a replay of the run may draw (module docstring), from its steps frame and config."""
-    if config.get("policy") == "async":
+    if config.get("policy", "").split("+")[0] == "async":
         return (len(steps) + int(config["knobs"]["max_staleness"])) * int(config["prompts"])
     return int(steps["drawn_groups"].sum() + steps["launched_groups"].max())
 

@@ -162,7 +162,7 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
     workers = int(cfg.get("workers", measured.timeline["worker"].nunique()))
     per_engine = int(trace.df.groupby(["step", "engine"]).size().max())
     stream = None
-    asynchronous = cfg.get("policy") == "async"
+    asynchronous = cfg.get("policy", "verl").split("+")[0] == "async"
     if streamed(cfg.get("policy", "verl")) or asynchronous:  # the stream the run drew from; the replay's own stops,
         # carries, parks (or, asynchronously, starts and takes)
         stream = stream_frame(trace.df, measured.steps, cfg, trace.meta.max_response_len)
