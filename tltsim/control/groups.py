@@ -10,6 +10,7 @@ tokens generated in earlier steps); an empty dict is no rows.
     concat([a, b]), take_rows(rows, mask)    rows joined, rows picked
     needs_engine(response_len, aborted)      the rows an engine must run (the others count as finished at 0)
     group_shares(group, engines)             each engine's rows: contiguous chunks of whole groups (verl's split)
+    rewards_disagree(rows)                   the rows whose group's rewards differ (GRPO trains on those alone)
     quota_stop(group, finish, target)        when a step stops: once `target` groups have finished (offline)
     GroupQuota(group, target)                the same rule told of rows as they finish (online)
     rows_state(rows), rows_from_state(s)     rows as plain data (a checkpoint) and back
@@ -120,3 +121,14 @@ def rows_from_state(state: dict) -> dict:
         else:
             out[c] = np.asarray(s["values"], dtype=s["dtype"]).reshape(-1)
     return out
+
+
+def rewards_disagree(rows: dict) -> np.ndarray:
+    """Per row: whether its prompt group's rewards differ (a group whose rewards all agree has a GRPO advantage, and
+    so a gradient, of zero: rl.skip_zero_advantage neither scores nor trains it)."""
+    _, group = np.unique(rows["group"] if "group" in rows else rows["prompt_id"], return_inverse=True)
+    reward = np.asarray(rows["reward"], dtype=float)
+    low, high = np.full(group.max(initial=-1) + 1, np.inf), np.full(group.max(initial=-1) + 1, -np.inf)
+    np.minimum.at(low, group, reward)
+    np.maximum.at(high, group, reward)
+    return high[group] > low[group]

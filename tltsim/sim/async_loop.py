@@ -39,6 +39,7 @@ import math
 import numpy as np
 
 from tltsim.control.async_rl import AsyncControl
+from tltsim.control.groups import rewards_disagree
 from tltsim.core.padding import padded_tokens
 from tltsim.core.records import TimelineRow
 from tltsim.sim.prompts import PromptStream
@@ -79,6 +80,7 @@ class AsyncRun:
         self.s_sample: list[int] = []
         self.s_plen: list[int] = []
         self.s_rlen: list[int] = []
+        self.s_reward: list[float] = []  # the trace's reward (rl.skip_zero_advantage trains only groups that differ)
         self.s_version: list[int] = []  # version at admission (its first tokens)
         self.s_engine: list[int] = []
         self.s_admit: list[float] = []
@@ -104,6 +106,7 @@ class AsyncRun:
             for c, v in (("group", self.s_group), ("prompt_id", self.s_prompt), ("sample", self.s_sample),
                          ("prompt_len", self.s_plen), ("response_len", self.s_rlen)):
                 v.extend(g[c].tolist())
+            self.s_reward.extend(g["reward"].tolist() if "reward" in g else [0.0] * len(ids))
             n = len(ids)
             if "turn_response_len" in g:  # a multi-turn trace: each sample's turns and the tools between them
                 self.s_turns += list(zip(g["turn_response_len"], g["tool_latency_s"], g["tool_tokens"]))
@@ -321,7 +324,11 @@ class AsyncRun:
                 yield self.finished_group
             ids = np.array([i for g in take for i in self.group_rows[g]])
             waited = env.now
-            tokens, sq = padded_tokens([self.s_plen[i] + self.s_rlen[i] + self.s_tool[i] for i in ids],
+            scored = ids  # the log-prob forward's and the update's rows: every one, or those with a gradient
+            if self.cfg.rl.skip_zero_advantage:
+                scored = ids[rewards_disagree({"group": np.asarray(self.s_group)[ids],
+                                               "reward": np.asarray(self.s_reward)[ids]})]
+            tokens, sq = padded_tokens([self.s_plen[i] + self.s_rlen[i] + self.s_tool[i] for i in scored],
                                        self.cfg.rl.micro_batch_tokens)
             phases = [("reward", self.cfg.rl.reward_s + float(cost.logprob_time(tokens, gpus, sq_tokens=sq))),
                       ("train", float(cost.train_time(tokens, gpus, sq_tokens=sq))),

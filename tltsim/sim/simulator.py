@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from tltsim.config import SimConfig, steps_in
 from tltsim.cost import Calibrated, Roofline
-from tltsim.control.groups import group_shares
+from tltsim.control.groups import group_shares, rewards_disagree
 from tltsim.core.off_policy import off_policy_columns, staleness
 from tltsim.core.padding import padded_tokens
 from tltsim.core.errors import TltsimError
@@ -367,10 +367,3 @@ def _id_range(ids: list[int]) -> str:
 def simulate(trace: Trace, cfg: SimConfig, policy: Policy | None = None, progress: bool = False) -> Result:
     """Run `trace` through the simulator under `cfg` (and `policy`, default from cfg.policy)."""
     return Simulator(trace, cfg, policy).run(progress=progress)
-
-
-def rewards_disagree(df: dict) -> np.ndarray:
-    """Per row of one step's columns: whether its prompt group's rewards differ (a group whose rewards all agree
-    has a GRPO advantage, and so a gradient, of zero: rl.skip_zero_advantage neither scores nor trains it)."""
-    group = df.get("group", df["prompt_id"])
-    return pd.Series(df["reward"]).groupby(group).transform("nunique").to_numpy() > 1
