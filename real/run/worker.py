@@ -14,21 +14,20 @@ from real.run import checkpoint
 
 from real import drafters
 from real.engine.adaptive import rollout
-from real.tasks.evaluate import accepted_tokens
 from real.engine.generate import Engine
 from real.engine.tools import Sandbox, runs_code
-from real.run.grpo import GRPO, all_reduce_tensors
+from real.run.grpo import GRPO
 from real.run.migration import TailMove
 from real.run.problems import mixed_seed, step_problems
 from real.run.rows import Share, StepRows
 from real.drafters.hybrid import HybridDrafter
 from real.drafters.ngram import NgramDrafter
 from real.models.targets import load_target
-from real.tools.profile import speed_probe
 from real.run.progress import StepProgress
 from real.run.recorder import Recorder, WorkerStep, recorded_answers, turn_records
 from real.run.config import WARM_SPOT_LR, RunConfig
 from real.run.drafting import given_drafter, warmed_up_drafter
+from real.run.probes import drafter_accepted, machine_speed
 from real.settings import SamplingParams
 from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
 from real.drafters.suffix import SuffixDrafter
@@ -217,9 +216,10 @@ class Worker:
 
     def step(self, step: int) -> None:
         cfg = self.config
-        speed = self._speed()
-        probe = self._probe(self._probed(self.trained))
-        static = self._probe(self._probed(self.static_drafter) if self.static_drafter is not None else None)
+        speed = machine_speed(cfg, self.target, self.sampling, self.world)
+        probe = drafter_accepted(cfg, self.target, self.task, self._probed(self.trained), self.rank, self.world)
+        static = drafter_accepted(cfg, self.target, self.task, self._probed(self.static_drafter)
+                                  if self.static_drafter is not None else None, self.rank, self.world)
         dist.barrier()
         t0 = [self.clock()]
         dist.broadcast_object_list(t0, src=0)
@@ -368,33 +368,6 @@ class Worker:
             if rank != self.rank:
                 for prompt, tokens in responses:
                     self.history.remember(prompt, tokens)
-
-    def _speed(self) -> float:
-        """Seconds of the speed probe's plain decode iteration (real.tools.profile.speed_probe), every rank at once as
-        they roll out, averaged over the ranks; NaN when off."""
-        n = self.config.speed_probe
-        if n == 0:
-            return float("nan")
-        seconds = speed_probe(self.target, n, mixed_seed(self.config.seed, 998), self.sampling)
-        total = torch.tensor([seconds], dtype=torch.float64, device=self.device)
-        all_reduce_tensors([total])
-        return float(total[0]) / self.world
-
-    def _probe(self, drafter: drafters.Drafting | None) -> float:
-        """Mean accepted length (bonus included) of `drafter` with the current target, greedy,
-        on fixed held-out prompts with a chain of DEFAULT_STRATEGY; NaN without a drafter. Every rank
-        decodes its share of the prompts at once (none waits at the barrier while another probes, and more
-        workers probe faster) and the counts are summed: a greedy row's tokens do not depend on its batch
-        mates (but for floating-point near-ties), so the mean is the one a single process would measure."""
-        cfg = self.config
-        if drafter is None or cfg.probe == 0:
-            return float("nan")
-        problems = self.task.sample(np.random.default_rng(mixed_seed(cfg.seed, 999)), cfg.probe, split="test")
-        mine = [problems[i] for i in np.array_split(np.arange(len(problems)), self.world)[self.rank]]
-        tokens = accepted_tokens(self.target, drafter, self.task, mine, max_new_tokens=cfg.max_new_tokens)
-        total = torch.tensor([tokens.sum(), len(tokens)], dtype=torch.float64, device=self.device)
-        all_reduce_tensors([total])
-        return float(total[0] / total[1])
 
     def _checkpoint(self, step: int) -> None:
         """Write RUN_DIR/checkpoint for `step` (real.run.checkpoint): every rank's policy state as plain data."""
