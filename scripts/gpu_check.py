@@ -31,8 +31,9 @@ see. Steps, each timed; a failed one is recorded and the rest run:
     speed     real.tools.speed.measure, plain vs speculative per batch size            -> speed.json
     pair      `tltsim real run --policy verl|tlt` (1 worker, same seed)         -> verl.json, tlt.json
     policies  `tltsim real run` of tlt-base, longest-first, longest-first+tlt, and on 2 workers sharing the device
-              partial+tlt, tail-batching+tlt and migrate+tlt, the same shape, prompts repeated each step (each
-              policy's makespan and speculative share in results.json)
+              partial+tlt, tail-batching+tlt, migrate+tlt, async and async+tlt (one worker rolls out, one trains),
+              the same shape, prompts repeated each step (each policy's makespan and speculative share in
+              results.json)
     validate  `tltsim validate verl tlt --profile profile.csv --json`            -> validate.json
               and results.json: every step's seconds, status and headline figures; log.txt: all output.
 
@@ -61,7 +62,8 @@ from real.tasks.gcd import GcdTask
 
 # the real backend's policies beyond the pair, with the knobs that make each act at the check's shape
 POLICIES = {"tlt-base": [], "longest-first": [], "longest-first+tlt": [], "partial+tlt": ["ratio=2"],
-            "tail-batching+tlt": ["eta=2", "long_every=1"], "migrate+tlt": ["remaining=0.5", "to_engines=1"]}
+            "tail-batching+tlt": ["eta=2", "long_every=1"], "migrate+tlt": ["remaining=0.5", "to_engines=1"],
+            "async": ["max_staleness=1"], "async+tlt": ["max_staleness=1"]}
 SIZES = {  # preset, vocab, dtype, drafter (prompts, new tokens, steps), speed batches, profile grid, run shape
     "gpu": dict(preset="qwen2.5-0.5b-shape", vocab=151936, dtype="bfloat16", prompts=64, new=128, steps=300,
                 batches="1,4,16,64", contexts="128,512", speed_new=128, run=["--prompts", "16", "--group", "4",

@@ -17,6 +17,8 @@ A group starts when the gate lets it (it is given to the worker's engine, which 
 start in stream order (the gate's count of groups started is group k's number), so worker r's next group may start
 once `AsyncControl.may_start(k, version)`. A sample's policy version (`origin`) is that of the engine that admitted
 it, its first tokens'; a group's is its oldest sample's.
+With speculation (`async+tlt` and the others of real.run.config.ASYNC_POLICIES) a rollout worker's engine speculates
+as its own control decides, and spot-trains its drafter while the gate keeps it waiting (real/run/async_speculation.py).
 
 Records (the trainer writes them, real/run/recorder.py, after each step): a step runs from the last update to this
 one; the trainer's timeline is its wait for groups (`idle`: the step's `rollout_s`; it times the machine first, the

@@ -460,7 +460,8 @@ SHIPPED_PAIRS = [("real_tlt_cpu", "real_verl_cpu"), ("real_tlt_smollm2", "real_v
                  ("real_tlt_smollm2_longtail_interleaved", "real_verl_smollm2_longtail_interleaved"),
                  ("real_tlt_smollm2_agentic", "real_verl_smollm2_agentic"),
                  ("real_partial_smollm2_sampled", "real_verl_smollm2_sampled"),
-                 ("real_tail_batching_smollm2_sampled", "real_verl_smollm2_sampled")]
+                 ("real_tail_batching_smollm2_sampled", "real_verl_smollm2_sampled"),
+                 ("real_async_smollm2_sampled", "real_verl_smollm2_sampled")]
 SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run, verl in SHIPPED_PAIRS}  # a verl run two
 # pairs share is checked against the later pair's run
 
@@ -509,10 +510,10 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     readme = [c.strip() for c in re.findall(r"tltsim real run [^\n`]*", (run / "README.md").read_text())]
     assert _as_in_repo(res.config["command"]) in map(_as_in_repo, readme)
     twin = Result.load(ROOT / "traces" / "runs" / SHIPPED_TWINS[name]).config
-    # what differs by policy: its name, knobs and command line, the drafter it starts from and whether that is probed
-    # too (a verl run has none), and whose answers it replays (its twin's, or none)
+    # what differs by policy: its name, knobs and command line, the drafter it starts from and how it is probed (a
+    # verl or async run has none), and whose answers it replays (its twin's, or none)
     same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "drafter",  # noqa: E731
-                                                               "probe_static", "answers")}
+                                                               "probe", "probe_static", "answers")}
     assert same(res.config) == same(twin)
 
 
