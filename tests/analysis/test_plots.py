@@ -208,6 +208,11 @@ def test_a_policy_has_one_colour_whichever_runs_are_drawn(base, tlt):
     assert run_colors(labelled([base, other, tlt]))["tlt"] == run_colors(labelled([tlt]))["tlt"] == policy_color("tlt")
     twice = run_colors(labelled([base, tlt, tlt]))
     assert twice["tlt #2"] not in {policy_color("verl"), policy_color("tlt")}  # a repeat gets a colour of its own
+    # two unregistered combinations whose hashed colours are the same get one each, the registered keep theirs
+    pair = [replace(base, summary={**base.summary, "policy": p}) for p in ("async+sd-always", "async+tlt-auto")]
+    assert policy_color("async+sd-always") == policy_color("async+tlt-auto")
+    mixed = run_colors(labelled([base, *pair, tlt]))
+    assert len(set(mixed.values())) == 4 and mixed["verl"] == policy_color("verl") and mixed["tlt"] == policy_color("tlt")
 
 
 def test_gantt_says_where_a_step_began_before_its_start(base):

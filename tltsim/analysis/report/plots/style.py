@@ -106,8 +106,17 @@ def policy_color(name: str) -> str:
 def run_style(runs) -> dict[str, tuple[str, str]]:
     """label -> (colour, marker) for the (label, Result) pairs of a comparison: each run its policy's
     (Result.name's), a second run of one policy the first palette colour (and marker) that no policy of the
-    comparison has."""
-    own = {r.name: _policy_index(r.name) for _, r in runs}
+    comparison has. A policy that is not registered (a combination such as async+tlt) whose hashed colour another
+    policy of the comparison has already takes the first colour none has: a registered policy keeps its own."""
+    registered = set(policy_names())
+    names = list(dict.fromkeys(r.name for _, r in runs))
+    own = {n: _policy_index(n) for n in names if n in registered}
+    for n in names:
+        if n not in own:
+            used = {j % len(PALETTE) for j in own.values()}
+            i = _policy_index(n)
+            own[n] = i if i % len(PALETTE) not in used else next(
+                (k for k in range(i, i + len(PALETTE)) if k % len(PALETTE) not in used), i)
     spare = (i for i in range(10 * len(PALETTE)) if i % len(PALETTE) not in {j % len(PALETTE) for j in own.values()})
     out, seen = {}, set()
     for label, r in runs:
