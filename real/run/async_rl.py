@@ -64,7 +64,7 @@ from tltsim.trace import TraceMeta
 FINISHED = "async/finished"  # groups finished so far (a counter); FINISHED/i: the i-th to finish, by number
 GROUP = "async/group/{}"  # a finished group's samples (JSON)
 UPDATE = "async/update/{}"  # version v's weights are on their way
-POLL_S = 0.002
+POLL_S = 0.01  # a waiting worker looks at the store this often (each look is a round trip to it)
 TRAINER = 0  # the rank that trains
 
 
@@ -191,7 +191,8 @@ class AsyncWorker:
                 spec.finished(version, engine)
             phases, batches, t = [], 0, ro.calls[-1].t_end if ro.calls else t0
             if not self.store.check([update]):  # every row finished and the gate is closed: wait for the update
-                phases, batches = spec.wait(version, update, t, self.clock) if spec else (self._wait(update, t), 0)
+                trained = spec.wait(version, update, t, self.clock) if spec else None
+                phases, batches = trained or (self._wait(update, t), 0)
                 t = phases[-1][2]
             self._broadcast_weights()
             if spec:

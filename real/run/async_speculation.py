@@ -8,7 +8,6 @@ drafter to itself: the trainer holds none, so nothing averages the copies or sha
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,6 @@ from real.run.spot import SampleBuffer, SpotTraining
 from real.settings import SamplingParams
 from tltsim.control.decisions import DecisionKnobs
 
-POLL_S = 0.002
 
 
 class RolloutSpeculation:
@@ -74,13 +72,11 @@ class RolloutSpeculation:
             self.spot.buffer.add(version, [(torch.tensor(f.prompt + f.tokens), f.features.cpu())
                                            for f in engine.finished.values()])
 
-    def wait(self, version: int, update: str, since: float, clock) -> tuple[list[tuple[str, float, float]], int]:
-        """Nothing to decode from `since` until the store holds `update`: idle, or spot training the drafter.
-        (The wait's timeline phases, the batches trained.)"""
+    def wait(self, version: int, update: str, since: float, clock) -> tuple[list[tuple[str, float, float]], int] | None:
+        """Nothing to decode from `since` until the store holds `update`: spot training the drafter (None where the
+        variant does not spot-train: the worker idles). (The wait's timeline phases, the batches trained.)"""
         if self.spot is None:
-            while not self.store.check([update]):
-                time.sleep(POLL_S)
-            return [("idle", since, clock())], 0
+            return None
         go = f"async/train/{version}/{self.rank}"
         self.store.set(go, "1")  # no dispatcher: a waiting rollout worker trains at once
         rng = np.random.default_rng(mixed_seed(self.config.seed, version, self.rank, 7))
