@@ -12,7 +12,10 @@ tokens are more than `max_staleness` versions old when it would be trained is
 dropped (it started under a policy too old; counted in `dropped`). A weight update
 interrupts generation on every engine: the engine loads the weights
 (`update_s`) and re-prefills every running request (prompt + tokens so far) with the
-new weights; the requests then continue (they are `resumed`).
+new weights; the requests then continue (they are `resumed`). An engine takes new
+weights between its calls: decode iterations end often, but a prefill (an admission,
+the switch's, an update's) runs to its end, so the trainer's weight sync waits for
+every prefill in progress to end (as a rollout worker joins the broadcast only then).
 
 Records: a step is a training step; its `rollout_s` is the time the trainer waited
 for a batch (0 when rollout keeps ahead), `tail_s` 0. Rollout workers' timeline rows
@@ -94,6 +97,7 @@ class AsyncRun:
         self.cap = self.cost.kv_capacity_tokens
         self._last: dict[int, int] = {}  # worker -> index of its last timeline row
         self._doing: dict[int, str] = {}  # engine -> state of what it is waiting on
+        self._calls: dict[int, float] = {}  # engine -> when its call in progress that nothing interrupts ends
 
     # --- shared queue ------------------------------------------------------------------------
     def _refill(self) -> None:
@@ -196,7 +200,7 @@ class AsyncRun:
                 stale -= set(back)
                 t, state = env.now, "prefill" if not len(rows) else "decode"
                 self._doing[e] = state
-                yield env.timeout(float(cost.prefill_time(answer.sum(), float((p * p - (p - answer) ** 2).sum()))))
+                yield from self._call(e, float(cost.prefill_time(answer.sum(), float((p * p - (p - answer) ** 2).sum()))))
                 self._log(e, state, t, env.now, len(rows) + len(new) + len(back))
                 admitted = new + back
                 if drafted:  # the drafter has not read the prefilled tokens either
@@ -241,7 +245,7 @@ class AsyncRun:
                 drafted = False  # a new rollout to the switch: the drafter reads the rows again when it is on
                 if len(rows):  # new weights: load them, re-prefill the running
                     self._doing[e], t = "weight_sync", env.now
-                    yield env.timeout(self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))
+                    yield from self._call(e, self.update_s + float(cost.prefill_time(ctx.sum(), (ctx * ctx).sum())))
                     self._log(e, "weight_sync", t, env.now, b)
         self._log(e, "idle", self._end_of(e), env.now)
 
@@ -277,7 +281,7 @@ class AsyncRun:
             return float(k), drafted, behind + k if drafted else 0.0
         if not drafted:  # the switch: the drafter reads every running row (prompt and tokens so far)
             self._doing[e] = "prefill"
-            yield env.timeout(float(cost.switch_time(b, c, float((ctx * ctx).sum()))))
+            yield from self._call(e, float(cost.switch_time(b, c, float((ctx * ctx).sum()))))
             self._log(e, "prefill", t, env.now, b)
             t, behind = env.now, 0.0
         chunk = speculate(spec, cost, strategy, b, c, left, behind, tool_at - t)
@@ -290,6 +294,12 @@ class AsyncRun:
         gain = chunk.accepted * chunk.iterations
         self._log(e, "spec_decode", t, env.now, b, b * gain)
         return gain, True, 0.0
+
+    def _call(self, e: int, seconds: float):
+        """Engine e's call that nothing interrupts (a prefill): a weight update waits for its end."""
+        self._calls[e] = self.env.now + seconds
+        yield self.env.timeout(seconds)
+        del self._calls[e]
 
     def _finish(self, i: int, t: float) -> None:
         """Sample i is done at t; its group is done with its last sample."""
@@ -335,7 +345,10 @@ class AsyncRun:
                       ("weight_sync", float(cost.sync_time()))]
             for w in trainers:
                 self._log(w, "idle", t0, waited)
-            for state, dt in phases:
+            for j, (state, dt) in enumerate(phases):
+                if state == "weight_sync":  # the weights reach an engine once its call in progress (a prefill) ends
+                    dt += max([0.0] + [end - env.now for end in self._calls.values()])
+                    phases[j] = (state, dt)
                 t = env.now
                 yield env.timeout(dt)
                 for w in trainers:
