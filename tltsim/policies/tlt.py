@@ -279,10 +279,7 @@ class TLTPolicy(Policy):
         useful = sum(max(0.0, (b - a) - load - self.k.checkpoint_s) for a, b in spans.values())
         gap_useful, gap_s = self._train_in_tool_waits(sr, load) if self.trains_drafter else (0.0, 0.0)
         useful += gap_useful
-        tokens = useful * per_worker_tps
-        samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
-        if getattr(self.drafter, "trainable", False) and samples > 0:
-            self.drafter.train(samples)
+        samples = self._train(useful, data)
         quality_trained = self.drafter.quality
         self.drafter.policy_update()
         update_s = self._cotrain(df, sr) if self.k.cotrain else 0.0
@@ -328,11 +325,7 @@ class TLTPolicy(Policy):
         useful = seconds - load - self.k.checkpoint_s
         if not self.trains_drafter or useful <= 0:
             return 0.0
-        data = self.buffer.samples(self.data_version)
-        tps = float(self.sim.cost.drafter_train_tokens_per_s(self.sim.cfg.cluster.tp))
-        samples = useful * tps / max(data.mean_length, 1.0) if data.num_samples else 0.0
-        if getattr(self.drafter, "trainable", False) and samples > 0:
-            self.drafter.train(samples)
+        samples = self._train(useful, self.buffer.samples(self.data_version))
         self.quality_now = self.drafter.quality
         self.version_trained[0] += seconds * self.sim.cfg.cluster.tp
         self.version_trained[1] += samples
@@ -347,6 +340,15 @@ class TLTPolicy(Policy):
         gpu_s, samples = self.version_trained
         return {"drafter_quality": self.version_quality, "drafter_quality_trained": trained,
                 "drafter_train_gpu_s": gpu_s, "drafter_train_samples": samples}
+
+    def _train(self, useful_s: float, data) -> float:
+        """The drafter trained for `useful_s` seconds of one worker's training (the cost model's drafter-training
+        throughput on a TP group) on `data` (the buffer's TrainingData): the samples it trained on."""
+        tokens = useful_s * float(self.sim.cost.drafter_train_tokens_per_s(self.sim.cfg.cluster.tp))
+        samples = tokens / max(data.mean_length, 1.0) if data.num_samples else 0.0
+        if getattr(self.drafter, "trainable", False) and samples > 0:
+            self.drafter.train(samples)
+        return samples
 
     def _cotrain(self, df: dict, sr) -> float:
         """The drafter trained inside the actor update on the step's finished sequences: its quality back at its
