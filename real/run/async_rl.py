@@ -52,11 +52,11 @@ from real.run import checkpoint
 from real.run.config import RunConfig
 from real.run.grpo import GRPO, group_advantages
 from real.run.problems import mixed_seed, stream_problem
+from real.run.probes import machine_speed
 from real.run.progress import StepProgress
 from real.run.async_speculation import RolloutSpeculation
 from real.run.recorder import Recorder, WorkerStep
 from real.settings import SamplingParams
-from real.tools.profile import speed_probe
 from tltsim.control.async_rl import AsyncControl
 from tltsim.core.off_policy import off_policy_columns
 from tltsim.trace import TraceMeta
@@ -108,7 +108,8 @@ class AsyncWorker:
         self.spec = RolloutSpeculation(config, knobs, self.target, self.task, self.sampling, rank, self.worker,
                                        self.store, out, ckpt, state.get("speculation") or {}) \
             if knobs is not None and rank != TRAINER else None
-        alone = dist.new_group([self.trainer])  # every rank makes it; the trainer's update reduces over itself alone
+        # every rank makes it; the trainer's update and speed probe reduce over itself alone
+        alone = self.alone = dist.new_group([self.trainer])
         self.clock_end = 0.0  # where the run's clock stands: 0, or a resumed run's last step's end
         if rank == self.trainer:
             reference = load_target(config.model, self.device, seed=config.seed, dtype=config.dtype) \
@@ -247,8 +248,7 @@ class AsyncWorker:
             dropped = 0
             # how fast the machine runs now (real.tools.profile.speed_probe, for validate --speed): on the trainer,
             # which would wait for groups anyway, while the rollout workers decode
-            probe = speed_probe(self.grpo.model, cfg.speed_probe, mixed_seed(cfg.seed, 998), self.sampling) \
-                if cfg.speed_probe else float("nan")
+            probe = machine_speed(cfg, self.grpo.model, self.sampling, 1, self.alone)
             while True:
                 self._read_told(finished)
                 take, stale = self.control.select(step, {k: min(s["origin"] for s in g["samples"])

@@ -1,5 +1,6 @@
-"""What a synchronous run measures before each step, every rank at once: how fast the machine runs (the speed probe
-of `tltsim validate --speed`) and how many tokens the policy's drafter gets accepted on held-out prompts."""
+"""What a run measures before each step: how fast the machine runs (the speed probe of `tltsim validate --speed`;
+a synchronous run's every rank at once, an asynchronous run's trainer alone) and how many tokens the policy's drafter
+gets accepted on held-out prompts (every rank of a synchronous run at once)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,15 +15,15 @@ from real.tasks.evaluate import accepted_tokens
 from real.tools.profile import speed_probe
 
 
-def machine_speed(config: RunConfig, target, sampling: SamplingParams, world: int) -> float:
-    """Seconds of the speed probe's plain decode iteration (real.tools.profile.speed_probe), every rank at once as
-    they roll out, averaged over the ranks; NaN when off."""
+def machine_speed(config: RunConfig, target, sampling: SamplingParams, world: int, group=None) -> float:
+    """Seconds of the speed probe's plain decode iteration (real.tools.profile.speed_probe), every rank of `group`
+    (default: all; `world` of them) at once, averaged over them; NaN when off."""
     n = config.speed_probe
     if n == 0:
         return float("nan")
     seconds = speed_probe(target, n, mixed_seed(config.seed, 998), sampling)
     total = torch.tensor([seconds], dtype=torch.float64, device=next(target.parameters()).device)
-    all_reduce_tensors([total])
+    all_reduce_tensors([total], group)
     return float(total[0]) / world
 
 
