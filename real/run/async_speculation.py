@@ -15,8 +15,8 @@ import torch
 
 from real import drafters
 from real.drafters.ngram import NgramDrafter
-from real.run.config import WARM_SPOT_LR, RunConfig
-from real.run.drafting import given_drafter, warmed_up_drafter
+from real.run.config import RunConfig
+from real.run.drafting import given_drafter, spot_lr, warmed_up_drafter
 from real.run.problems import mixed_seed
 from real.run.spot import SampleBuffer, SpotTraining
 from real.settings import SamplingParams
@@ -32,10 +32,9 @@ class RolloutSpeculation:
         self.config, self.rank, self.store = config, rank, store
         self.control = knobs.control(worker, config.seed)
         given = given_drafter(config, target) if knobs.drafter != "ngram" and ckpt is None else None
-        lr = config.spot_lr if config.spot_lr is not None else WARM_SPOT_LR if given or ckpt else config.drafter_lr
         param = next(target.parameters())
-        self.spot = SpotTraining(rank, 1, store, SampleBuffer(knobs.buffer_steps, knobs.keep_long_prev), lr,
-                                 config.drafter_batch, out, param.device, param.dtype,
+        self.spot = SpotTraining(rank, 1, store, SampleBuffer(knobs.buffer_steps, knobs.keep_long_prev),
+                                 spot_lr(config), config.drafter_batch, out, param.device, param.dtype,
                                  target.config.hidden_size) if knobs.spot else None
         if knobs.drafter == "ngram":  # each row's own text: nothing to warm up, train or keep
             self.drafter, self.trained = NgramDrafter(), None

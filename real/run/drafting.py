@@ -8,7 +8,7 @@ import torch
 from real import drafters
 from real.drafters.warmup import find_shipped_drafter
 from real.engine.generate import generate
-from real.run.config import RunConfig
+from real.run.config import WARM_SPOT_LR, RunConfig
 from real.run.problems import mixed_seed
 from real.settings import GenerateSettings, SamplingParams
 
@@ -18,6 +18,14 @@ def given_drafter(config: RunConfig, target) -> drafters.Trainable | None:
     path as packaged); None where there is neither (warm one up)."""
     start = config.drafter or find_shipped_drafter(config.model)
     return drafters.load(start, target) if start else None
+
+
+def spot_lr(config: RunConfig) -> float:
+    """Spot training's learning rate: --spot-lr, else WARM_SPOT_LR from a drafter warmed up before the run (--drafter
+    or a shipped one), else --drafter-lr after the run's own short warm-up (the same when the run resumes)."""
+    if config.spot_lr is not None:
+        return config.spot_lr
+    return WARM_SPOT_LR if config.drafter or find_shipped_drafter(config.model) else config.drafter_lr
 
 
 def warmed_up_drafter(config: RunConfig, target, task, sampling: SamplingParams) -> tuple[drafters.Trainable, list]:

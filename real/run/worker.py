@@ -25,8 +25,8 @@ from real.drafters.ngram import NgramDrafter
 from real.models.targets import load_target
 from real.run.progress import StepProgress
 from real.run.recorder import Recorder, WorkerStep, recorded_answers, turn_records
-from real.run.config import WARM_SPOT_LR, RunConfig
-from real.run.drafting import given_drafter, warmed_up_drafter
+from real.run.config import RunConfig
+from real.run.drafting import given_drafter, spot_lr, warmed_up_drafter
 from real.run.probes import drafter_accepted, machine_speed
 from real.settings import SamplingParams
 from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
@@ -116,10 +116,8 @@ class Worker:
 
     def _spot(self, knobs) -> SpotTraining:
         cfg = self.config
-        warm = cfg.drafter or find_shipped_drafter(cfg.model)
-        lr = cfg.spot_lr if cfg.spot_lr is not None else WARM_SPOT_LR if warm else cfg.drafter_lr
         return SpotTraining(self.rank, self.world, self.store, SampleBuffer(knobs.buffer_steps, knobs.keep_long_prev),
-                            lr, cfg.drafter_batch, self.out, self.device, self.dtype,
+                            spot_lr(cfg), cfg.drafter_batch, self.out, self.device, self.dtype,
                             self.target.config.hidden_size)
 
     def _trainer(self) -> SpotTrainer:
