@@ -11,7 +11,7 @@ Steps (each a `tltsim` command a user would type):
    static_drafter_accepted);
 2. how far each run's final target moved from where it started: the mean per-token KL(start || final) over the
    start's greedy answers to --kl-prompts held-out prompts (real.tasks.evaluate.token_kl);
-3. `tltsim fit-drafter --adaptive RUNS_AT_A --predict RUNS_AT_B`, and the other way: the staleness model
+3. `tltsim fit-drafter --spot RUNS_AT_A --predict RUNS_AT_B`, and the other way: the staleness model
    (tltsim.analysis.drafter.fit) fitted on one learning rate's seeds, played on the other's with the drift
    scaled by the ratio of the learning rates, beside the spot-vs-static gap those runs measured.
 Target: the mean gap over the seeds predicted within 15%, both ways.
@@ -23,7 +23,7 @@ step on 2 CPU cores; the runs' commands are printed):
 
     python benchmarks/bench_drift.py --out out/bench_drift_longtail --model smollm2-135m --lrs 1e-5,1e-3 --seeds 0 \
         --steps 8 --run-args "--task longtail --dtype bfloat16 --prompts 4 --group 4 --probe 4 \
-        --drafter real/assets/smollm2-135m-longtail-sampled-drafter.pt --knob arms=4_1_4,3_1_3,2_1_2"
+        --drafter-checkpoint real/assets/smollm2-135m-longtail-sampled-drafter.pt --knob arms=4_1_4,3_1_3,2_1_2"
 
 `--skip-runs` reads runs already in --out (named s{SEED}-lr{LR}) instead of making them.
 """
@@ -120,9 +120,9 @@ def main() -> None:
                   f"  {int(st.grpo_loss.ne(0).sum()):>5}/{len(st)}  {moved(run, args.kl_prompts):.5f}", flush=True)
     results = {}
     for fitted, predicted in (lrs, lrs[::-1]):
-        text = sh(["fit-drafter", "--adaptive", *runs[fitted], "--predict", *runs[predicted]], capture=True)
+        text = sh(["fit-drafter", "--spot", *runs[fitted], "--predict", *runs[predicted]], capture=True)
         print(text, flush=True)
-        results[(fitted, predicted)] = json.loads(sh(["fit-drafter", "--adaptive", *runs[fitted], "--predict",
+        results[(fitted, predicted)] = json.loads(sh(["fit-drafter", "--spot", *runs[fitted], "--predict",
                                                       *runs[predicted], "--json"], capture=True))
     print("\nsummary: the model fitted at one learning rate, the mean spot-vs-static gap over the other's seeds "
           "(tokens a target call; se: the standard error of the measured mean over the seeds)")

@@ -252,8 +252,7 @@ if SPEC_RUN is None:
     SPEC_RUN = (made / "run", made / "metrics.jsonl")
 spec = read_speculation(SPEC_RUN[0])
 fit = calibrate_drafter(spec, read_metrics(SPEC_RUN[1]))
-print(f"drafter: {fit.family} ({spec.engine}, draft tree {fit.strategy}), "
-      f"{'co-trained' if fit.cotrained else 'frozen'}; {fit.fit}")
+print(f"drafter: {fit.method} ({spec.engine}, draft tree {fit.strategy}), training {fit.training}; {fit.fit}")
 print(f"drift_per_step: {fit.drift_per_step:.4f} tokens per verify lost per RL step")
 fit.per_step
 

@@ -23,7 +23,7 @@ from real.models import hub
 from real.settings import (PRESETS, PROFILE_COLUMNS, TASKS, PretrainConfig, ProfileSettings, SamplingParams,
                            SpeedSettings, WarmupSettings)
 from real.tasks.gcd import GcdTask
-from tltsim.core.argparser import Parser, add_fields, add_force, number, parse, show_progress, whole
+from tltsim.core.argparser import Parser, add_fields, add_force, add_renamed, number, parse, show_progress, whole
 from tltsim.core.errors import TltsimError
 
 
@@ -67,8 +67,9 @@ def add_profile(sub) -> None:
     p.add_argument("--task", default=None, choices=TASKS, help="the task (default: the model's own: gcd for a "
                    "`tltsim real pretrain` directory, wordproblems for a chat model; longtail: the long-tail workload, "
                    "real/tasks/longtail.py)")
-    p.add_argument("--drafter", default=None, help="drafter checkpoint to time (default: the one shipped for a known "
-                   "--model, as `tltsim real run` starts from, else a fresh one)")
+    p.add_argument("--drafter-checkpoint", default=None, help="drafter checkpoint to time (default: the one shipped "
+                   "for a known --model, as `tltsim real run` starts from, else a fresh one)")
+    add_renamed(p, "--drafter", "--drafter-checkpoint")
     p.add_argument("--max-new-tokens", type=whole(1), default=None, help="response cap of the target's own answers "
                    "that training rows are as long as, for a chat model's word problems (default: the task's cap, "
                    "as `tltsim real run`'s)")
@@ -94,15 +95,15 @@ def add_profile(sub) -> None:
 def _check_profile(args) -> None:
     from tltsim.core.io import check_apart, check_file
 
-    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter})
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter-checkpoint": args.drafter_checkpoint})
     check_file(args.out, args.force, ours=lambda p: _csv_header(p) == PROFILE_COLUMNS)
     check_target(args.model)
     plan_task(args.model, args.task)
     for strategy in _profile_settings(args).strategies or ():
         draftable(strategy)
-    if args.drafter is not None and drafters.resolve(args.drafter, args.model)[0] != "checkpoint":
-        raise TltsimError(f"--drafter {args.drafter}: a profile times a drafter that trains; give a trained drafter's "
-                          f"checkpoint (or {drafters.SHIPPED}, a known --model's)")
+    if args.drafter_checkpoint is not None and drafters.resolve(args.drafter_checkpoint, args.model)[0] != "checkpoint":
+        raise TltsimError(f"--drafter-checkpoint {args.drafter_checkpoint}: a profile times a drafter that trains; "
+                          f"give a trained drafter's checkpoint (or {drafters.SHIPPED}, a known --model's)")
 
 
 def _profile_settings(args) -> ProfileSettings:
@@ -120,10 +121,10 @@ def _profile(args) -> int:
     from tltsim.core.io import atomic_path
 
     settings = _profile_settings(args)
-    if args.processes > 1 and args.drafter:  # a drafter of another target fails here, before processes start
-        drafters.load(args.drafter, load_target(args.model, args.device), args.model)
-    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter, settings, task=args.task,
-                           dtype=args.dtype)
+    if args.processes > 1 and args.drafter_checkpoint:  # a drafter of another target fails here, before processes
+        drafters.load(args.drafter_checkpoint, load_target(args.model, args.device), args.model)  # start
+    df = profile_processes(args.processes, args.model, args.device, args.threads, args.drafter_checkpoint, settings,
+                           task=args.task, dtype=args.dtype)
     with atomic_path(args.out) as tmp:
         df.to_csv(tmp, index=False)
     print(f"wrote {args.out}: {len(df)} timings")
@@ -151,7 +152,8 @@ def add_run(sub) -> None:
     p.add_argument("-o", "--out", required=True, metavar="RUN_DIR", help="run directory to write")
     # a flag per RunConfig field, its help the field's comment (knobs and grpo: --knob and GRPOConfig's below)
     flags = {"policy": {"choices": POLICIES}, "workers": {"type": whole(1)}, "steps": {"type": whole(1)},
-             "model": {"default": None}, "task": {"choices": TASKS}, "drafter": {}, "device": {"choices": ("cpu", "cuda")},
+             "model": {"default": None}, "task": {"choices": TASKS}, "drafter_checkpoint": {},
+             "device": {"choices": ("cpu", "cuda")},
              "dtype": {"choices": DTYPES}, "prompts": {"type": whole(1)}, "group": {"type": whole(1)},
              "seed": {"type": whole(0)}, "repeat_prompts": {}, "greedy": {}, "temperature": {"type": number(above=0)},
              "max_new_tokens": {"type": whole(1)}, "max_running": {"type": whole(1)},
@@ -160,6 +162,7 @@ def add_run(sub) -> None:
              "spot_lr": {"type": number(above=0)}, "probe": {"type": whole(0)}, "probe_static": {},
              "speed_probe": {"type": whole(0)}, "answers": {"metavar": "RUN_DIR"}}
     add_fields(p, RunConfig, flags)
+    add_renamed(p, "--drafter", "--drafter-checkpoint")
     p.add_argument("--knob", action="append", default=[], metavar="KEY=VALUE",
                    help="the policy's knob, repeatable (e.g. threshold=8, arms=4_2_8,4_1_4)")
     add_fields(p, GRPOConfig, {"lr": {"type": number(above=0)}, "kl": {"type": number(minimum=0)},
@@ -187,7 +190,7 @@ def _run_command(args) -> str:
         elif key == "knob":
             words += [w for kv in value for w in ("--knob", kv)]
         else:
-            words += [flag, _typed_path(value) if key in ("model", "drafter", "answers") else str(value)]
+            words += [flag, _typed_path(value) if key in ("model", "drafter_checkpoint", "answers") else str(value)]
     return shlex.join(words)
 
 
@@ -215,7 +218,8 @@ def _check_run(args) -> None:
     if not args.resume:  # a run directory of its own: new, empty, or a run (which --resume continues)
         check_output(args.out, lambda d: not any(d.iterdir()) or manifest_kind(d) == "result",
                      "empty or a run of `tltsim real run`")
-    check_apart({"-o": args.out}, {"--model": args.model, "--drafter": args.drafter, "--answers": args.answers})
+    check_apart({"-o": args.out}, {"--model": args.model, "--drafter-checkpoint": args.drafter_checkpoint,
+                                   "--answers": args.answers})
     check_run_dir(_run_config(args).checked(), args.out, args.resume)  # here, not in every worker after they spawn
 
 
@@ -225,7 +229,7 @@ def _run_config(args):
     from tltsim.control.decisions import knobs_from_text
 
     flags = [f.name for f in fields(RunConfig) if f.name not in ("knobs", "grpo")]
-    paths = {name: recorded(getattr(args, name)) for name in ("model", "drafter") if getattr(args, name)}
+    paths = {name: recorded(getattr(args, name)) for name in ("model", "drafter_checkpoint") if getattr(args, name)}
     return RunConfig(**{name: getattr(args, name) for name in flags} | paths, knobs=knobs_from_text(args.knob),
                      grpo=task_grpo(args.task, lr=args.lr, kl=args.kl, lora_rank=args.lora_rank))
 

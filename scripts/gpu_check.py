@@ -157,8 +157,8 @@ def main(argv=None) -> int:
         figures = {}
         for policy in ("verl", "tlt"):
             run_dir = work / policy
-            cli(["real", "run", "--policy", policy, "--workers", "1", "--model", str(target_dir), "--drafter",
-                 str(drafter_path), "--device", args.device, "--dtype", size["dtype"], "--seed", "0",
+            cli(["real", "run", "--policy", policy, "--workers", "1", "--model", str(target_dir),
+                 "--drafter-checkpoint", str(drafter_path), "--device", args.device, "--dtype", size["dtype"], "--seed", "0",
                  *size["run"], "-o", str(run_dir)])
             summary = json.loads((run_dir / "summary.json").read_text())
             (out / f"{policy}.json").write_text(json.dumps(summary, indent=1))
@@ -169,7 +169,8 @@ def main(argv=None) -> int:
         figures = {}
         for policy, knobs in POLICIES.items():
             run_dir = work / policy.replace("+", "_")
-            drafter = ["--drafter", str(drafter_path)] if policy.endswith("+tlt") else []  # the others load none
+            # the others load none
+            drafter = ["--drafter-checkpoint", str(drafter_path)] if policy.endswith("+tlt") else []
             workers = "2" if knobs else "1"  # two workers sharing the device: a step stopped, parked or moved across them
             cli(["real", "run", "--policy", policy, "--workers", workers, "--model", str(target_dir), *drafter,
                  *[w for k in knobs for w in ("--knob", k)], "--device", args.device, "--dtype", size["dtype"],

@@ -17,13 +17,14 @@ A config file mirrors the sections below:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 from tltsim.cost import CostParams, PhaseCalibration
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimNote
 from tltsim.core.config_files import read_toml
-from tltsim.drafter.families import FAMILIES
+from tltsim.core.drafter_names import METHOD_NAMES, method_name
 from tltsim.drafter.quality import DrafterConfig
 
 SPLITS = ("auto", "contiguous", "trace")
@@ -61,11 +62,14 @@ class RLConfig:
 
 @dataclass(frozen=True)
 class DrafterWorld:
-    """The trained drafter the speculating policies draft with, where no `--knob` says otherwise: its family
-    (tltsim.drafter.families), its quality when RL starts and what it loses per policy update
-    (tltsim.drafter.quality); a calibration to a run that speculated sets them (tltsim.analysis.drafter.calibrate)."""
+    """The drafter the speculating policies draft with, where no `--knob` says otherwise: its method
+    (tltsim.core.drafter_names), its quality when RL starts and what it loses per policy update
+    (tltsim.drafter.quality); a calibration to a run that speculated sets them (tltsim.analysis.drafter.calibrate).
+    A trained method's serve the policies that train a drafter; ngram's quality serves the n-gram drafter (tlt-base)
+    and leaves the trained drafter at its defaults; suffix's is recorded (history drafting predicts its quality per
+    request from the trace)."""
 
-    family: str = "eagle"
+    method: str = "eagle"
     q_start: float = DrafterConfig.q_start
     drift: float = DrafterConfig.drift
     source: str = ""  # where they come from, in words ("" for the defaults)
@@ -110,10 +114,9 @@ class SimConfig:
         self.cost.checked()
         self.calibration.checked()
         d = self.drafter
-        if d.family not in FAMILIES or FAMILIES[d.family].model_free:
-            trained = [n for n, f in FAMILIES.items() if not f.model_free]
-            raise TltsimError(f"drafter: family = {d.family!r}; choose one of {', '.join(trained)} (a drafter that "
-                              f"has weights; history and ngram drafting are the policies das and tlt-base)")
+        if d.method not in METHOD_NAMES or d.method == "hybrid":
+            raise TltsimError(f"drafter: method = {d.method!r}; choose one of "
+                              f"{', '.join(n for n in METHOD_NAMES if n != 'hybrid')} (the method a run drafted with)")
         if not 0.0 <= d.q_start <= 1.0 or d.drift < 0.0:
             raise TltsimError(f"drafter: q_start = {d.q_start} must be in [0, 1] and drift = {d.drift} >= 0")
         if self.seed < 0:
@@ -183,6 +186,7 @@ def _build(cls, data: dict, origin: str, section: str = ""):
     if not isinstance(data, dict):
         raise TltsimError(f"{origin}: [{section}] must be a table")
     known = {f.name: f for f in fields(cls)}
+    data = _renamed(cls, data, origin)
     unknown = sorted(set(data) - set(known))
     if unknown:
         where = f"[{section}] " if section else ""
@@ -204,6 +208,18 @@ def _build(cls, data: dict, origin: str, section: str = ""):
         else:
             kwargs[name] = _coerce(value, default, key, origin)
     return replace(defaults, **kwargs)
+
+
+def _renamed(cls, data: dict, origin: str) -> dict:
+    """A drafter section's older key `family` (a name older configs, saved runs and calibrations carry) read as
+    `method`, its value in today's spelling, with one note line."""
+    if cls is not DrafterWorld or "family" not in data or "method" in data:
+        return data
+    out = {k: v for k, v in data.items() if k != "family"}
+    out["method"] = method_name(data["family"]) or data["family"]
+    warnings.warn(TltsimNote(f"{origin}: drafter.family = {data['family']!r} reads as drafter.method = "
+                             f"{out['method']!r}"))
+    return out
 
 
 def _coerce(value, default, key, origin):

@@ -263,27 +263,27 @@ MTP = "actor_rollout_ref.model.mtp"  # verl's MtpConfig (verl/workers/config/mod
 SPECO = f"{ROLLOUT}.drafter"  # verl-SpeCo's drafter (verl_speco/config/speco_base.yaml)
 VLLM_SPEC = f"{ROLLOUT}.engine_kwargs.vllm.speculative_config"  # overrides verl merges into vLLM's speculative_config
 # a vLLM speculative_config method, an SGLang speculative_algorithm or a verl-SpeCo speculative_algorithm (lowered)
-# -> the drafter family (tltsim.drafter.families)
-FAMILY_OF = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "mimo_mtp": "mtp",
+# -> the drafter's method (tltsim.drafter.methods)
+METHOD_OF = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "mimo_mtp": "mtp",
              "eagle": "eagle", "eagle1": "eagle", "eagle2": "eagle", "eagle3": "eagle3",
-             "draft_model": "draft-model", "standalone": "draft-model", "ngram": "ngram", "suffix": "history",
-             "dflash": "block", "dspark": "block", "domino": "block"}
+             "draft_model": "draft_model", "standalone": "draft_model", "ngram": "ngram", "suffix": "suffix",
+             "dflash": "dflash", "dspark": "dspark", "domino": "dflash"}
 
 
 @dataclass(frozen=True)
 class VerlSpeculation:
-    """How a verl run speculates in its rollout: its drafter's family (tltsim.drafter.families), the draft tree
-    (depth, top-k, drafted tokens verified) and whether the drafter trains during RL (`cotrained`, every
-    `train_interval` steps) or stays frozen."""
+    """How a verl run speculates in its rollout: its drafter's method and training (tltsim.drafter.methods:
+    cotrain every step, periodic every `train_interval` steps, or frozen) and the draft tree (depth, top-k, drafted
+    tokens verified)."""
 
     path: str
-    family: str
+    method: str
     engine: str  # vllm or sglang (actor_rollout_ref.rollout.name)
     depth: int
     topk: int
     verify: int
-    cotrained: bool
-    train_interval: int = 1  # RL steps between the drafter's trainings (co-trained only)
+    training: str
+    train_interval: int = 1  # RL steps between the drafter's trainings (1 unless periodic)
     source: str = ""  # the config section it came from
 
     @property
@@ -305,14 +305,16 @@ def read_speculation(path) -> VerlSpeculation | None:
     if get.flag(f"{SPECO}.enable"):
         algorithm = (get.text(f"{SPECO}.speculative_algorithm") or "EAGLE3").lower()
         depth = get.whole(f"{SPECO}.rollout.spec_steps") or 1
+        interval = get.whole(f"{SPECO}.training.training_interval_steps") or 1
+        training = ("frozen" if not get.flag(f"{SPECO}.enable_drafter_training") else
+                    "periodic" if interval > 1 else "cotrain")
         return VerlSpeculation(
-            str(path), _family(get, f"{SPECO}.speculative_algorithm", algorithm), engine, depth,
+            str(path), _method(get, f"{SPECO}.speculative_algorithm", algorithm), engine, depth,
             get.whole(f"{SPECO}.rollout.spec_topk") or 1, get.whole(f"{SPECO}.rollout.spec_verify_tokens") or depth,
-            bool(get.flag(f"{SPECO}.enable_drafter_training")),
-            get.whole(f"{SPECO}.training.training_interval_steps") or 1, SPECO)
+            training, interval if training == "periodic" else 1, SPECO)
     if not (get.flag(f"{MTP}.enable") and get.flag(f"{MTP}.enable_rollout")):
         return None
-    cotrained = bool(get.flag(f"{MTP}.enable_train"))
+    training = "cotrain" if get.flag(f"{MTP}.enable_train") else "frozen"
     if engine == "sglang":
         depth = get.whole(f"{MTP}.speculative_num_steps") or 3
         topk = get.whole(f"{MTP}.speculative_eagle_topk") or 1
@@ -321,18 +323,18 @@ def read_speculation(path) -> VerlSpeculation | None:
             raise TltsimError(f"{path}: {MTP}.speculative_num_draft_tokens = {tokens} verifies no drafted token (it "
                               f"counts the last verified token too); give at least 2")
         algorithm = (get.text(f"{MTP}.speculative_algorithm") or "EAGLE").lower()
-        family = "mtp" if algorithm in ("eagle", "nextn") else _family(get, f"{MTP}.speculative_algorithm", algorithm)
-        return VerlSpeculation(str(path), family, engine, depth, topk, tokens - 1, cotrained, 1, MTP)
+        method = "mtp" if algorithm in ("eagle", "nextn") else _method(get, f"{MTP}.speculative_algorithm", algorithm)
+        return VerlSpeculation(str(path), method, engine, depth, topk, tokens - 1, training, 1, MTP)
     method = (get.text(f"{VLLM_SPEC}.method") or get.text(f"{MTP}.method") or "mtp").lower()
     k = get.whole(f"{VLLM_SPEC}.num_speculative_tokens") or get.whole(f"{MTP}.num_speculative_tokens") or 1
-    return VerlSpeculation(str(path), _family(get, f"{MTP}.method", method), engine, k, 1, k, cotrained, 1, MTP)
+    return VerlSpeculation(str(path), _method(get, f"{MTP}.method", method), engine, k, 1, k, training, 1, MTP)
 
 
-def _family(get: "_Reader", key: str, name: str) -> str:
-    if name not in FAMILY_OF:
+def _method(get: "_Reader", key: str, name: str) -> str:
+    if name not in METHOD_OF:
         raise TltsimError(f"{get.path}: {key} = {name!r} is not a drafter tltsim models; give one of "
-                          f"{', '.join(sorted(FAMILY_OF))}")
-    return FAMILY_OF[name]
+                          f"{', '.join(sorted(METHOD_OF))}")
+    return METHOD_OF[name]
 
 
 def _omega(path: Path):

@@ -34,7 +34,8 @@ ASYNC = "async"  # asynchronous RL (tltsim.control.async_rl): the last worker tr
 # ... and inside it, the TLT variants whose drafter a rollout worker keeps to itself (no history of every worker's)
 ASYNC_POLICIES = (ASYNC, *(f"{ASYNC}+{v}" for v in ("tlt", "sd-always", "tlt-auto", "static-sd", "tlt-base")))
 POLICIES = ("verl", *VARIANTS, *COMBINED, *ASYNC_POLICIES)
-MODEL_FREE = {"history": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
+MODEL_FREE = {"suffix": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
+DRAFTING = ("eagle", "ngram", "suffix", "hybrid")  # the drafter methods real/drafters has (tltsim.drafter.methods)
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
@@ -72,8 +73,9 @@ class RunConfig:
     task: str | None = None  # the task: gcd, wordproblems, longtail (the long-tail workload, real/tasks/longtail.py)
     # or agentic (arithmetic through a calculator tool the model calls, real/tasks/agentic.py)
     # (default: the model's own: gcd for a `tltsim real pretrain` directory, wordproblems for a chat model)
-    drafter: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained part; das
-    # has none) (default: the one shipped for a known --model, else warm one up on the target's own answers)
+    drafter_checkpoint: str | None = None  # trained drafter checkpoint to start from (das+tlt: the hybrid's trained
+    # part; das has none) (default: the one shipped for a known --model, else warm one up on the target's own
+    # answers)
     device: str = "cpu"  # torch device of every worker: cpu or cuda (rank r uses cuda:r mod the device count)
     dtype: str = "float32"  # target and drafter dtype (float64 makes greedy ties impossible in tests)
     prompts: int | None = None  # prompts per step (default: the task's: 4 for agentic, else 8)
@@ -92,13 +94,13 @@ class RunConfig:
     # tltsim/control/migration.py; async: max_staleness, tltsim/control/async_rl.py; a +tlt combination: both
     # parts', each by its name)
     grpo: GRPOConfig | None = None  # the target's update (None: the task's, real.settings.task_grpo): --lr, ...
-    warmup_prompts: int = 32  # without --drafter: responses of the initial target the drafter warms up on
-    warmup_steps: int = 40  # without --drafter: the warm-up's AdamW steps (short: the run's own training should
-    # matter)
+    warmup_prompts: int = 32  # without --drafter-checkpoint: responses of the initial target the drafter warms up on
+    warmup_steps: int = 40  # without --drafter-checkpoint: the warm-up's AdamW steps (short: the run's own training
+    # should matter)
     drafter_batch: int = 8  # sequences per drafter training batch (warm-up and spot training)
     drafter_lr: float = 1e-3  # the drafter warm-up's AdamW learning rate
     spot_lr: float | None = None  # spot training's drafter learning rate (default: 1e-5 from a drafter warmed up
-    # before the run, --drafter or a shipped one, else --drafter-lr after the run's own short warm-up)
+    # before the run, --drafter-checkpoint or a shipped one, else --drafter-lr after the run's own short warm-up)
     probe: int = 8  # held-out prompts the policy's drafter's accepted length is measured on before each step, each
     # decoded alone (das, das+tlt: with a history of its own, empty: the prompt and the row's own tokens; 0: off;
     # an asynchronous run has no step between its rollouts to probe in)
@@ -117,6 +119,8 @@ class RunConfig:
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}")
         if self.task is not None and self.task not in TASKS:
             raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
+        if (renamed := DecisionKnobs.renamed(self.policy, self.knobs)) != self.knobs:  # older knob names, noted
+            return replace(self, knobs=renamed).checked()
         if self.grpo is None:
             return replace(self, grpo=task_grpo(self.task)).checked()
         if self.prompts is None:
@@ -149,8 +153,9 @@ class RunConfig:
             raise TltsimError(f"max_running={self.max_running}: must be >= 1")
         SamplingParams(self.greedy, self.temperature)
         knobs = self.tlt_knobs()
-        if self.policy in COMBINED and self.drafter is not None and knobs is None:
-            raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} does not speculate; drop --drafter")
+        if self.policy in COMBINED and self.drafter_checkpoint is not None and knobs is None:
+            raise TltsimError(f"--drafter-checkpoint {self.drafter_checkpoint}: policy {self.policy!r} does not "
+                              f"speculate; drop --drafter-checkpoint")
         if streamed(self.policy):
             self._step_knobs(self.policy.removesuffix("+tlt"))  # its knobs, checked
             if self.task == "agentic":
@@ -171,7 +176,7 @@ class RunConfig:
                 warnings.warn(f"policy {self.policy!r} with new prompts every step predicts every response alike (no "
                               f"prompt has a history), so it places rows as they come; --repeat-prompts gives its "
                               f"predictor one", TltsimWarning, stacklevel=2)
-        if self.drafter is not None:
+        if self.drafter_checkpoint is not None:
             self._check_drafter(knobs)
         if self.answers is not None:
             if self.task == "agentic":
@@ -193,8 +198,9 @@ class RunConfig:
             raise TltsimError("policy 'async' interrupts rows at every weight update and draws its own groups from "
                               "the prompt stream, which a trajectory in a tool call or a replayed answer cannot "
                               "follow yet; use another task, drop --answers")
-        if self.drafter is not None and self.policy == ASYNC:
-            raise TltsimError(f"--drafter {self.drafter}: policy 'async' does not speculate; drop --drafter")
+        if self.drafter_checkpoint is not None and self.policy == ASYNC:
+            raise TltsimError(f"--drafter-checkpoint {self.drafter_checkpoint}: policy 'async' does not speculate; "
+                              f"drop --drafter-checkpoint")
         if self.probe_static:
             raise TltsimError(f"--probe-static: policy {self.policy!r} has no step between its rollouts to probe a "
                               f"drafter in; drop --probe-static")
@@ -215,19 +221,20 @@ class RunConfig:
                                                "rollout_share": (self.workers - 1) / self.workers})
 
     def _check_drafter(self, knobs: DecisionKnobs | None) -> None:
-        """That `drafter` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
+        """That `drafter_checkpoint` is a trained drafter's checkpoint the policy starts from; TltsimError else."""
         from real.drafters import DRAFTERS, SHIPPED, check_checkpoint  # no torch: the registry's names
 
         if knobs is None:  # verl: the baseline of a pair takes the pair's arguments and loads no drafter
             return
+        given = self.drafter_checkpoint
         if knobs.drafter in MODEL_FREE:
-            raise TltsimError(f"--drafter {self.drafter}: policy {self.policy!r} loads no trained drafter (it drafts "
-                              f"{MODEL_FREE[knobs.drafter]} alone); drop --drafter")
-        if self.drafter in DRAFTERS or self.drafter == SHIPPED:
-            raise TltsimError(f"--drafter {self.drafter}: a run's --drafter is a trained drafter's checkpoint; the "
-                              f"policy picks the kind (das: suffix, das+tlt: hybrid) and a known model's shipped "
-                              f"drafter is the default")
-        check_checkpoint(packaged(self.drafter))  # here, not in every worker after they start
+            raise TltsimError(f"--drafter-checkpoint {given}: policy {self.policy!r} loads no trained drafter (it "
+                              f"drafts {MODEL_FREE[knobs.drafter]} alone); drop --drafter-checkpoint")
+        if given in DRAFTERS or given == SHIPPED:
+            raise TltsimError(f"--drafter-checkpoint {given}: a trained drafter's checkpoint file; the policy picks "
+                              f"the method (--knob drafter=..., das: suffix, das+tlt: hybrid) and a known model's "
+                              f"shipped drafter is the default")
+        check_checkpoint(packaged(given))  # here, not in every worker after they start
 
     def _check_answers(self) -> None:
         """That `answers` is a run directory holding every response this run will generate: the same target, task,
@@ -317,6 +324,12 @@ class RunConfig:
     def _decisions(self, variant: dict, given: dict) -> DecisionKnobs:
         """The decision knobs of a TLT `variant` (its defaults) with those `given`, checked."""
         k = build(DecisionKnobs, self.policy, {**variant, **given})
+        if k.drafter not in DRAFTING:
+            raise TltsimError(f"policy {self.policy!r}: drafter = {k.drafter!r} is simulated only; a real run drafts "
+                              f"with {', '.join(DRAFTING)}")
+        if k.training not in ("spot", "frozen"):
+            raise TltsimError(f"policy {self.policy!r}: training = {k.training!r} is simulated only; a real run's "
+                              f"drafter trains spot or stays frozen")
         if k.drafter in MODEL_FREE and (given := sorted(set(SPOT_KNOBS) & set(self.knobs))):
             raise TltsimError(f"policy {self.policy!r} drafts {MODEL_FREE[k.drafter]} and trains no drafter; drop the "
                               f"spot-training knobs {', '.join(given)}")
@@ -342,6 +355,21 @@ class RunConfig:
         return d
 
 
+def recorded_config(record: dict) -> dict:
+    """A run's config.json in today's names: a run recorded before a setting existed has its default then
+    (repeat_prompts false), one recorded before the drafter's names its checkpoint as drafter_checkpoint and its
+    knobs as DecisionKnobs.renamed reads them (a trained drafter's method then was eagle)."""
+    out = {"repeat_prompts": False, **record}
+    if "drafter" in out:
+        out["drafter_checkpoint"] = out.pop("drafter")
+    knobs = out.get("knobs") or {}
+    if {"spot", "family", "cotrain"} & set(knobs) or knobs.get("drafter") in ("adaptive", "static", "history"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the record's own names, read as they were meant
+            out["knobs"] = {"drafter": "eagle", **DecisionKnobs.renamed(out.get("policy", ""), knobs)}
+    return out
+
+
 def check_run_dir(config: RunConfig, out: str | Path, resume: bool) -> bool:
     """Whether the workers start from RUN_DIR's checkpoint; TltsimError where `out` cannot take this run (`config`
     checked).
@@ -356,7 +384,7 @@ def check_run_dir(config: RunConfig, out: str | Path, resume: bool) -> bool:
     if resume:
         if not (out / "config.json").is_file():
             raise TltsimError(f"{out}: no run to resume (no checkpoint, no records); run without --resume")
-        old = {"repeat_prompts": False, **json.loads((out / "config.json").read_text())}  # a run from before it
+        old = recorded_config(json.loads((out / "config.json").read_text()))
         new = json.loads(json.dumps(config.to_dict(), default=str))
         differ = sorted(k for k in set(old) | set(new) if k not in ("steps", "command") and old.get(k) != new.get(k))
         if differ:

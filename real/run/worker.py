@@ -144,19 +144,19 @@ class Worker:
                 self.sandbox.close()
 
     def _build_drafter(self) -> None:
-        """The policy's drafter (its `drafter` knob): adaptive and static, the trained drafter; ngram,
-        real.drafters.ngram's and history, real.drafters.suffix's (no model: nothing to warm up or train); hybrid,
+        """The policy's drafter (its `drafter` knob, tltsim.drafter.methods): eagle, the trained drafter; ngram,
+        real.drafters.ngram's and suffix, real.drafters.suffix's (no model: nothing to warm up or train); hybrid,
         real.drafters.hybrid's over the trained drafter, which spot training trains as tlt's. A history starts empty,
         or is rebuilt from the checkpoint's (real.drafters.suffix.load_state_dict)."""
         kind = self.knobs.drafter
         if kind == "ngram":  # each row's own text: nothing kept across rows, steps or a checkpoint
             self.drafter = NgramDrafter()
             return
-        if kind in ("history", "hybrid"):
+        if kind in ("suffix", "hybrid"):
             self.history = SuffixDrafter()
             if self.history_state is not None:
                 self.history.load_state_dict(self.history_state)
-        if kind != "history":
+        if kind != "suffix":
             self.trained = self._initial_drafter()
             if self.spot:
                 self.spot.drafter = self.trained
@@ -179,7 +179,7 @@ class Worker:
         return self._policy_drafter(trained, SuffixDrafter(self.history.max_tokens))
 
     def _initial_drafter(self) -> drafters.Trainable:
-        """The resumed run's drafter, --drafter, the one shipped for a known model (real.drafters.warmup), or one
+        """The resumed run's drafter, --drafter-checkpoint, the one shipped for a known model (real.drafters.warmup), or one
         warmed up by rank 0; the same on every rank."""
         if self.ckpt:
             return drafters.load(self.ckpt / "drafter.pt", self.target)
@@ -205,7 +205,7 @@ class Worker:
 
     def _starting_drafter(self) -> drafters.Trainable:
         """The drafter the run started from, as it was then (a resumed run's own start)."""
-        start = self.config.drafter or find_shipped_drafter(self.config.model) or self.out / "drafter_init.pt"
+        start = self.config.drafter_checkpoint or find_shipped_drafter(self.config.model) or self.out / "drafter_init.pt"
         if not self.ckpt and start == self.out / "drafter_init.pt":  # warmed up just now: the current one
             copy = drafters.kind("eagle").for_target(self.target, draft_vocab=self.trained.draft_vocab)
             copy.load_state_dict(self.trained.state_dict())

@@ -81,13 +81,13 @@ def test_a_gap_predicted_at_another_learning_rate_scales_the_drift_by_the_ratio(
 
 def test_fit_drafter_predicts_the_other_run_from_the_command_line(tmp_path, capsys):
     low, high = model_run(tmp_path / "low", 1e-5, 0.002), model_run(tmp_path / "high", 1e-4, 0.02)
-    assert main(["fit-drafter", "--adaptive", str(high), "--predict", str(low), "--json"]) == 0
+    assert main(["fit-drafter", "--spot", str(high), "--predict", str(low), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["drift"] == pytest.approx(0.02, rel=1e-6) and out["lr"] == 1e-4
     (p,) = out["predictions"]
     assert p["drift_scale"] == pytest.approx(0.1) and abs(p["error"]) < 1e-3
     assert [r["step"] for r in p["steps"]] == list(range(len(BATCHES)))
-    assert main(["fit-drafter", "--adaptive", str(high), "--predict", str(low)]) == 0
+    assert main(["fit-drafter", "--spot", str(high), "--predict", str(low)]) == 0
     text = capsys.readouterr().out
     assert "drift x 0.1 (the ratio of the target learning rates)" in text and "spot-vs-static gap" in text
 

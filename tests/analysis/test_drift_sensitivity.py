@@ -32,11 +32,11 @@ def test_every_way_at_every_drift_of_the_span(rows):
 
 
 def test_a_frozen_drafter_loses_with_the_drift_and_the_ways_that_do_not_drift_stay(rows):
-    freeze = _saved(rows, "freeze")
+    freeze = _saved(rows, "frozen")
     assert freeze[0] > freeze[1] > freeze[2]
-    assert len(set(_saved(rows, "history"))) == 1 and len(set(_saved(rows, "co-train"))) == 1
+    assert len(set(_saved(rows, "suffix"))) == 1 and len(set(_saved(rows, "cotrain"))) == 1
     # with no drift co-training has nothing to restore and pays its update phase: no better than freezing
-    assert _saved(rows, "co-train")[0] <= freeze[0]
+    assert _saved(rows, "cotrain")[0] <= freeze[0]
 
 
 def test_the_answer_reads_the_rows(rows):
@@ -48,7 +48,7 @@ def test_the_answer_reads_the_rows(rows):
 
 
 def test_a_fitted_drift_is_marked_and_shown_as_measured():
-    cfg = replace(CFG, drafter=DrafterWorld(family="mtp", q_start=0.8, drift=0.004, source="cal.json"))
+    cfg = replace(CFG, drafter=DrafterWorld(method="mtp", q_start=0.8, drift=0.004, source="cal.json"))
     rows = drift_sensitivity(tiny_trace(3), cfg, fitted_length_drift=0.021)
     fitted = [r for r in rows if r["fitted"]]
     assert len(fitted) == len(WAYS) and all(r["drift_per_step"] == 0.021 for r in fitted)

@@ -52,3 +52,9 @@ def test_every_shipped_policy_gets_its_own_distinguishable_colour():
     closest = min(np.linalg.norm(_lab(a) - _lab(b)) for a, b in itertools.combinations(colours, 2))
     assert closest > 25  # CIELAB distance: 2.3 is just noticeable; 25+ tells lines apart at a glance
     assert all(25 < _lab(c)[0] < 80 for c in colours)  # neither near black nor washed out on white
+
+
+def test_the_glossary_says_every_drafter_name_once():
+    from tltsim.core.drafter_names import METHOD_NAMES, TRAINING_NAMES
+
+    assert tuple(glossary.DRAFTERS) == (*METHOD_NAMES, *TRAINING_NAMES)

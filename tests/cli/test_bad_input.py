@@ -373,15 +373,15 @@ CASES = {
     "metrics: two runs in one file": (lambda s, t: _verl(s, t, "m_tworuns.jsonl"),
                                       "line 4: step 1 after step 3 (line 3): the steps start again"),
     "metrics: no rollout time": (lambda s, t: _verl(s, t, "m_none.jsonl"), "no line has 'timing_s/gen'"),
-    "fit-drafter: one run as both sides": (lambda s, t: ["fit-drafter", "--adaptive", s / "res", "--static", s / "res"],
-                                         "--adaptive and --static both name"),
-    "fit-drafter: no static probes": (lambda s, t: ["fit-drafter", "--adaptive", ROOT / "traces/runs/real_tlt_smollm2"],
-                                      "no static_drafter_accepted per step; give the static run with --static"),
+    "fit-drafter: one run as both sides": (lambda s, t: ["fit-drafter", "--spot", s / "res", "--frozen", s / "res"],
+                                         "--spot and --frozen both name"),
+    "fit-drafter: no static probes": (lambda s, t: ["fit-drafter", "--spot", ROOT / "traces/runs/real_tlt_smollm2"],
+                                      "no static_drafter_accepted per step; give the frozen run with --frozen"),
     "fit-drafter: predicting a run without static probes": (
-        lambda s, t: ["fit-drafter", "--adaptive", ROOT / "traces/runs/real_tlt_smollm2_longtail", "--predict",
+        lambda s, t: ["fit-drafter", "--spot", ROOT / "traces/runs/real_tlt_smollm2_longtail", "--predict",
                       ROOT / "traces/runs/real_tlt_smollm2"], "its spot-vs-static gap is not measured"),
-    "fit-drafter: a damaged run": (lambda s, t: ["fit-drafter", "--adaptive", s / "results/flipped_steps_parquet",
-                                               "--static", s / "res"], "steps.parquet is damaged"),
+    "fit-drafter: a damaged run": (lambda s, t: ["fit-drafter", "--spot", s / "results/flipped_steps_parquet",
+                                               "--frozen", s / "res"], "steps.parquet is damaged"),
     "trace synth -o a directory": (lambda s, t: _synth(s / "dir.csv"), "dir.csv: is a directory; name a file"),
     "trace synth -o under a file": (lambda s, t: _synth(s / "file.txt" / "t.csv"), "so nothing can be written"),
     "trace synth: an impossible size": (lambda s, t: _synth(s / "x.parquet", steps="100000000", prompts="100000",
@@ -557,10 +557,10 @@ REAL_PATHS = {
     "real drafter --data a user's file": (["drafter", "-o", "d.pt", "--data", "notes.txt"],
                                           "notes.txt: exists and is not a file tltsim wrote"),
     "real profile -o under a file": (["profile", "-o", "file.txt/p.csv"], "so nothing can be written under it"),
-    "real profile -o its --drafter": (["profile", "--drafter", "file.txt", "-o", "file.txt"], "is also --drafter"),
-    "real profile --drafter not a checkpoint": (["profile", "--drafter", "file.txt", "-o", "p.csv"],
+    "real profile -o its --drafter-checkpoint": (["profile", "--drafter-checkpoint", "file.txt", "-o", "file.txt"], "is also --drafter-checkpoint"),
+    "real profile --drafter-checkpoint not a checkpoint": (["profile", "--drafter-checkpoint", "file.txt", "-o", "p.csv"],
                                                 "file.txt: not a drafter checkpoint"),
-    "real profile --drafter a directory": (["profile", "--drafter", "userdir", "-o", "p.csv"],
+    "real profile --drafter-checkpoint a directory": (["profile", "--drafter-checkpoint", "userdir", "-o", "p.csv"],
                                            "userdir: not a drafter checkpoint"),
     "real profile --device cuda": (["profile", "--device", "cuda", "-o", "p.csv"], "--device cuda: this torch sees no CUDA"),
     "real profile --device banana": (["profile", "--device", "banana", "-o", "p.csv"], "not a torch device"),
@@ -578,21 +578,21 @@ REAL_PATHS = {
     "real run --policy longest-first --knob predictor=oracle": (
         ["run", "--policy", "longest-first", "--knob", "predictor=oracle", "-o", "r_out"],
         "predictor 'oracle' knows each response's length before it is generated, which only a simulator can"),
-    "real run --policy tlt-base --drafter": (["run", "--policy", "tlt-base", "--drafter", "file.txt", "-o", "r_out"],
+    "real run --policy tlt-base --drafter-checkpoint": (["run", "--policy", "tlt-base", "--drafter-checkpoint", "file.txt", "-o", "r_out"],
                                              "policy 'tlt-base' loads no trained drafter (it drafts from each row's "
                                              "own text alone)"),
-    "real run --policy das --drafter": (["run", "--policy", "das", "--drafter", "file.txt", "-o", "r_out"],
+    "real run --policy das --drafter-checkpoint": (["run", "--policy", "das", "--drafter-checkpoint", "file.txt", "-o", "r_out"],
                                         "policy 'das' loads no trained drafter"),
     "real run --policy das a spot-training knob": (["run", "--policy", "das", "--knob", "buffer_steps=2", "-o", "r_out"],
                                                    "drop the spot-training knobs buffer_steps"),
-    "real run --policy das --knob spot=true": (["run", "--policy", "das", "--knob", "spot=true", "-o", "r_out"],
-                                               "spot = True needs drafter = 'adaptive' or 'hybrid'"),
+    "real run --policy das --knob training=spot": (["run", "--policy", "das", "--knob", "training=spot", "-o", "r_out"],
+                                               "training = 'spot' needs a drafter with weights"),
     "real run --policy das --probe-static": (["run", "--policy", "das", "--probe-static", "-o", "r_out"],
                                              "policy 'das' trains no drafter"),
-    "real run --drafter a kind": (["run", "--policy", "das+tlt", "--drafter", "suffix", "-o", "r_out"],
-                                  "a run's --drafter is a trained drafter's checkpoint"),
-    "real run --drafter a missing file": (["run", "--drafter", "nope.pt", "-o", "r_out"], "nope.pt: no such file"),
-    "real run --drafter a file that is no drafter": (["run", "--drafter", "file.txt", "-o", "r_out"],
+    "real run --drafter-checkpoint a kind": (["run", "--policy", "das+tlt", "--drafter-checkpoint", "suffix", "-o", "r_out"],
+                                  "a trained drafter's checkpoint file; the policy picks"),
+    "real run --drafter-checkpoint a missing file": (["run", "--drafter-checkpoint", "nope.pt", "-o", "r_out"], "nope.pt: no such file"),
+    "real run --drafter-checkpoint a file that is no drafter": (["run", "--drafter-checkpoint", "file.txt", "-o", "r_out"],
                                                      "file.txt: not a drafter checkpoint"),
     "real run --answers not a run": (["run", "--answers", "userdir", "-o", "r_out"],
                                      "userdir: not a run directory (no config.json)"),
@@ -755,3 +755,20 @@ def test_a_held_lock_refuses_every_kind_of_writer(tmp_path, tiny, capsys):
         with exclusive(path):
             line = fails(capsys, [spec if a == "SPEC" else a for a in argv] + [path])
         assert "is writing it now" in line and not path.exists()
+
+
+def test_a_renamed_flag_or_knob_is_read_with_a_note_line(tmp_path, capsys, monkeypatch):
+    """`real run --drafter` (now --drafter-checkpoint) and an older knob still read, each with one note line before
+    the refusal the name it became gets."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file.txt").write_text("not a checkpoint")
+    assert main(["real", "run", "-o", "r", "--policy", "das", "--drafter", "file.txt"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "tltsim: note: --drafter reads as --drafter-checkpoint, its name now",
+        "tltsim: error: --drafter-checkpoint file.txt: policy 'das' loads no trained drafter (it drafts from the "
+        "rollout history alone); drop --drafter-checkpoint"]
+    assert main(["real", "run", "-o", "r", "--policy", "das", "--knob", "spot=true"]) == 2
+    note, error = capsys.readouterr().err.splitlines()
+    assert note.startswith("tltsim: note: policy 'das': knob spot = True reads as training = 'spot'")
+    assert error == ("tltsim: error: policy 'das': training = 'spot' needs a drafter with weights (method suffix has "
+                     "nothing to train); give training=frozen")

@@ -98,11 +98,11 @@ def test_hybrid_takes_the_better_quality_per_row():
 
 def test_das_and_das_tlt_are_variants_not_combinations():
     das, both = make_policy("das"), make_policy("das+tlt")
-    assert isinstance(both, TLTPolicy) and both.name == "das+tlt" and both.k.drafter == "hybrid" and both.k.spot
-    assert isinstance(das, TLTPolicy) and das.k.drafter == "history" and not das.trains_drafter
+    assert isinstance(both, TLTPolicy) and both.name == "das+tlt" and both.k.drafter == "hybrid" and both.k.training == "spot"
+    assert isinstance(das, TLTPolicy) and das.k.drafter == "suffix" and not das.trains_drafter
     assert policy_names().count("das+tlt") == 1 and "das" in policy_names()
-    with pytest.raises(TltsimError, match="spot = True needs drafter"):
-        make_policy("das", {"spot": True})
+    with pytest.raises(TltsimError, match="training = 'spot' needs a drafter with weights"):
+        make_policy("das", {"training": "spot"})
 
 
 def run(policy, knobs=None, steps="0:3"):

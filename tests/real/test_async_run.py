@@ -17,7 +17,7 @@ def test_async_is_refused_what_a_real_run_cannot_do(tmp_path):
     with pytest.raises(TltsimError, match="unknown knob.*rollout_share"):
         RunConfig(policy="async", knobs={"rollout_share": 0.25}).checked()  # the split is the run's workers'
     with pytest.raises(TltsimError, match="does not speculate"):
-        RunConfig(policy="async", drafter=str(tmp_path)).checked()
+        RunConfig(policy="async", drafter_checkpoint=str(tmp_path)).checked()
     with pytest.raises(TltsimError, match="no step between its rollouts"):
         RunConfig(policy="async+tlt", probe_static=True).checked()
     with pytest.raises(TltsimError, match="real runs offer"):

@@ -99,8 +99,8 @@ def test_longest_first_is_refused_what_a_real_run_cannot_do(recwarn):
 
     with pytest.raises(TltsimError, match="only a simulator can"):
         _run(knobs={"predictor": "oracle"}).checked()
-    with pytest.raises(TltsimError, match="does not speculate; drop --drafter"):
-        _run(drafter="some.pt").checked()
+    with pytest.raises(TltsimError, match="does not speculate; drop --drafter-checkpoint"):
+        _run(drafter_checkpoint="some.pt").checked()
     with pytest.raises(TltsimError, match="unknown knob"):
         _run(knobs={"threshold": 4}).checked()
     combined = _run(policy="longest-first+tlt", knobs={"threshold": 4, "predictor": "history"}).checked()

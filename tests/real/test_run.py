@@ -168,7 +168,7 @@ def test_spot_training_keeps_the_drafter_ahead_of_a_static_one(tmp_path):
     assert sorted(p.name for p in (tmp_path / "tlt" / "spot").iterdir())  # the trainable part, saved when stopped
 
     # its first step suffices: the same start, and a static drafter that never trains
-    launch(replace(cfg, policy="static-sd", steps=1, drafter=str(tmp_path / "tlt" / "drafter_init.pt")),
+    launch(replace(cfg, policy="static-sd", steps=1, drafter_checkpoint=str(tmp_path / "tlt" / "drafter_init.pt")),
            tmp_path / "static")
     static = Result.load(tmp_path / "static").steps
     assert static["drafter_train_batches"].sum() == 0 and not (tmp_path / "static" / "spot").exists()
@@ -512,7 +512,7 @@ def test_shipped_runs_are_complete_small_and_documented(name):
     twin = Result.load(ROOT / "traces" / "runs" / SHIPPED_TWINS[name]).config
     # what differs by policy: its name, knobs and command line, the drafter it starts from and how it is probed (a
     # verl or async run has none), and whose answers it replays (its twin's, or none)
-    same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "drafter",  # noqa: E731
+    same = lambda c: {k: v for k, v in c.items() if k not in ("policy", "knobs", "command", "drafter_checkpoint",  # noqa: E731
                                                                "probe", "probe_static", "answers")}
     assert same(res.config) == same(twin)
 
@@ -526,8 +526,8 @@ def test_a_runs_command_names_the_default_target_as_typed_from_the_repository(mo
     from real.settings import SHIPPED_TARGET
 
     monkeypatch.chdir(ROOT)
-    args = argparse.Namespace(out="out/r", model=str(SHIPPED_TARGET), drafter="/elsewhere/d.pt", policy="tlt",
+    args = argparse.Namespace(out="out/r", model=str(SHIPPED_TARGET), drafter_checkpoint="/elsewhere/d.pt", policy="tlt",
                               knob=["threshold=4"], lr=1e-5, probe_static=True, func=None)
     command = _run_command(args)
-    assert "--model real/assets/gcd-tiny-llama" in command and "--drafter /elsewhere/d.pt" in command
+    assert "--model real/assets/gcd-tiny-llama" in command and "--drafter-checkpoint /elsewhere/d.pt" in command
     assert str(ROOT) not in command and "--knob threshold=4" in command and "--probe-static" in command

@@ -50,7 +50,7 @@ def test_das_speculates_from_the_history_trains_nothing_and_keeps_verls_output(r
     spec = res.iterations[res.iterations["mode"] == "spec_decode"]
     assert len(spec) > 0 and spec["accepted"].mean() > 1  # drafts from siblings and the prompt got accepted
     assert res.steps["drafter_train_s"].eq(0).all() and res.steps["drafter_train_batches"].eq(0).all()
-    assert res.config["policy"] == "das" and res.config["knobs"]["drafter"] == "history"
+    assert res.config["policy"] == "das" and res.config["knobs"]["drafter"] == "suffix"
     assert res.summary["drafter"] == "suffix" and res.steps["drafter_accepted"].gt(1).all()  # the history's probe
     assert not (runs / "das" / "spot").exists() and not (runs / "das" / "checkpoint" / "drafter.pt").exists()
     das, verl = (load_trace(runs / p / "trace.parquet").df for p in ("das", "verl"))
@@ -109,15 +109,15 @@ def test_a_resumed_das_run_rebuilds_its_history_from_the_checkpoint(runs, tmp_pa
 
 def test_das_takes_no_trained_drafter_and_no_spot_training_knobs():
     with pytest.raises(TltsimError, match="loads no trained drafter"):
-        base(drafter="some.pt").checked()
+        base(drafter_checkpoint="some.pt").checked()
     with pytest.raises(TltsimError, match="drop the spot-training knobs buffer_steps"):
         base(knobs={"buffer_steps": 2}).checked()
-    with pytest.raises(TltsimError, match="needs drafter = 'adaptive' or 'hybrid'"):
+    with pytest.raises(TltsimError, match="needs a drafter with weights"):
         base(knobs={"spot": True}).checked()
     with pytest.raises(TltsimError, match="trains no drafter"):
         base(probe_static=True).checked()
     with pytest.raises(TltsimError, match="trained drafter's checkpoint"):
-        base(policy="das+tlt", drafter="suffix").checked()
+        base(policy="das+tlt", drafter_checkpoint="suffix").checked()
     assert base(policy="das+tlt", knobs={"buffer_steps": 2}).checked().tlt_knobs().buffer_steps == 2
     assert base(policy="static-sd", knobs={"buffer_steps": 2}).checked()  # ignored there, as before (test_run.py)
     assert replace(base(), policy="das+tlt").checked().tlt_knobs().drafter == "hybrid"

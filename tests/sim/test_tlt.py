@@ -100,7 +100,7 @@ def test_a_losing_drafter_costs_a_little_exploring(shipped):
     wait and when a refusal expires (every few rollouts), and decodes plainly otherwise: never faster than
     verl, at most a few percent slower in any step, under 2% slower over the later steps."""
     verl = run(shipped, "verl")
-    bad = run(shipped, "tlt", q_start=0.02, drift=0.0, spot=False, drafter="static")
+    bad = run(shipped, "tlt", q_start=0.02, drift=0.0, training="frozen")
     ratio = (bad.steps["rollout_s"] / verl.steps["rollout_s"]).to_numpy()
     assert (ratio >= 1 - 1e-12).all() and (ratio < 1.05).all() and ratio[0] > 1.0
     assert ratio[1:].mean() < 1.02
@@ -197,8 +197,8 @@ def test_policy_knob_errors():
         make_policy("tlt", {"thresh": 3})
     with pytest.raises(TltsimError, match="threshold = 0 must be an integer >= 1"):
         make_policy("tlt", {"threshold": 0})
-    with pytest.raises(TltsimError, match="spot = True needs drafter = 'adaptive'"):
-        make_policy("static-sd", {"spot": True})
+    with pytest.raises(TltsimError, match="training = 'spot' needs a drafter with weights"):
+        make_policy("tlt-base", {"training": "spot"})
     with pytest.raises(TltsimError, match="expected depth_topk_verify"):
         make_policy("tlt", {"arms": ["8-4-48"]})
     with pytest.raises(TltsimError, match="eps = nan must be a number in \\[0.0, 1.0\\]"):
@@ -254,3 +254,38 @@ def test_guard_refusals_and_the_drafters_catch_up_by_hand():
         (1, "spec_decode", 2.4), (1, "spec_decode", 2.4), (1, "spec_decode", 2.4), (1, "spec_decode", 2.4),
     ]
     assert ro.duration == pytest.approx(0.5 + 0.5 + sum(w for _, _, w in got))
+
+
+@pytest.mark.parametrize("policy, old, new", [
+    ("tlt", {"drafter": "adaptive"}, {"drafter": "eagle", "training": "spot"}),
+    ("tlt", {"drafter": "static", "spot": False}, {"drafter": "eagle", "training": "frozen"}),
+    ("tlt", {"family": "draft-model"}, {"drafter": "draft_model", "training": "spot"}),
+    ("tlt", {"spot": False, "cotrain": True}, {"drafter": "eagle", "training": "cotrain"}),
+    ("tlt", {"drafter": "history", "spot": False}, {"drafter": "suffix", "training": "frozen"}),
+    ("tlt-base", {"family": "mtp"}, {"drafter": "ngram", "training": "frozen"}),  # n-gram has no trained part
+])
+def test_the_drafters_older_knobs_read_as_the_two_it_has_now(recwarn, policy, old, new):
+    from tltsim.core.errors import TltsimNote
+
+    k = make_policy(policy, old).k
+    assert (k.drafter, k.training) == (new["drafter"], new["training"])
+    notes = [str(w.message) for w in recwarn if w.category is TltsimNote]
+    assert len(notes) == len(old) and all(n.startswith(f"policy {policy!r}: knob ") for n in notes)
+
+
+def test_an_older_knob_runs_as_the_knob_it_became():
+    trace = load(SHIPPED)
+    cfg = SimConfig(cluster=ClusterConfig(gpus=16, tp=4), steps="0:2")
+    a = Simulator(trace, cfg, make_policy("tlt", {"drafter": "static", "spot": False})).run()
+    b = Simulator(trace, cfg, make_policy("static-sd")).run()
+    assert a.steps["total_s"].tolist() == b.steps["total_s"].tolist()
+
+
+def test_a_config_drafter_family_reads_as_its_method(recwarn):
+    from tltsim.config import from_dict
+    from tltsim.core.errors import TltsimNote
+
+    cfg = from_dict({"drafter": {"family": "block", "q_start": 0.5}}, "old.toml")
+    assert (cfg.drafter.method, cfg.drafter.q_start) == ("dflash", 0.5)
+    assert [str(w.message) for w in recwarn if w.category is TltsimNote] == [
+        "old.toml: drafter.family = 'block' reads as drafter.method = 'dflash'"]

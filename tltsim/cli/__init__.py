@@ -8,7 +8,7 @@ import warnings
 from importlib.metadata import version
 
 from tltsim.core.argparser import Parser, parse
-from tltsim.core.errors import TltsimError, TltsimWarning
+from tltsim.core.errors import TltsimError, TltsimNote, TltsimWarning
 
 # Command modules, in the order `tltsim --help` lists them. Each defines
 # register(subparsers) and sets `func=` on its parsers.
@@ -62,7 +62,8 @@ def _warning_printer():
             sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
         elif str(message) not in shown:
             shown.add(str(message))
-            print(f"tltsim: warning: {message}", file=sys.stderr)
+            kind = "note" if issubclass(category, TltsimNote) else "warning"
+            print(f"tltsim: {kind}: {message}", file=sys.stderr)
 
     return show
 

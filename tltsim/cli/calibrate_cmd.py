@@ -107,8 +107,9 @@ def calibrate_drafter_into(cal, verl_config, metrics) -> None:
 
 
 def _print_drafter(d: dict) -> None:
-    how = (f"co-trained every {d['train_interval']} step(s)" if d["cotrained"] else "frozen")
-    print(f"\ndrafter: {d['family']}, {how}, draft tree {d['strategy']} ({d['engine']}); accepted length per verify "
+    how = {"cotrain": "co-trained every step", "periodic": f"trained every {d['train_interval']} steps"}.get(
+        d["training"], d["training"])
+    print(f"\ndrafter: {d['method']}, {how}, draft tree {d['strategy']} ({d['engine']}); accepted length per verify "
           f"from {d['metric']}:")
     print(format_table(["step", "measured", "fitted", "quality"],
                        [[r["step"], r["measured"], r["fitted"], r["quality"]] for r in d["accept_length"]]))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tltsim.cli.calibrate_cmd import calibration_flags, check_outputs, cmd_calibrate
 from tltsim.cli.sim_cmd import cluster_inputs
+from tltsim.core.argparser import add_renamed
 from tltsim.core.errors import TltsimError
 from tltsim.analysis.report.table import format_table
 
@@ -100,12 +101,14 @@ def register_fit_drafter(sub) -> None:
     p = sub.add_parser("fit-drafter", help="fit the simulator's drafter drift and recovery (its quality knobs) to real "
                        "runs, and predict another run's spot-vs-static gap; a cluster's speed is calibrated by "
                        "`tltsim calibrate`")
-    p.add_argument("--adaptive", required=True, nargs="+", metavar="RUN_DIR",
+    p.add_argument("--spot", nargs="+", metavar="RUN_DIR",
                    help="a run whose drafter was spot-trained (tlt), or several of one config and target learning "
-                   "rate (seeds), fitted together")
-    p.add_argument("--static", nargs="+", metavar="RUN_DIR", help="the same config without drafter training "
-                   "(static-sd), one for each --adaptive run (default: each adaptive run's own probes of its starting "
+                   "rate (seeds), fitted together (required)")
+    p.add_argument("--frozen", nargs="+", metavar="RUN_DIR", help="the same config with its drafter frozen "
+                   "(static-sd), one for each --spot run (default: each spot run's own probes of its starting "
                    "drafter, `tltsim real run --probe-static`)")
+    add_renamed(p, "--adaptive", "--spot", nargs="+")
+    add_renamed(p, "--static", "--frozen", nargs="+")
     p.add_argument("--predict", nargs="+", default=[], metavar="RUN_DIR",
                    help="runs made with --probe-static at other target learning rates: play the fitted model on each "
                    "with the drift scaled by the ratio of the learning rates, beside the spot-vs-static gap it "
@@ -118,13 +121,15 @@ def register_fit_drafter(sub) -> None:
 def cmd_fit_drafter(args) -> int:
     from tltsim.analysis.drafter.fit import fit_drafter, mean_gap, predict_gap, read_probes
 
-    same = {Path(d).resolve() for d in args.adaptive} & {Path(d).resolve() for d in args.static or []}
+    if not args.spot:
+        raise TltsimError("fit-drafter: give --spot RUN_DIR, a run whose drafter was spot-trained (tlt)")
+    same = {Path(d).resolve() for d in args.spot} & {Path(d).resolve() for d in args.frozen or []}
     if same:
-        raise TltsimError(f"--adaptive and --static both name {sorted(same)[0]}; give two runs of one config, one with "
+        raise TltsimError(f"--spot and --frozen both name {sorted(same)[0]}; give two runs of one config, one with "
                           f"drafter training (tlt) and one without (static-sd), or the tlt run alone when it was made "
                           f"with --probe-static")
-    fit = fit_drafter(args.adaptive, args.static)
-    predictions = [predict_gap(fit, probes, _lr_ratio(fit.lr, probes, args.adaptive[0]))
+    fit = fit_drafter(args.spot, args.frozen)
+    predictions = [predict_gap(fit, probes, _lr_ratio(fit.lr, probes, args.spot[0]))
                    for probes in (read_probes(d) for d in args.predict)]
     by_scale = {}
     for p in predictions:

@@ -11,13 +11,18 @@ times, its fast path's chunking) is not here: those are the simulator's own knob
     knobs.trainer(workers)   the SpotTrainer
     knobs.buffer()           the DataBuffer
     knobs_from_text(["threshold=16", ...])   knob values given as KEY=VALUE text (`--knob`)
+
+The drafter is two knobs, `drafter` (its method) and `training` (tltsim.core.drafter_names). The knobs they replaced
+(`drafter` = adaptive, static or history; `family`; `spot`; `cotrain`) are read as what they became, with one note
+line each (`renamed`): recorded runs and saved configs carry them.
 """
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimNote
 from tltsim.control.control import EngineControl
 from tltsim.control.coordinator import DataBuffer, SpotTrainer
 from tltsim.control.guard import SpeculationGuard
@@ -26,17 +31,18 @@ from tltsim.control.learned import LearnedSwitch
 from tltsim.control.strategy import DEFAULT_ARMS, parse_arms
 from tltsim.control.switch import SD_MODES, SDSwitch
 from tltsim.control.tuner import TUNERS, make_tuner
+from tltsim.core.drafter_names import METHOD_NAMES, MODEL_FREE, TRAINED, method_name, training_name
 
-DRAFTERS = ("adaptive", "static", "ngram", "history", "hybrid")
+SIMULATED_TRAININGS = ("spot", "cotrain", "frozen")  # periodic training is read from runs, not simulated
 
 # name -> knob defaults that differ from DecisionKnobs()
 VARIANTS = {
     "tlt": {},
-    "tlt-base": {"drafter": "ngram", "spot": False},
-    "static-sd": {"drafter": "static", "spot": False},
+    "tlt-base": {"drafter": "ngram", "training": "frozen"},
+    "static-sd": {"training": "frozen"},
     "sd-always": {"sd": "always"},
     "tlt-auto": {"sd": "learned"},
-    "das": {"drafter": "history", "spot": False},
+    "das": {"drafter": "suffix", "training": "frozen"},
     "das+tlt": {"drafter": "hybrid"},
 }
 
@@ -51,10 +57,11 @@ class DecisionKnobs:
     tuner: str = knob("beg", choices=tuple(TUNERS))  # beg, egreedy, ucb, fixed, oracle
     arms: tuple = tuple(str(a) for a in DEFAULT_ARMS)  # depth_topk_verify strategies the tuner picks from
     eps: float = knob(0.1, lo=0.0, hi=1.0)  # exploration rate of beg / egreedy
-    drafter: str = knob("adaptive", choices=DRAFTERS)  # adaptive (trained online), static (trained once), ngram
-    # (model-free), history (drafts from the prompt's sibling and earlier responses: no model), hybrid (history
-    # where its match is long and confident, else the adaptive drafter)
-    spot: bool = knob(True)  # train the drafter on workers idle in the rollout tail
+    drafter: str = knob("eagle", choices=METHOD_NAMES)  # the drafter's method (tltsim.core.drafter_names): a
+    # trained one (eagle, eagle3, mtp, draft_model, dflash, dspark; the config's where not given), ngram or suffix
+    # (no model), hybrid (suffix where its match is long and confident, else the config's trained method)
+    training: str = knob("spot", choices=SIMULATED_TRAININGS)  # how a trained drafter keeps up: spot (on workers
+    # idle in the rollout's tail), cotrain (inside the actor update), frozen (never)
     min_idle: int = knob(1, lo=1)  # idle workers needed before spot training starts
     cadence: int = knob(1, lo=1)  # spot-train during every k-th step's rollout
     buffer_steps: int = knob(1, lo=1)  # drafter trains on samples of the last N steps
@@ -68,9 +75,9 @@ class DecisionKnobs:
         """This, checked (each knob by tltsim.control.knobs, then the knobs together); TltsimError naming policy
         `name`, the knob, its value and what is allowed."""
         k = check_fields(self, name)
-        if k.spot and k.drafter not in ("adaptive", "hybrid"):
-            raise TltsimError(f"policy {name!r}: spot = {k.spot!r} needs drafter = 'adaptive' or 'hybrid' (a "
-                              f"{k.drafter} drafter does not train)")
+        if k.training != "frozen" and k.drafter in MODEL_FREE:
+            raise TltsimError(f"policy {name!r}: training = {k.training!r} needs a drafter with weights (method "
+                              f"{k.drafter} has nothing to train); give training=frozen")
         if k.sd == "learned" and not k.guard:
             raise TltsimError(f"policy {name!r}: guard = {k.guard!r} must be true with sd = 'learned' (the learned "
                               f"switch is its own guard)")
@@ -93,9 +100,61 @@ class DecisionKnobs:
         return EngineControl(SDSwitch(self.sd, self.threshold, self.patience), tuner,
                              SpeculationGuard(trial=self.guard_trial) if self.guard else None)
 
-    def trainer(self, workers: int) -> SpotTrainer:
-        """The spot trainer over `workers` workers."""
-        return SpotTrainer(workers, min_idle=min(self.min_idle, workers), cadence=self.cadence, enabled=self.spot)
+    @property
+    def spot(self) -> bool:
+        """Whether the drafter trains on workers idle in the rollout's tail."""
+        return self.training == "spot"
+
+    def trainer(self, workers: int, idle: bool = True) -> SpotTrainer:
+        """The spot trainer over `workers` workers (`idle` false: the drafter spot-trains elsewhere)."""
+        return SpotTrainer(workers, min_idle=min(self.min_idle, workers), cadence=self.cadence,
+                           enabled=self.spot and idle)
+
+    @staticmethod
+    def renamed(name: str, values: dict) -> dict:
+        """`values` with the knobs the drafter's two knobs replaced read as what they became, a note line each:
+        drafter = adaptive / static (a trained drafter: training spot / frozen), history (suffix), an older method
+        spelling; family (the trained drafter's method); spot (training spot, or frozen); cotrain (training
+        cotrain)."""
+        out = dict(values)
+        said = []
+
+        def becomes(old: str, new: dict):
+            said.append(f"{old} reads as {', '.join(f'{k} = {v!r}' for k, v in new.items()) or 'the default'}")
+            out.update(new)
+
+        drafter = out.get("drafter")
+        if drafter in ("adaptive", "static"):
+            del out["drafter"]
+            becomes(f"drafter = {drafter!r}", {"training": "spot" if drafter == "adaptive" else "frozen"})
+        elif drafter not in METHOD_NAMES and method_name(drafter):
+            becomes(f"drafter = {drafter!r}", {"drafter": method_name(drafter)})
+        if "family" in out:
+            family = out.pop("family")
+            method = method_name(family)
+            if method not in TRAINED:
+                raise TltsimError(f"policy {name!r}: family = {family!r} (an older knob) must be one of "
+                                  f"{', '.join(TRAINED)}; give drafter=METHOD")
+            if out.get("drafter", method) in TRAINED:
+                becomes(f"family = {family!r}", {"drafter": method})
+            else:
+                said.append(f"family = {family!r} is left out: the drafter is {out['drafter']!r}")
+        if "cotrain" in out and isinstance(out["cotrain"], bool):
+            cotrain = out.pop("cotrain")
+            becomes(f"cotrain = {cotrain!r}", {"training": "cotrain"} if cotrain else {})
+        if "spot" in out and isinstance(out["spot"], bool):
+            spot = out.pop("spot")
+            if out.get("training") != "cotrain":
+                becomes(f"spot = {spot!r}", {"training": "spot" if spot else "frozen"})
+            else:
+                said.append(f"spot = {spot!r} is left out: training is 'cotrain'")
+        training = out.get("training")
+        if training not in SIMULATED_TRAININGS and training_name(training):
+            becomes(f"training = {training!r}", {"training": training_name(training)})
+        for line in said:
+            warnings.warn(TltsimNote(f"policy {name!r}: knob {line} (the drafter's knobs are drafter, its method, "
+                                     f"and training: `tltsim policies`)"))
+        return out
 
     def buffer(self) -> DataBuffer:
         """The drafter's data buffer."""

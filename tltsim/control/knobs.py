@@ -49,7 +49,10 @@ def check_known(owner: str, values, names) -> None:
 
 def build(cls, name: str, values: dict):
     """cls(**values) for policy `name`, every knob checked; unknown knobs raise, knobs set where they do not
-    act (`needs`) warn."""
+    act (`needs`) warn. A dataclass that reads older knob names as the knobs they became does so first
+    (`renamed(name, values)`)."""
+    if hasattr(cls, "renamed"):
+        values = cls.renamed(name, values)
     check_known(f"policy {name!r}", values, knob_names(cls))
     k = cls(**values)
     k = k.checked(name) if hasattr(k, "checked") else check_fields(k, name)  # a dataclass whose knobs constrain

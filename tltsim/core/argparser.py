@@ -71,6 +71,21 @@ def show_progress(args) -> bool:
     return not args.no_progress and sys.stderr.isatty()
 
 
+def add_renamed(parser: argparse.ArgumentParser, old: str, new: str, **kw) -> None:
+    """Flag `old` read as `new` (a flag renamed; `kw`: its nargs, type), hidden from --help, with one note line
+    when given."""
+    class Renamed(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            import warnings
+
+            from tltsim.core.errors import TltsimNote
+
+            warnings.warn(TltsimNote(f"{old} reads as {new}, its name now"))
+            setattr(namespace, self.dest, values)
+
+    parser.add_argument(old, dest=new.lstrip("-").replace("-", "_"), action=Renamed, help=argparse.SUPPRESS, **kw)
+
+
 def add_force(parser: argparse.ArgumentParser, what: str) -> None:
     """--force: replace `what` (a file) even where it exists and tltsim did not write it (tltsim.core.io.check_file)."""
     parser.add_argument("--force", action="store_true", help=f"replace {what} even if it exists and is not a file "

@@ -26,3 +26,8 @@ def where(path=None, row=None, column=None) -> str:
 class TltsimWarning(UserWarning):
     """Something a user asked for that tltsim does differently (a clipped step range, an ignored knob); the
     CLI prints it as one line, `tltsim: warning: ...`, and goes on."""
+
+
+class TltsimNote(TltsimWarning):
+    """Something tltsim read as the name it has now (an older knob or value); the CLI prints it as one line,
+    `tltsim: note: ...`, and goes on."""

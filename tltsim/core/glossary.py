@@ -8,6 +8,7 @@ made from COLUMNS, so they use the same words:
     RANKING[name]                 the columns of the report's ranking that are not summary keys
     DEFINITIONS[key]              any of them, or a key of a run's summary only
     TRACE_STATS[column]           the columns of `tltsim trace stats` (and its --json keys)
+    DRAFTERS[name]                a drafter's method or training (the knobs `drafter` and `training`)
     epilog()                      the plain-text glossary of compare --help
     trace_stats_epilog()          the plain-text glossary of trace stats --help
     markdown()                    docs/glossary.md (tests check it holds it verbatim)
@@ -166,6 +167,27 @@ BOUNDS: dict[str, str] = {
              "rollout ends (migrate's release = next-stage).",
 }
 
+# A drafter's two names (tltsim.core.drafter_names): its method (the knob `drafter`), then its training (`training`).
+DRAFTERS: dict[str, str] = {
+    "eagle": "method: an EAGLE-1/2 head, one decoder layer on the target's last hidden state (TLT's drafter; real/'s "
+             "trained drafter).",
+    "eagle3": "method: an EAGLE-3 head, one decoder layer on three of the target's layers.",
+    "mtp": "method: the target's own multi-token-prediction heads (verl's actor_rollout_ref.model.mtp).",
+    "draft_model": "method: a small model of the target's family (vLLM draft_model, SGLang STANDALONE).",
+    "dflash": "method: verl-SpeCo's DFlash block drafter, one forward proposing the whole block.",
+    "dspark": "method: verl-SpeCo's DSpark block drafter, one forward proposing the whole block.",
+    "ngram": "method: prompt lookup, what followed the row's last tokens where they appeared before; no weights "
+             "(tlt-base).",
+    "suffix": "method: the prompt, its sibling responses and earlier responses in a suffix tree (SuffixDecoding, "
+              "DAS); no weights (das).",
+    "hybrid": "method: per request suffix where its match is long and confident, else a trained method (das+tlt).",
+    "spot": "training: on GPUs idle in the rollout's tail (TLT), or on GPUs kept for it (tlt-dedicated).",
+    "cotrain": "training: inside the actor update, on the step's batch (verl's MTP enable_train; the cotrain "
+               "policy).",
+    "periodic": "training: every few RL steps (verl-SpeCo's training_interval_steps); read from runs, not simulated.",
+    "frozen": "training: never during RL; it goes stale as the policy moves (static-sd).",
+}
+
 # Columns of `tltsim trace stats`'s table, as it heads them, with the --json key each comes from.
 TRACE_STATS: dict[str, str] = {
     "step": "the RL step; `all` pools every response of the trace.",
@@ -230,6 +252,8 @@ def markdown() -> str:
     """The glossary as a Markdown list (docs/glossary.md's)."""
     out = [f"- `{name}`: {text}" for name, text in COLUMNS.items()]
     out += [f"- `{name}` (a bound, not a policy): {text}" for name, text in BOUNDS.items()]
+    out += ["", "Drafters, in two names: the method (the knob `drafter`) and the training (the knob `training`):", ""]
+    out += [f"- `{name}`: {text}" for name, text in DRAFTERS.items()]
     out += ["", "Drafter columns of a run's steps (steps.parquet):", ""]
     out += [f"- `{name}`: {text}" for name, text in STEP_DRAFTER.items()]
     out += ["", "Columns of `tltsim trace stats`:", ""]

@@ -17,9 +17,10 @@ One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
                    quality restored every step, its training paid in the update phase (its forward and backward over
                    the step's tokens at the cost model's drafter-training throughput on every GPU)
 
-A trained drafter belongs to a family (knob `family`, tltsim.drafter.families: what drafting costs). Its
-family, starting quality and drift are the config's `drafter` section (a calibration to a run that speculated
-sets it) wherever the knobs do not give them.
+The drafter is a method (knob `drafter`, tltsim.drafter.methods: what drafting costs) and a training (knob
+`training`). A trained method, its starting quality and drift are the config's `drafter` section (a calibration
+to a run that speculated sets it) wherever the knobs do not give them; a hybrid's trained part is the config's
+method; an n-gram drafter takes the config's quality where the config's method is ngram (a run that drafted so).
 
 Per step: each engine's EngineControl begins a rollout (its switch starts over;
 its tuner and guard keep what they learned across steps); the drafter's quality is the same for every
@@ -31,6 +32,7 @@ costs), the drafter trains on them, then drifts with the policy update.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
@@ -43,7 +45,8 @@ from tltsim.control.knobs import build, knob, knob_names
 from tltsim.control.learned import learned_summary, prior_from
 from tltsim.core.errors import TltsimError
 from tltsim.drafter.acceptance import AcceptanceModel
-from tltsim.drafter.families import FAMILIES
+from tltsim.core.drafter_names import TRAINED
+from tltsim.drafter.methods import METHODS
 from tltsim.drafter.quality import DrafterConfig, DrafterQuality, NgramDrafter
 from tltsim.sim.speculation import Speculation, speculative_iteration_time
 from tltsim.drafter.history_quality import (LOOKUP_FRACTION, ChainAcceptance, HistoryDrafter, HistoryQuality, hybrid,
@@ -70,10 +73,6 @@ class TLTKnobs(DecisionKnobs):
     # catch-up per speculative iteration, as a share of the verify forward's time (tltsim.drafter.history_quality)
     history_repeats: bool = knob(False)  # history drafting: a prompt_id's responses of earlier steps are its history
     # too (only for a trace whose prompt_id names one prompt across steps: the schema's numbers prompts within a step)
-    family: str = knob("eagle", choices=tuple(n for n, f in FAMILIES.items() if not f.model_free))  # the trained
-    # drafter's family (tltsim.drafter.families): what one speculative iteration's drafting costs
-    cotrain: bool = knob(False)  # the drafter trains inside the actor update: quality restored every step, at the
-    # update phase's cost
     drafter_batch: int = knob(0, lo=0)  # sequences a spot-training batch: a trainer stops at the end of the batch
     # in progress when the rollout ends, which holds the next stage back (0: it stops at once)
 
@@ -81,10 +80,10 @@ class TLTKnobs(DecisionKnobs):
 # name -> knob defaults that differ from TLTKnobs()
 VARIANTS = {
     **DECISION_VARIANTS,
-    "tlt-dedicated": {"spot": False, "dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind
-    "cotrain": {"drafter": "static", "spot": False, "cotrain": True},
+    "tlt-dedicated": {"dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind; spot training there
+    "cotrain": {"training": "cotrain"},  # quality restored every step, at the update phase's cost
 }
-WORLD_KNOBS = ("family", "q_start", "drift")  # taken from the config's drafter section where not given
+WORLD_KNOBS = ("q_start", "drift")  # a trained drafter's, taken from the config's drafter section where not given
 KNOB_NAMES = knob_names(TLTKnobs)
 
 
@@ -95,12 +94,15 @@ class TLTPolicy(Policy):
 
     @property
     def trains_drafter(self) -> bool:
-        """Whether workers handed to the spot trainer (worker_done) train the drafter."""
-        return self.k.spot
+        """Whether workers handed to the spot trainer (worker_done) train the drafter: spot training on idle
+        workers, not on dedicated ones."""
+        return self.k.spot and not self.dedicated
 
     def __init__(self, name: str = "tlt", **knobs):
-        preset = dict(VARIANTS[name])
-        preset.update(knobs)
+        preset = TLTKnobs.renamed(name, {**VARIANTS[name], **knobs})  # the older knobs read against the variant's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # noted just now
+            knobs = TLTKnobs.renamed(name, knobs)  # what the user gave, in today's names
         if "arms" in preset:
             preset["arms"] = tuple(str(a) for a in parse_arms(preset["arms"]))
         self.name = name
@@ -109,6 +111,7 @@ class TLTPolicy(Policy):
         if self._dedicated_default:
             preset["dedicated_gpus"] = 0  # placeholder until bind knows tp
         self.k = build(TLTKnobs, name, preset)
+        self.dedicated = self._dedicated_default or self.k.dedicated_gpus > 0
         self.knob_values = asdict(self.k)
 
     # --- set-up ------------------------------------------------------------------------------
@@ -125,25 +128,30 @@ class TLTPolicy(Policy):
         super().bind(sim)
         seed = sim.cfg.seed
         world = sim.cfg.drafter
-        self.k = replace(self.k, **{n: getattr(world, n) for n in WORLD_KNOBS if n not in self._given})
+        trained_world = world.method in TRAINED
+        if trained_world:
+            self.k = replace(self.k, **{n: getattr(world, n) for n in WORLD_KNOBS if n not in self._given})
+            if "drafter" not in self._given and self.k.drafter in TRAINED:
+                self.k = replace(self.k, drafter=world.method)
         self.knob_values = asdict(self.k)
         k = self.k
-        self.family = FAMILIES[k.family]
+        # what drafting costs: the method's, a hybrid's trained part's
+        self.method = METHODS[k.drafter if k.drafter != "hybrid" else world.method if trained_world else "eagle"]
         self.acceptance = AcceptanceModel()
         cfg = DrafterConfig(q_start=k.q_start, q_max=max(k.q_start, k.q_max), drift=k.drift, load_s=k.load_s,
                             q_floor=min(DrafterConfig.q_floor, k.q_start), tau_samples=k.tau_samples)
-        history = k.drafter in ("history", "hybrid")
+        history = k.drafter in ("suffix", "hybrid")
         self.history = HistoryQuality() if history else None
         self.lookup_fraction = k.lookup_fraction if history else 0.0
         self.earlier: Counter = Counter()  # prompt_id -> its responses finished in earlier steps (history drafting)
         self.row_quality = None  # the step's rows' history qualities (prepare_step)
         if k.drafter == "ngram":
-            self.drafter = NgramDrafter()
-        elif k.drafter == "history":
+            self.drafter = NgramDrafter(world.q_start) if world.method == "ngram" else NgramDrafter()
+        elif k.drafter == "suffix":
             self.drafter = HistoryDrafter(self.history)
             self.acceptance = ChainAcceptance()
         else:
-            self.drafter = DrafterQuality(cfg, trainable=k.drafter in ("adaptive", "hybrid"))
+            self.drafter = DrafterQuality(cfg, trainable=k.spot)
         df = sim.trace.df
         per_request_ctx = float(df["prompt_len"].mean() + df["response_len"].mean() / 2)
         cost = sim.cost
@@ -154,7 +162,7 @@ class TLTPolicy(Policy):
             self.controls = [k.control(e, seed, expected, prior) for e in range(sim.engines)]
         self.rngs = [np.random.default_rng([seed, e]) for e in range(sim.engines)]
         self.workers = sim.engines + sim.reserved_workers
-        self.trainer = k.trainer(self.workers)
+        self.trainer = k.trainer(self.workers, idle=not self.dedicated)
         self.buffer = k.buffer()
         self.data_version = -1  # inside an asynchronous run: the newest version whose responses the buffer holds
 
@@ -183,7 +191,7 @@ class TLTPolicy(Policy):
     def _expected_reward(self, cost, s, b, ctx) -> float:
         acc = self.acceptance.mean(s, self.drafter.quality)
         return acc * b / speculative_iteration_time(cost, b, s, ctx, self.drafter.model_free, self.lookup_fraction,
-                                                    self.family)
+                                                    self.method)
 
     # --- hooks -------------------------------------------------------------------------------
     def prepare_step(self, step: int, df: dict) -> dict:
@@ -220,7 +228,7 @@ class TLTPolicy(Policy):
             rng=self.rngs[engine],
             model_free=self.drafter.model_free,
             lookup_fraction=self.lookup_fraction,
-            family=self.family,
+            method=self.method,
         )
 
     def _quality(self, rows=None) -> float:
@@ -282,7 +290,7 @@ class TLTPolicy(Policy):
         samples = self._train(useful, data)
         quality_trained = self.drafter.quality
         self.drafter.policy_update()
-        update_s = self._cotrain(df, sr) if self.k.cotrain else 0.0
+        update_s = self._cotrain(df, sr) if self.k.training == "cotrain" else 0.0
         quality_used = self._quality()
         if self.history is not None:  # the step's finished responses join their prompts' history
             done = sr.finished & (np.asarray(df["response_len"]) > 0)
@@ -295,7 +303,7 @@ class TLTPolicy(Policy):
                 "drafter_quality_trained": quality_trained,
                 "drafter_train_gpu_s": (sum(b - a for a, b in spans.values()) + gap_s) * tp,
                 "drafter_train_samples": samples,
-                **({"drafter_train_in_update_s": update_s} if self.k.cotrain else {}),
+                **({"drafter_train_in_update_s": update_s} if self.k.training == "cotrain" else {}),
             },
             train_s=update_s,
         )
@@ -303,11 +311,11 @@ class TLTPolicy(Policy):
     # --- inside an asynchronous run (tltsim.sim.async_loop) -------------------------------------
     def loop_refusal(self) -> str | None:
         k = self.k
-        if k.cotrain:
+        if k.training == "cotrain":
             return "its drafter trains inside the actor update"
-        if self._dedicated_default or k.dedicated_gpus:
+        if self.dedicated:
             return "it keeps GPUs for drafter training"
-        if k.drafter in ("history", "hybrid"):
+        if k.drafter in ("suffix", "hybrid"):
             return "its history drafting follows a synchronous step's prompt groups"
         return None
 

@@ -33,12 +33,12 @@ class Speculation:
     rng: np.random.Generator | None = None  # exact path: acceptance sampling
     model_free: bool = False  # n-gram or history drafter: no drafter forwards to pay for
     lookup_fraction: float = 0.0  # a history drafter's index lookup and catch-up, as a share of each verify's time
-    family: object = None  # the drafter's family (tltsim.drafter.families.Family): what drafting costs; None:
+    method: object = None  # the drafter's method (tltsim.drafter.methods.Method): what drafting costs; None:
     # the EAGLE-style drafter's `depth` forwards
 
     def draft_time(self, cost, batch: int, strategy) -> float:
-        """Drafting cost of one speculative iteration: the family's forwards (none when model-free)."""
-        return drafting_time(cost, batch, strategy, self.model_free, self.family)
+        """Drafting cost of one speculative iteration: the method's forwards (none when model-free)."""
+        return drafting_time(cost, batch, strategy, self.model_free, self.method)
 
     def catchup_time(self, cost, batch: int, tokens_per_row: float, ctx: float) -> float:
         """The drafter feeding on `tokens_per_row` tokens per row that plain iterations emitted since it last
@@ -50,24 +50,24 @@ class Speculation:
         """One speculative iteration: drafting, then one verify of the last token plus `verify` nodes per request
         (and the history lookup's share of it)."""
         return speculative_iteration_time(cost, batch, strategy, ctx, self.model_free, self.lookup_fraction,
-                                          self.family)
+                                          self.method)
 
 
-def drafting_time(cost, batch: int, strategy, model_free: bool, family=None) -> float:
-    """Drafting cost of one speculative iteration at `batch`: what the drafter's family drafts with
-    (tltsim.drafter.families; None: `depth` drafter forwards of the cost model), none when model-free."""
+def drafting_time(cost, batch: int, strategy, model_free: bool, method=None) -> float:
+    """Drafting cost of one speculative iteration at `batch`: what the drafter's method drafts with
+    (tltsim.drafter.methods; None: `depth` drafter forwards of the cost model), none when model-free."""
     if model_free:
         return 0.0
-    if family is not None:
-        return family.drafting_time(cost, batch, strategy)
+    if method is not None:
+        return method.drafting_time(cost, batch, strategy)
     return strategy.depth * float(cost.draft_time(batch, strategy.topk))
 
 
 def speculative_iteration_time(cost, batch: int, strategy, ctx: float, model_free: bool = False,
-                               lookup_fraction: float = 0.0, family=None) -> float:
+                               lookup_fraction: float = 0.0, method=None) -> float:
     """One speculative iteration at `batch` with `ctx` tokens in the batch: drafting, then one verify of the last
     token plus `verify` nodes per request, and a history lookup's share (`lookup_fraction`) of the verify."""
-    return drafting_time(cost, batch, strategy, model_free, family) + (1.0 + lookup_fraction) * float(
+    return drafting_time(cost, batch, strategy, model_free, method) + (1.0 + lookup_fraction) * float(
         cost.verify_time(batch, strategy.verify + 1, ctx))
 
 

@@ -104,7 +104,7 @@ def load_calibration(path) -> dict:
         raise TltsimError(f"{path}: its cluster and sources are not tables; {again}")
     PhaseCalibration(**phases).checked()
     if d.get("drafter") is not None:
-        check_saved(d["drafter"], str(path), again)
+        d = {**d, "drafter": check_saved(d["drafter"], str(path), again)}
     return d
 
 
@@ -130,15 +130,15 @@ def apply(saved: dict, cfg: SimConfig, path=None) -> SimConfig:
 
 
 def drafter_overrides(drafter: dict | None, path=None) -> dict:
-    """The config's drafter section (tltsim.config.DrafterWorld) from a calibration's fitted drafter: its family,
+    """The config's drafter section (tltsim.config.DrafterWorld) from a calibration's fitted drafter: its method,
     the quality it started at and its drift in quality per policy update (none where it was not measured or the
     drafter gained: the default drift then, or 0); {} without one."""
     if not drafter:
         return {}
     drift = drafter.get("quality_drift_per_step")
-    return {"drafter.family": drafter["family"], "drafter.q_start": drafter["quality_start"],
+    return {"drafter.method": drafter["method"], "drafter.q_start": drafter["quality_start"],
             **({"drafter.drift": max(0.0, drift)} if drift is not None else {}),
-            "drafter.source": f"{path or 'calibration'}: {drafter['family']} drafter fitted to the run's accepted "
+            "drafter.source": f"{path or 'calibration'}: {drafter['method']} drafter fitted to the run's accepted "
                               f"lengths ({drafter.get('metric')})"}
 
 

@@ -2,7 +2,7 @@
 
     calibrate_drafter(speculation, metrics)  # calibrate: a verl run that speculated, from its logged accepted
                                              # lengths (`tltsim calibrate`): quality per step, drift, recovery
-    fit_drafter(spot_runs, static_runs)      # fit: `tltsim real run`s' drafter probes (`tltsim fit-drafter`): the
+    fit_drafter(spot_runs, frozen_runs)      # fit: `tltsim real run`s' drafter probes (`tltsim fit-drafter`): the
                                              # simulator's drift and learning curve, and their prediction
     drift_sensitivity(trace, cfg)            # drift_sensitivity: the ways to get a drafter, over the drift
 

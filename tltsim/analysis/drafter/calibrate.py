@@ -12,41 +12,42 @@ through the steps:
 - a frozen drafter: the line over every step; `drift_per_step` is the accepted length (tokens per verify, at the
   run's strategy) it loses per RL step, `quality_drift_per_step` the same in q (what the simulator's drafter
   model takes, tltsim.drafter.quality `drift`);
-- a drafter co-trained every `train_interval` > 1 steps (verl-SpeCo): the drafter is frozen between trainings,
+- a drafter trained every `train_interval` > 1 steps (training periodic, verl-SpeCo): the drafter is frozen between trainings,
   so the line is fitted within each stretch between two trainings (each stretch its own level, one common slope),
   and `recovery_per_training` is the accepted length a training gives back (the median jump at a stretch's start
   over the previous stretch's line);
-- a drafter co-trained every step (verl's MTP `enable_train`): drift and recovery happen in every step together
+- a drafter co-trained every step (training cotrain, verl's MTP `enable_train`): drift and recovery happen in every step together
   and cannot be told apart; the line's slope is the net change (`net_change_per_step`), the drift is left
   unknown (None) and a note says so: a frozen run measures it.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from tltsim.analysis.drafter import fit
-from tltsim.core.errors import TltsimError
+from tltsim.core.errors import TltsimError, TltsimNote
 from tltsim.drafter.acceptance import AcceptanceModel
-from tltsim.drafter.families import FAMILIES
+from tltsim.core.drafter_names import METHOD_NAMES, method_name
 
 MIN_STEPS = 3  # measured steps a line needs
 # the metric read, in order of preference: verl's own, then verl-SpeCo's
 METRICS = (("spec_accept_length", "rollout/spec_accept_length"),
            ("speco_accept_length", "drafter/spec_decode/mean_acceptance_length"))
-KEYS = ("family", "strategy", "engine", "cotrained", "train_interval", "metric", "accept_length", "drift_per_step",
+KEYS = ("method", "training", "strategy", "engine", "train_interval", "metric", "accept_length", "drift_per_step",
         "quality_start", "quality_drift_per_step", "net_change_per_step", "recovery_per_training", "fit", "notes")
 
 
 @dataclass
 class DrafterCalibration:
-    family: str  # tltsim.drafter.families name
+    method: str  # tltsim.core.drafter_names
+    training: str  # cotrain, periodic or frozen (tltsim.core.drafter_names)
     strategy: str  # depth_topk_verify of the run's draft tree
     engine: str
-    cotrained: bool
     train_interval: int
     metric: str  # the verl key the accepted lengths were read from
     per_step: pd.DataFrame  # step, measured, fitted (accepted length per verify), quality (inverted from measured)
@@ -61,7 +62,7 @@ class DrafterCalibration:
     def to_json(self) -> dict:
         rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
                 for r in self.per_step.to_dict(orient="records")]
-        return {"family": self.family, "strategy": self.strategy, "engine": self.engine, "cotrained": self.cotrained,
+        return {"method": self.method, "training": self.training, "strategy": self.strategy, "engine": self.engine,
                 "train_interval": self.train_interval, "metric": self.metric, "accept_length": rows,
                 "drift_per_step": self.drift_per_step, "quality_start": self.quality_start,
                 "quality_drift_per_step": self.quality_drift_per_step, "net_change_per_step": self.net_change_per_step,
@@ -87,7 +88,7 @@ def calibrate_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None
     if low:
         notes.append(f"{low} step(s) logged an accepted length below 1 (verl counts a request with no verify step "
                      f"as 0 in its mean): read as quality 0")
-    periodic = spec.cotrained and spec.train_interval > 1
+    periodic = spec.training == "periodic"
     window = (steps // spec.train_interval) if periodic else np.zeros_like(steps)
     drift = q_drift = recovery = None
     if len(steps) < MIN_STEPS:
@@ -111,7 +112,7 @@ def calibrate_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None
         slope, q_slope = float(theilslopes(measured, steps).slope), float(theilslopes(quality, steps).slope)
         level, q_level = _levels(steps, measured, window, slope), _levels(steps, quality, window, q_slope)
         how = f"a Theil-Sen line over {len(steps)} steps"
-        if spec.cotrained:
+        if spec.training == "cotrain":
             notes.append("the drafter is co-trained every step (model.mtp.enable_train): drift and recovery happen "
                          "together, so the drift is not measured (the net change per step is); a run with the "
                          "drafter frozen measures it")
@@ -120,8 +121,8 @@ def calibrate_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None
     q_line = np.clip(np.array([q_level[w] for w in window]) + q_slope * steps, 0.0, 1.0)
     per_step = pd.DataFrame({"step": steps.astype(int), "measured": measured,
                              "fitted": [model.mean(strategy, q) for q in q_line], "quality": quality})
-    return DrafterCalibration(spec.family, str(strategy), spec.engine, spec.cotrained, spec.train_interval if spec.cotrained
-                      else 0, key, per_step, drift, float(q_line[0]), q_drift, slope, recovery, how, notes)
+    return DrafterCalibration(spec.method, spec.training, str(strategy), spec.engine,
+                              spec.train_interval if spec.training != "frozen" else 0, key, per_step, drift, float(q_line[0]), q_drift, slope, recovery, how, notes)
 
 
 def _levels(steps, values, window, slope) -> dict:
@@ -151,18 +152,24 @@ def _recovery(steps, values, window, slope, level) -> float | None:
 
 def check_saved(d, where: str, again: str) -> dict:
     """A saved calibration's `drafter` section (DrafterCalibration.to_json), checked: TltsimError naming `where` and what to
-    do (`again`) when a key is unknown or a value is not what it must be."""
+    do (`again`) when a key is unknown or a value is not what it must be. A section saved with the older keys
+    (`family`, `cotrained`) is returned in today's, with one note line."""
     import difflib
 
     if not isinstance(d, dict):
         raise TltsimError(f"{where}: its drafter is not a table; {again}")
+    d = _renamed(d, where)
     for key in d:
         if key not in KEYS:
             close = difflib.get_close_matches(str(key), KEYS, n=1)
             raise TltsimError(f"{where}: unknown drafter key {key!r}; {f'did you mean {close[0]!r}? ' if close else ''}"
                               f"a calibration's drafter keys are {', '.join(KEYS)}; {again}")
-    if d.get("family") not in FAMILIES:
-        raise TltsimError(f"{where}: drafter family {d.get('family')!r} is not one of {', '.join(FAMILIES)}; {again}")
+    if d.get("method") not in METHOD_NAMES or d["method"] == "hybrid":
+        raise TltsimError(f"{where}: drafter method {d.get('method')!r} is not one of "
+                          f"{', '.join(n for n in METHOD_NAMES if n != 'hybrid')}; {again}")
+    if d.get("training") not in ("cotrain", "periodic", "frozen"):
+        raise TltsimError(f"{where}: drafter training {d.get('training')!r} is not one of cotrain, periodic, frozen; "
+                          f"{again}")
     q = d.get("quality_start")
     if not finite_number(q) or not 0 <= q <= 1:
         raise TltsimError(f"{where}: drafter quality_start {q!r} is not a quality in [0, 1]; {again}")
@@ -170,6 +177,22 @@ def check_saved(d, where: str, again: str) -> dict:
         if d.get(key) is not None and not finite_number(d[key]):
             raise TltsimError(f"{where}: drafter {key} {d[key]!r} is not a number or null; {again}")
     return d
+
+
+def _renamed(d: dict, where: str) -> dict:
+    """A drafter section saved before the drafter's two names (`family`; `cotrained` with `train_interval`) in
+    today's keys (`method`, `training`), with one note line; any other section as it is."""
+    if "family" not in d and "cotrained" not in d:
+        return d
+    out = {k: v for k, v in d.items() if k not in ("family", "cotrained")}
+    if "family" in d:
+        out.setdefault("method", method_name(d["family"]) or d["family"])
+    if "cotrained" in d:
+        out.setdefault("training", "frozen" if not d["cotrained"] else
+                       "periodic" if (d.get("train_interval") or 1) > 1 else "cotrain")
+    warnings.warn(TltsimNote(f"{where}: its drafter's family and cotrained read as method = {out.get('method')!r}, "
+                             f"training = {out.get('training')!r}"))
+    return out
 
 
 def finite_number(v) -> bool:

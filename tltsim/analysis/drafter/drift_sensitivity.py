@@ -33,8 +33,8 @@ from tltsim.drafter.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel
 from tltsim.drafter.quality import DrafterConfig
 from tltsim.sim.simulator import Simulator
 
-WAYS = (("freeze", "static-sd"), ("co-train", "cotrain"), ("spot-train", "tlt"), ("history", "das"),
-        ("hybrid", "das+tlt"))
+WAYS = (("frozen", "static-sd"), ("cotrain", "cotrain"), ("spot", "tlt"), ("suffix", "das"),
+        ("hybrid", "das+tlt"))  # the drafter's training (a model-free method: its method), and the policy that has it
 DRIFTING = ("static-sd", "tlt", "das+tlt")  # the ways whose drafter drifts between its trainings (or for good)
 SPAN = (("none (frozen EAGLE-3 held over 36 RL steps: marin-community/marin#9114)", 0.0),
         ("half of tltsim's default", DrafterConfig.drift / 2),
@@ -96,7 +96,7 @@ def answer(rows: list[dict]) -> list[str]:
         out.append(f"At drift {d} ({best['drift_per_step']:.3g} tokens per verify a step): {best['way']} "
                    f"({best['policy']}) saves most, {best['saved_per_step_s']:.2f} s a step.")
     by = {(r["drift"], r["way"]): r["saved_per_step_s"] for r in rows}
-    wins = [d for d in drifts if by[(d, "co-train")] > by[(d, "freeze")]]
+    wins = [d for d in drifts if by[(d, "cotrain")] > by[(d, "frozen")]]
     if not wins:
         out.append("Co-training never beats freezing the drafter over these drifts: its update-phase cost is more "
                    "than the accepted length it keeps.")

@@ -1,7 +1,7 @@
 """The simulator's drafter-staleness model fitted to real runs, and what it predicts for a run at another learning rate.
 
     read_probes(run_dir) -> Probes                       # a real run's drafter probes, per step
-    fit_drafter(adaptive_runs, static_runs=None)         # -> DrafterFit (`tltsim fit-drafter`)
+    fit_drafter(spot_runs, frozen_runs=None)             # -> DrafterFit (`tltsim fit-drafter`)
     predict_gap(fit, probes, drift_scale) -> GapPrediction
     mean_gap(predictions) -> dict                        # the gap over runs of one config (seeds)
 
@@ -121,30 +121,30 @@ def static_trajectory(q0: float, steps: int, drift: float) -> np.ndarray:
     return np.array([q0] + [drafter.policy_update() for _ in range(steps - 1)])
 
 
-def fit_drafter(adaptive_runs, static_runs=None, drafter_batch: int | None = None) -> DrafterFit:
+def fit_drafter(spot_runs, frozen_runs=None, drafter_batch: int | None = None) -> DrafterFit:
     """Fit the simulator's drafter drift and recovery to spot-trained runs of one config and learning rate (a run
     directory, or several: seeds, whose noise the fit then averages) and to the static drafter's probes: those of
-    `static_runs` (one a spot run, the same config without drafter training), or, without them, each run's own
+    `frozen_runs` (one a spot run, the same config with its drafter frozen), or, without them, each run's own
     `static_drafter_accepted` (`tltsim real run --probe-static`). The drift is the median of the runs' Theil-Sen
     slopes; q_max and tau are shared, each run's spot trajectory starting from its own first probe."""
     from scipy.optimize import minimize
     from scipy.stats import theilslopes
 
-    adaptive_runs = [adaptive_runs] if isinstance(adaptive_runs, (str, Path)) else list(adaptive_runs)
+    spot_runs = [spot_runs] if isinstance(spot_runs, (str, Path)) else list(spot_runs)
     model = AcceptanceModel()
-    runs = [read_probes(d, drafter_batch) for d in adaptive_runs]
-    if static_runs is None:
+    runs = [read_probes(d, drafter_batch) for d in spot_runs]
+    if frozen_runs is None:
         for r in runs:
             if r.static is None:
-                raise TltsimError(f"{r.path}: no static_drafter_accepted per step; give the static run with "
-                                  f"--static, or make the run with `tltsim real run --probe-static`")
+                raise TltsimError(f"{r.path}: no static_drafter_accepted per step; give the frozen run with "
+                                  f"--frozen, or make the run with `tltsim real run --probe-static`")
         statics = [r.static for r in runs]
     else:
-        static_runs = [static_runs] if isinstance(static_runs, (str, Path)) else list(static_runs)
-        if len(static_runs) != len(runs):
-            raise TltsimError(f"{len(static_runs)} static run(s) for {len(runs)} spot-trained one(s): give one "
-                              f"static run a spot run, in the same order")
-        statics = [read_probes(d, drafter_batch).spot for d in static_runs]
+        frozen_runs = [frozen_runs] if isinstance(frozen_runs, (str, Path)) else list(frozen_runs)
+        if len(frozen_runs) != len(runs):
+            raise TltsimError(f"{len(frozen_runs)} frozen run(s) for {len(runs)} spot-trained one(s): give one "
+                              f"frozen run a spot run, in the same order")
+        statics = [read_probes(d, drafter_batch).spot for d in frozen_runs]
     lrs = {r.lr for r in runs}
     if len(lrs) > 1:
         raise TltsimError(f"the runs fitted together have target learning rates {sorted(lrs, key=str)}; fit runs of "
