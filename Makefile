@@ -41,7 +41,7 @@ notebooks: setup
 # benchmarks/results/bench_NAME.txt, each headed by the date, the commit and the command (tens of minutes on 2 CPU
 # cores; run it on an idle machine: the timings are the data). benchmarks/README.md lists every benchmark, what it
 # measures and how long it takes; docs/investigations/ holds what was learnt from recorded runs.
-BENCHES := sim agentic calibration calibration_fit moe spec pretrain validate checked kvcache share switch bad_input
+BENCHES := sim agentic calibration calibration_fit moe spec pretrain validate checked fidelity kvcache share switch bad_input
 bench: setup
 	for b in $(BENCHES); do \
 	  { echo "# make bench: $$(date -u '+%F %H:%M') UTC, commit $$(git rev-parse --short HEAD 2>/dev/null): python benchmarks/bench_$$b.py"; \
