@@ -12,13 +12,16 @@ docs/design.md#calibration-figures) and **held out** otherwise. The error is sig
 minus 1; every row over 20% gets a sentence built from what its own runs measured.
 
 It runs the commands one after the other from the repository's root and writes their results under
-out/fidelity/ (replaced on every run), then docs/fidelity.md (atomically) and prints the table. Deterministic:
+out/fidelity/ (replaced on every run), then docs/fidelity.md and the record the report reads (which model size,
+GPU and policy each row checked: tltsim/analysis/validation/data/published.csv), each atomically, and prints the
+table. Deterministic:
 every trace is drawn with a fixed seed and the simulator's fast path uses expected accepted lengths. Runs
 shorter than the sources' (fewer steps) are said so in their rows.
 """
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -30,6 +33,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 OUT = "out/fidelity"  # relative to ROOT: the commands shown are the ones run
 DOC = ROOT / "docs" / "fidelity.md"
+RECORD = ROOT / "tltsim" / "analysis" / "validation" / "data" / "published.csv"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -426,6 +430,24 @@ def page(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def record(rows: list[Row]):
+    """The rows the report reads (tltsim.analysis.validation.published): each row that ran `tltsim compare`, with
+    the model, GPU and policy (the one beside verl) of its command."""
+    import pandas as pd
+
+    out = []
+    for i, r in enumerate(rows, 1):
+        command = next((h for h in r.how if h.startswith("python -m tltsim compare ")), None)
+        if command is None:
+            continue
+        words = shlex.split(command)
+        flag = lambda name: words[words.index(name) + 1]  # noqa: E731
+        out.append({"row": i, "source": r.source, "group": r.group, "model": flag("--model"), "gpu": flag("--gpu"),
+                    "policy": flag("--policies").split(",")[1], "published": r.published,
+                    "predicted": round(r.predicted, 6), "error": round(error(r.predicted, r.published), 6)})
+    return pd.DataFrame(out)
+
+
 def main() -> None:
     from tltsim.core.io import atomic_path
 
@@ -434,8 +456,11 @@ def main() -> None:
     text = page(rows)
     with atomic_path(DOC) as tmp:
         tmp.write_text(text)
+    with atomic_path(RECORD) as tmp:
+        record(rows).to_csv(tmp, index=False)
     print(text)
-    print(f"(the commands took {runs.seconds:.0f} s of wall time, one after the other; docs/fidelity.md written)")
+    print(f"(the commands took {runs.seconds:.0f} s of wall time, one after the other; docs/fidelity.md and "
+          f"{RECORD.relative_to(ROOT)} written)")
 
 
 if __name__ == "__main__":

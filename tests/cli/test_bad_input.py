@@ -733,7 +733,7 @@ def test_a_child_left_by_a_killed_writer_does_not_hold_its_lock(tmp_path):
     writer = multiprocessing.get_context("fork").Process(target=_hold_and_fork, args=(path, pid_file))
     writer.start()
     deadline = time.monotonic() + 30
-    while not pid_file.exists() and time.monotonic() < deadline:
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:  # written, not just made
         time.sleep(0.005)
     child = int(pid_file.read_text())
     try:

@@ -284,13 +284,16 @@ def cmd_compare(args) -> int:
             results = [Result.load(policy_dir(tmp, n)) for n in names]
             for row, t in zip(rows, tunings):
                 row.update(t.as_json() if t is not None else {})
+            sensitivity = _sensitivity_rows(trace, cfg, rows, bool(args.calibration))
         if not args.no_report:
             from tltsim.analysis.report.page import write_report  # matplotlib: imported only when a report is made
 
-            write_report(results, tmp / "report.html", tunings=tunings, drift=drift, checks=checks_with(pairs))
+            write_report(results, tmp / "report.html", tunings=tunings, drift=drift, checks=checks_with(pairs),
+                         sensitivity=sensitivity)
         write_manifest(tmp, kind="comparison")  # every file of every run, and the report
     if args.json:
-        print(json.dumps({"policies": rows, "drift_sensitivity": drift}, indent=2, default=float))
+        print(json.dumps({"policies": rows, "drift_sensitivity": drift, "ranking_sensitivity": sensitivity},
+                         indent=2, default=float))
         return 0
     from tltsim.analysis.report.findings import ranking
 
@@ -311,6 +314,22 @@ def cmd_compare(args) -> int:
     if not args.no_report:
         print(f"wrote {Path(args.out) / 'report.html'}")
     return 0
+
+
+def _sensitivity_rows(trace, cfg, rows: list[dict], calibrated: bool) -> list[dict]:
+    """Whether the ranking's first policies (ranking_sensitivity.TOP, the bounds aside) keep their order if the
+    trained drafter is 20% better or worse (tltsim.analysis.drafter.ranking_sensitivity), each by the seconds the
+    ranking orders it by (its makespan, or its mean step on a calibrated cluster); none on a multi-turn trace, as
+    the drift's rows."""
+    from tltsim.analysis.drafter.ranking_sensitivity import TOP, ranking_sensitivity
+    from tltsim.analysis.report.findings import ranking
+
+    if trace.agentic:
+        return []
+    by, seconds = ("saved_per_step_s", "mean_step_s") if calibrated else ("speedup", "makespan_s")
+    order = ranking([r[by] for r in rows], [r["policy"] in glossary.BOUNDS for r in rows])
+    top = [rows[i] for i in order if rows[i]["policy"] not in glossary.BOUNDS][:TOP]
+    return ranking_sensitivity(trace, cfg, {r["policy"]: r[seconds] for r in top})
 
 
 def _drift_rows(calibration, trace, cfg) -> list[dict]:

@@ -57,8 +57,8 @@ def drift_sensitivity(trace, cfg, strategy=None, fitted_length_drift=None) -> li
     half = len(steps) / 2
     q0, model = cfg.drafter.q_start, AcceptanceModel()
     floor = min(DrafterConfig.q_floor, q0)
-    base = _mean_step(short, cfg, "verl", {})
-    once = {p: _mean_step(short, cfg, p, {}) for _, p in WAYS if p not in DRIFTING}
+    base = mean_step(short, cfg, "verl", {})
+    once = {p: mean_step(short, cfg, p, {}) for _, p in WAYS if p not in DRIFTING}
     rows = []
     for label, drift in span:
         for way, policy in WAYS:
@@ -66,7 +66,7 @@ def drift_sensitivity(trace, cfg, strategy=None, fitted_length_drift=None) -> li
                 knobs = {"drift": drift}
                 if policy == "static-sd":
                     knobs["q_start"] = max(floor, q0 - drift * half)
-                step_s = _mean_step(short, cfg, policy, knobs)
+                step_s = mean_step(short, cfg, policy, knobs)
             else:
                 step_s = once[policy]
             length = model.mean(strategy, q0) - model.mean(strategy, max(0.0, q0 - drift))
@@ -78,7 +78,8 @@ def drift_sensitivity(trace, cfg, strategy=None, fitted_length_drift=None) -> li
     return rows
 
 
-def _mean_step(trace, cfg, policy: str, knobs: dict) -> float:
+def mean_step(trace, cfg, policy: str, knobs: dict) -> float:
+    """The mean step time of `policy` with `knobs` (added to the config's) on `trace`."""
     run = replace(cfg, policy=policy, policy_knobs={**cfg.policy_knobs, **knobs} if policy != "verl" else {})
     return float(Simulator(trace, run, make_policy(policy, run.policy_knobs)).run().summary["mean_step_s"])
 

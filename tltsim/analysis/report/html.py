@@ -37,6 +37,7 @@ nav { background: #f6f8fa; border: 1px solid #e1e4e8; padding: 0.5em 1em; font-s
 nav a { margin-right: 0.9em; white-space: nowrap; }
 .headline { font-size: 1.08em; background: #eef5ec; border-left: 4px solid #2ca02c; padding: 0.6em 0.9em; }
 .calibration { background: #eef2f8; border-left: 4px solid #1f77b4; padding: 0.5em 0.9em; }
+.checked-range { background: #fbf6e9; border-left: 4px solid #e0a526; padding: 0.4em 0.9em; margin: 0.4em 0; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }

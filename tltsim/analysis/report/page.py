@@ -29,7 +29,9 @@ from tltsim.core.io import atomic_path, check_file, write_text
 from tltsim.analysis.report.plots.style import labelled, run_colors
 from tltsim.cost import PhaseCalibration
 from tltsim.core.records import Result
+from tltsim.analysis.drafter.ranking_sensitivity import reordered
 from tltsim.analysis.validation.checked import shipped, verdict
+from tltsim.analysis.validation.published import outside
 from tltsim.core.summary import OVERLAPS, rollout_overlap
 
 # A ranking row's reason and a finding, shown whole up to this many characters (two lines of their column at 1,400
@@ -54,7 +56,7 @@ def load_results(dirs) -> list[Result]:
 
 def write_report(results, path: str | Path, title: str | None = None, figures_dir: str | Path | None = None,
                  tunings: list | None = None, force: bool = False, drift: list | None = None,
-                 checks: pd.DataFrame | None = None) -> Path:
+                 checks: pd.DataFrame | None = None, sensitivity: list | None = None) -> Path:
     """Render the report of `results` (the first is the baseline) and write it to `path` atomically.
 
     With `figures_dir`, every figure of the page is also written there as a PNG (atomically each). `tunings`:
@@ -63,10 +65,12 @@ def write_report(results, path: str | Path, title: str | None = None, figures_di
     unless `force` (tltsim.core.io.check_file). `drift`: tltsim.analysis.drafter.drift_sensitivity's rows, for the section
     on whether co-training the drafter is worth it. `checks`: the real runs the simulator was checked against
     (tltsim.analysis.validation.checked; default: the shipped pairs'), which the ranking cites per policy.
+    `sensitivity`: tltsim.analysis.drafter.ranking_sensitivity's rows, for the ranking's line on whether its order rests
+    on the trained drafter's figures.
     """
     path = Path(path)
     pngs: dict[str, bytes] = {}
-    page = build_report(results, title, pngs, tunings, drift, checks)
+    page = build_report(results, title, pngs, tunings, drift, checks, sensitivity)
     for p in [path, *(Path(figures_dir) / name for name in pngs if figures_dir is not None)]:
         check_file(p, force)
     write_text(path, page)
@@ -78,9 +82,10 @@ def write_report(results, path: str | Path, title: str | None = None, figures_di
 
 
 def build_report(results, title: str | None = None, pngs: dict | None = None, tunings: list | None = None,
-                 drift: list | None = None, checks: pd.DataFrame | None = None) -> str:
+                 drift: list | None = None, checks: pd.DataFrame | None = None,
+                 sensitivity: list | None = None) -> str:
     """The report as one HTML string; `pngs`, when given, receives each figure as file name -> PNG bytes;
-    `tunings`, `drift` and `checks` as write_report's."""
+    `tunings`, `drift`, `checks` and `sensitivity` as write_report's."""
     runs = labelled(results)
     checks = shipped() if checks is None else checks
     if tunings is None:
@@ -95,7 +100,7 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
                                          else f"Comparison of {len(policies)} policies against {names[0]}")
     sections = []  # (anchor, heading, html parts)
     if not single:
-        sections += [("summary", "Summary: which policy, at what cost", _summary(runs, checks)),
+        sections += [("summary", "Summary: which policy, at what cost", _summary(runs, checks, sensitivity)),
                      ("explained", "Results that look wrong, explained", _explained(runs)),
                      ("table", "Comparison tables", _comparison_tables(runs)),
                      ("glossary", "Glossary", _glossary(runs)),
@@ -151,10 +156,12 @@ def comparison_table(results) -> pd.DataFrame:
     return table
 
 
-def _summary(runs, checks: pd.DataFrame) -> list[str]:
+def _summary(runs, checks: pd.DataFrame, sensitivity: list | None = None) -> list[str]:
     """The headline and the ranking: policies by speedup (calibrated: by the seconds they save a step), then the
     bounds, each with its cost, whether real runs have checked the simulator on it (`checks`:
-    tltsim.analysis.validation.checked) and its reason."""
+    tltsim.analysis.validation.checked) and its reason; beneath it, where they have something to say, whether
+    published GPU figures checked this setup (tltsim.analysis.validation.published) and whether the order rests on
+    the trained drafter's figures (`sensitivity`: tltsim.analysis.drafter.ranking_sensitivity's rows)."""
     calibrated = bool(calibration(runs[0][1]))
     policy = {label: r.summary.get("policy", label) for label, r in runs}
     ranked = findings.rank([r for _, r in runs], by="saved_per_step_s" if calibrated else "speedup")
@@ -176,8 +183,19 @@ def _summary(runs, checks: pd.DataFrame) -> list[str]:
              "off-policy cost", "checked against a run", "why, from the results"]
     head = "".join(f"<th{html.title(DEFINITIONS.get('saved_per_step_s' if h == 'saved per step' else h))}>{html.e(h)}</th>"
                    for h in names)
+    lines = [line for line in (_outside(runs), reordered(sensitivity or [])) if line]
     return [f'<p class="headline">{html.e(findings.headline(ranked, runs[0][0]))}</p>',
-            f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>']
+            f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>',
+            *(f'<div class="checked-range">{html.folded(line, FINDING_CHARS)}</div>' for line in lines)]
+
+
+def _outside(runs) -> str:
+    """The line on a setup outside what published GPU figures checked (tltsim.analysis.validation.published);
+    "" where every policy was checked or the runs name no model and GPU (a profiled cost model)."""
+    cluster = runs[0][1].config.get("cluster", {})
+    if not cluster.get("model") or not cluster.get("gpu"):
+        return ""
+    return outside([r.summary.get("policy", label) for label, r in runs], cluster["model"], cluster["gpu"])
 
 
 def _checked(checks: pd.DataFrame, policy: str, f, baseline: str) -> str:
