@@ -103,3 +103,40 @@ def test_equivalence_check_sees_a_switch():
 def test_bad_config(kwargs, match):
     with pytest.raises(TltsimError, match=match):
         SDSwitch(**kwargs)
+
+
+def fastrl_rule(batches, threshold=32, checks=10):
+    """TLT's switch as its code (FastRL's SGLang fork, EAGLEWorker.should_enable_sd, restated) decides it, iteration
+    by iteration: a decode iteration at a running batch <= threshold adds one to a count of consecutive such
+    iterations, a larger batch sets the count to 0; the iteration that brings the count to `checks` still runs
+    plainly and speculation is on from the next (after a re-prefill) to the rollout's end. The threshold is the
+    engine's running batch whatever its TP (verl's speculative.bs_threshold, 32, passed to every engine as is).
+    Returns per iteration whether it speculated."""
+    count, on, out = 0, False, []
+    for bs in batches:
+        if on:
+            out.append(True)
+            continue
+        count = count + 1 if bs <= threshold else 0
+        on = count >= checks
+        out.append(False)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_switch_follows_tlts_code(seed):
+    """SDSwitch speculates in exactly the iterations TLT's own rule does, on a rollout's shrinking batch (with the
+    bumps a re-admitted request makes), per iteration and per segment."""
+    rng = np.random.default_rng(seed)
+    batches = np.maximum(1, 64 - np.cumsum(rng.integers(0, 3, 200)) + rng.integers(0, 3, 200)).tolist()
+    expected = fastrl_rule(batches)
+    by_iteration = [not bool(r[2]) for r in run_timeline(SDSwitch(threshold=32, patience=10), batches)]
+    assert by_iteration == expected
+    segments = []  # runs of one batch size, as the simulator's fast path advances them
+    for b in batches:
+        if segments and segments[-1][0] == b:
+            segments[-1][1] += 1
+        else:
+            segments.append([b, 1])
+    assert sd_per_iteration_by_segments(SDSwitch(threshold=32, patience=10), segments) == expected
+    assert any(expected) and not all(expected)
