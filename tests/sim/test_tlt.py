@@ -289,3 +289,14 @@ def test_a_config_drafter_family_reads_as_its_method(recwarn):
     assert (cfg.drafter.method, cfg.drafter.q_start) == ("dflash", 0.5)
     assert [str(w.message) for w in recwarn if w.category is TltsimNote] == [
         "old.toml: drafter.family = 'block' reads as drafter.method = 'dflash'"]
+
+
+def test_a_combinations_older_drafter_knob_goes_to_its_speculating_part(recwarn):
+    from tltsim.core.errors import TltsimNote
+
+    policy = make_policy("partial+tlt", {"spot": False, "ratio": 1.5})
+    tlt = next(p for p in policy.parts if hasattr(p, "k") and hasattr(p.k, "training"))
+    assert tlt.k.training == "frozen"
+    assert [str(w.message) for w in recwarn if w.category is TltsimNote] == [
+        "policy 'partial+tlt': knob spot = False reads as training = 'frozen' (the drafter's knobs are drafter, its "
+        "method, and training: `tltsim policies`)"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from tltsim.control.decisions import DecisionKnobs
 from tltsim.control.knobs import check_known, takes
 from tltsim.core.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
@@ -56,6 +57,7 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
     parts = key.split("+")
     if len(parts) != 2 or any(p not in REGISTRY for p in parts):
         raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())} (or A+B of two single ones)")
+    knobs = DecisionKnobs.renamed(name, knobs)  # the drafter's older knobs, read before they go to a part
     preset = {**COMBINATIONS.get(key, {}), **knobs}
     allowed = {p: set(REGISTRY[p].knob_names) for p in parts}
     check_known(f"policy {name!r}", knobs, sorted(set().union(*allowed.values())))
