@@ -247,6 +247,29 @@ if RUN_NOW:
     scratch.cleanup()  # the tiny runs were for this session only
 
 # %% [markdown]
+# ## 6. Every policy, checked against real runs
+#
+# The pair above speculates. `traces/runs/` ships a verl run beside a run of each policy tltsim runs for real
+# (speculation, history drafting, partial rollout, tail batching, migration, asynchronous RL), each made on the
+# machine its verl twin ran on. `python benchmarks/bench_checked.py` replays every pair as the cells above replay
+# this one and records the predicted speedup over verl beside the measured one, at one machine speed: the record the
+# report's "checked against a run" column reads. Below, that record, then one off-policy pair replayed here:
+# partial rollout, whose carried responses, staleness and resumed samples follow from its own stop decisions.
+
+# %%
+from tltsim.analysis.validation.checked import shipped
+
+shipped()[["policy", "run", "steps", "measured_speedup", "predicted_speedup", "error"]]
+
+# %%
+OFF_POLICY = ["../traces/runs/real_verl_smollm2_sampled", "../traces/runs/real_partial_smollm2_sampled"]
+off = validate(OFF_POLICY, "../traces/profiles/smollm2_sampled_cpu_profile.csv", speed=True)
+OFF_METRICS = ["rollout_s", "makespan_s", "staleness_mean", "resumed_fraction", "dropped_fraction"]
+print(f"speedup of partial over verl at one machine speed: measured {off.speedup['measured_at_one_speed']:.3f}, "
+      f"predicted {off.speedup['predicted_at_one_speed']:.3f}")
+off.overall[off.overall["metric"].isin(OFF_METRICS)]
+
+# %% [markdown]
 # ## Reading the numbers
 #
 # What the tables above say, written from them (the recorded CPU runs by default), and how it compares with

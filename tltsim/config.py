@@ -24,7 +24,7 @@ from pathlib import Path
 from tltsim.cost import CostParams, PhaseCalibration
 from tltsim.core.errors import TltsimError, TltsimNote
 from tltsim.core.config_files import read_toml
-from tltsim.core.drafter_names import METHOD_NAMES, method_name
+from tltsim.core.drafter_names import METHOD_NAMES, TRAINED, method_name
 from tltsim.drafter.quality import DrafterConfig
 
 SPLITS = ("auto", "contiguous", "trace")
@@ -74,6 +74,13 @@ class DrafterWorld:
     drift: float = DrafterConfig.drift
     source: str = ""  # where they come from, in words ("" for the defaults)
 
+    def trained(self) -> tuple[float, float]:
+        """(q_start, drift) of the trained drafter: this section's where its method is a trained one, else the
+        defaults (a run that drafted with ngram or suffix measured no trained drafter)."""
+        if self.method in TRAINED:
+            return self.q_start, self.drift
+        return DrafterConfig.q_start, DrafterConfig.drift
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -88,7 +95,7 @@ class SimConfig:
     seed: int = 0  # seeds every stochastic component
     calibration: PhaseCalibration = field(default_factory=PhaseCalibration)  # per-phase factors and fixed costs
     # fitted to a measured cluster (`tltsim calibrate ... --save-calibration`, tltsim.cost.calibrated)
-    drafter: DrafterWorld = field(default_factory=DrafterWorld)  # the trained drafter's family, start and drift
+    drafter: DrafterWorld = field(default_factory=DrafterWorld)  # the drafter's method, start and drift
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -216,9 +223,10 @@ def _renamed(cls, data: dict, origin: str) -> dict:
     if cls is not DrafterWorld or "family" not in data or "method" in data:
         return data
     out = {k: v for k, v in data.items() if k != "family"}
-    out["method"] = method_name(data["family"]) or data["family"]
-    warnings.warn(TltsimNote(f"{origin}: drafter.family = {data['family']!r} reads as drafter.method = "
-                             f"{out['method']!r}"))
+    out["method"] = method_name(data["family"]) or data["family"]  # a value no method has: refused as a method
+    if method_name(data["family"]):
+        warnings.warn(TltsimNote(f"{origin}: drafter.family = {data['family']!r} reads as drafter.method = "
+                                 f"{out['method']!r}"))
     return out
 
 

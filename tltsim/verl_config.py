@@ -267,7 +267,7 @@ VLLM_SPEC = f"{ROLLOUT}.engine_kwargs.vllm.speculative_config"  # overrides verl
 METHOD_OF = {"mtp": "mtp", "deepseek_mtp": "mtp", "qwen3_next_mtp": "mtp", "mimo_mtp": "mtp",
              "eagle": "eagle", "eagle1": "eagle", "eagle2": "eagle", "eagle3": "eagle3",
              "draft_model": "draft_model", "standalone": "draft_model", "ngram": "ngram", "suffix": "suffix",
-             "dflash": "dflash", "dspark": "dspark", "domino": "dflash"}
+             "dflash": "dflash", "dspark": "dspark", "domino": "dflash"}  # Domino: a block drafter, costed as DFlash
 
 
 @dataclass(frozen=True)

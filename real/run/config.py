@@ -119,7 +119,9 @@ class RunConfig:
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}")
         if self.task is not None and self.task not in TASKS:
             raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
-        if (renamed := DecisionKnobs.renamed(self.policy, self.knobs)) != self.knobs:  # older knob names, noted
+        variant = VARIANTS.get(self.policy.split("+", 1)[1] if self.asynchronous and "+" in self.policy else
+                               "tlt" if self.policy in COMBINED else self.policy, {})
+        if (renamed := DecisionKnobs.renamed(self.policy, self.knobs, variant)) != self.knobs:  # older knobs, noted
             return replace(self, knobs=renamed).checked()
         if self.grpo is None:
             return replace(self, grpo=task_grpo(self.task)).checked()

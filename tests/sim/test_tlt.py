@@ -292,11 +292,29 @@ def test_a_config_drafter_family_reads_as_its_method(recwarn):
 
 
 def test_a_combinations_older_drafter_knob_goes_to_its_speculating_part(recwarn):
+    """Read against that part's own variant: das keeps its suffix drafter where `family` names a trained method."""
     from tltsim.core.errors import TltsimNote
 
-    policy = make_policy("partial+tlt", {"spot": False, "ratio": 1.5})
-    tlt = next(p for p in policy.parts if hasattr(p, "k") and hasattr(p.k, "training"))
-    assert tlt.k.training == "frozen"
+    def speculating(policy):
+        return next(p for p in policy.parts if hasattr(p, "k") and hasattr(p.k, "training"))
+
+    assert speculating(make_policy("partial+tlt", {"spot": False, "ratio": 1.5})).k.training == "frozen"
+    assert speculating(make_policy("partial+das", {"family": "mtp"})).k.drafter == "suffix"
     assert [str(w.message) for w in recwarn if w.category is TltsimNote] == [
-        "policy 'partial+tlt': knob spot = False reads as training = 'frozen' (the drafter's knobs are drafter, its "
+        "policy 'tlt': knob spot = False reads as training = 'frozen' (the drafter's knobs are drafter, its method, "
+        "and training: `tltsim policies`)",
+        "policy 'das': knob family = 'mtp' is left out: the drafter is 'suffix' (the drafter's knobs are drafter, its "
         "method, and training: `tltsim policies`)"]
+
+
+def test_an_older_knob_that_says_otherwise_than_a_knob_beside_it_is_refused():
+    with pytest.raises(TltsimError, match="drafter = 'adaptive' \\(an older knob\\) means training = 'spot', but "
+                                          "training = 'frozen' is given too"):
+        make_policy("tlt", {"drafter": "adaptive", "training": "frozen"})
+
+
+def test_dedicated_gpus_train_the_drafter_there_and_nothing_else_does():
+    policy = make_policy("tlt-dedicated", {"spot": False})  # as tlt-dedicated always was: read as spot there
+    assert policy.k.training == "spot" and policy.dedicated and not policy.trains_drafter
+    with pytest.raises(TltsimError, match="dedicated_gpus keeps GPUs to spot-train the drafter on"):
+        make_policy("tlt-dedicated", {"training": "frozen"})

@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # `tltsim real ...` goes to real/cli.py whole: no simulator module is imported for it (pandas, scipy: a second
     # on 2 cores), so its bad input is refused as soon as real/cli.py has checked it
-    args = parse(build_parser(["tltsim.cli.real_cmd"] if argv[:1] == ["real"] else COMMANDS), argv)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", TltsimWarning)
-            warnings.showwarning = _warning_printer()
+            warnings.showwarning = _warning_printer()  # before parsing: a renamed flag notes itself there
+            args = parse(build_parser(["tltsim.cli.real_cmd"] if argv[:1] == ["real"] else COMMANDS), argv)
             rc = args.func(args) or 0
         sys.stdout.flush()  # here, not at exit: a closed pipe is caught below
         return rc

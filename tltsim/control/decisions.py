@@ -34,6 +34,7 @@ from tltsim.control.tuner import TUNERS, make_tuner
 from tltsim.core.drafter_names import METHOD_NAMES, MODEL_FREE, TRAINED, method_name, training_name
 
 SIMULATED_TRAININGS = ("spot", "cotrain", "frozen")  # periodic training is read from runs, not simulated
+RENAMED_KNOBS = ("family", "spot", "cotrain")  # knobs the drafter's two replaced (DecisionKnobs.renamed reads them)
 
 # name -> knob defaults that differ from DecisionKnobs()
 VARIANTS = {
@@ -111,22 +112,35 @@ class DecisionKnobs:
                            enabled=self.spot and idle)
 
     @staticmethod
-    def renamed(name: str, values: dict) -> dict:
-        """`values` with the knobs the drafter's two knobs replaced read as what they became, a note line each:
-        drafter = adaptive / static (a trained drafter: training spot / frozen), history (suffix), an older method
-        spelling; family (the trained drafter's method); spot (training spot, or frozen); cotrain (training
-        cotrain)."""
+    def renamed(name: str, values: dict, defaults: dict | None = None) -> dict:
+        """`values` (the knobs given) with those the drafter's two knobs replaced read as what they became, a note
+        line each: drafter = adaptive / static (a trained drafter: training spot / frozen), history (suffix), an
+        older method spelling; family (the trained drafter's method); spot (training spot; false: frozen, or spot on
+        the dedicated GPUs alone where the policy keeps some); cotrain (training cotrain). `defaults` (the variant's
+        knobs) is what they are read against. An older knob that says otherwise than a knob of today given beside
+        it is a TltsimError."""
         out = dict(values)
+        context = {**(defaults or {}), **values}
+        explicit = {k: values[k] for k in ("drafter", "training")
+                    if k in values and values[k] in (METHOD_NAMES if k == "drafter" else SIMULATED_TRAININGS)}
         said = []
 
         def becomes(old: str, new: dict):
-            said.append(f"{old} reads as {', '.join(f'{k} = {v!r}' for k, v in new.items()) or 'the default'}")
+            for k, v in new.items():
+                if k in explicit and explicit[k] != v:
+                    raise TltsimError(f"policy {name!r}: {old} (an older knob) means {k} = {v!r}, but {k} = "
+                                      f"{explicit[k]!r} is given too; give {k} alone")
+            said.append(f"{old} reads as {', '.join(f'{k} = {v!r}' for k, v in new.items())}")
             out.update(new)
+            context.update(new)
 
-        drafter = out.get("drafter")
-        if drafter in ("adaptive", "static"):
+        drafter = values.get("drafter")
+        if drafter in ("adaptive", "static"):  # a trained drafter: the variant's, or the default method if it has none
             del out["drafter"]
-            becomes(f"drafter = {drafter!r}", {"training": "spot" if drafter == "adaptive" else "frozen"})
+            context.pop("drafter", None)
+            trained = (defaults or {}).get("drafter", "eagle") in TRAINED
+            becomes(f"drafter = {drafter!r}", {**({} if trained else {"drafter": "eagle"}),
+                                               "training": "spot" if drafter == "adaptive" else "frozen"})
         elif drafter not in METHOD_NAMES and method_name(drafter):
             becomes(f"drafter = {drafter!r}", {"drafter": method_name(drafter)})
         if "family" in out:
@@ -135,21 +149,26 @@ class DecisionKnobs:
             if method not in TRAINED:
                 raise TltsimError(f"policy {name!r}: family = {family!r} (an older knob) must be one of "
                                   f"{', '.join(TRAINED)}; give drafter=METHOD")
-            if out.get("drafter", method) in TRAINED:
+            if context.get("drafter", "eagle") in TRAINED:
                 becomes(f"family = {family!r}", {"drafter": method})
             else:
-                said.append(f"family = {family!r} is left out: the drafter is {out['drafter']!r}")
-        if "cotrain" in out and isinstance(out["cotrain"], bool):
+                said.append(f"family = {family!r} is left out: the drafter is {context['drafter']!r}")
+        if isinstance(out.get("cotrain"), bool):
             cotrain = out.pop("cotrain")
-            becomes(f"cotrain = {cotrain!r}", {"training": "cotrain"} if cotrain else {})
-        if "spot" in out and isinstance(out["spot"], bool):
-            spot = out.pop("spot")
-            if out.get("training") != "cotrain":
-                becomes(f"spot = {spot!r}", {"training": "spot" if spot else "frozen"})
+            if cotrain:
+                becomes("cotrain = True", {"training": "cotrain"})
             else:
+                said.append("cotrain = False is left out: it was the default")
+        if isinstance(out.get("spot"), bool):
+            spot = out.pop("spot")
+            if context.get("training") == "cotrain" and "cotrain" in values:
                 said.append(f"spot = {spot!r} is left out: training is 'cotrain'")
+            elif not spot and context.get("dedicated_gpus", 0):
+                becomes("spot = False", {"training": "spot"})  # on the dedicated GPUs alone, as it trained then
+            else:
+                becomes(f"spot = {spot!r}", {"training": "spot" if spot else "frozen"})
         training = out.get("training")
-        if training not in SIMULATED_TRAININGS and training_name(training):
+        if training_name(training) not in (None, training):
             becomes(f"training = {training!r}", {"training": training_name(training)})
         for line in said:
             warnings.warn(TltsimNote(f"policy {name!r}: knob {line} (the drafter's knobs are drafter, its method, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from tltsim.control.decisions import DecisionKnobs
+from tltsim.control.decisions import RENAMED_KNOBS
 from tltsim.control.knobs import check_known, takes
 from tltsim.core.errors import TltsimError
 from tltsim.policies.async_rl import AsyncRL
@@ -57,9 +57,10 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
     parts = key.split("+")
     if len(parts) != 2 or any(p not in REGISTRY for p in parts):
         raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())} (or A+B of two single ones)")
-    knobs = DecisionKnobs.renamed(name, knobs)  # the drafter's older knobs, read before they go to a part
     preset = {**COMBINATIONS.get(key, {}), **knobs}
-    allowed = {p: set(REGISTRY[p].knob_names) for p in parts}
+    # a speculating part also takes the drafter's older knobs, which it reads against its own variant's
+    allowed = {p: {*REGISTRY[p].knob_names, *(RENAMED_KNOBS if hasattr(getattr(REGISTRY[p], "Knobs", None),
+                                                                       "renamed") else ())} for p in parts}
     check_known(f"policy {name!r}", knobs, sorted(set().union(*allowed.values())))
     a, b = (_single(p, {k: v for k, v in preset.items() if k in allowed[p]}, p) for p in parts)
     return Composite(a, b)

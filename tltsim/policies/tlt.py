@@ -2,10 +2,10 @@
 
 One class, `TLTPolicy`, configured by `TLTKnobs`, covers every named variant:
 
-    tlt            adaptive SD + BEG tuner + adaptive drafter trained on idle workers (spot trainer)
+    tlt            adaptive SD + BEG tuner + a drafter spot-trained on idle workers
     tlt-base       adaptive SD with a model-free n-gram drafter, no training
     static-sd      adaptive SD with a drafter trained once (it goes stale as the policy moves)
-    sd-always      SD from the first token, adaptive drafter with spot training
+    sd-always      SD from the first token, a drafter spot-trained as tlt's
     tlt-auto       tlt whose switch point is learned per batch bucket (tltsim.control.learned), starting from the
                    cost model's estimate of where speculation pays
     tlt-dedicated  adaptive SD; `dedicated_gpus` GPUs reserved to train the drafter instead of idle ones
@@ -32,7 +32,6 @@ costs), the drafter trains on them, then drifts with the policy update.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, replace
 
@@ -58,8 +57,8 @@ class TLTKnobs(DecisionKnobs):
     """The decision knobs (tltsim.control.decisions) and the simulator's own: its model of the drafter and of
     spot training, and its fast path's chunking."""
 
-    dedicated_gpus: int = knob(0, lo=-1)  # GPUs reserved for drafter training all step (tlt-dedicated); a multiple
-    # of tp, or -1: one engine's worth (tp GPUs)
+    dedicated_gpus: int = knob(0, lo=-1)  # GPUs reserved for drafter training all step (tlt-dedicated; the drafter
+    # spot-trains there, not on idle workers); a multiple of tp, or -1: one engine's worth (tp GPUs)
     drift: float = knob(DrafterConfig.drift)  # drafter quality lost per policy update
     tau_samples: float = knob(DrafterConfig.tau_samples)  # samples that close 63% of the quality gap
     q_start: float = knob(DrafterConfig.q_start)  # drafter quality when RL starts
@@ -83,7 +82,6 @@ VARIANTS = {
     "tlt-dedicated": {"dedicated_gpus": -1},  # -1: one engine's worth (tp GPUs), set in bind; spot training there
     "cotrain": {"training": "cotrain"},  # quality restored every step, at the update phase's cost
 }
-WORLD_KNOBS = ("q_start", "drift")  # a trained drafter's, taken from the config's drafter section where not given
 KNOB_NAMES = knob_names(TLTKnobs)
 
 
@@ -99,10 +97,8 @@ class TLTPolicy(Policy):
         return self.k.spot and not self.dedicated
 
     def __init__(self, name: str = "tlt", **knobs):
-        preset = TLTKnobs.renamed(name, {**VARIANTS[name], **knobs})  # the older knobs read against the variant's
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # noted just now
-            knobs = TLTKnobs.renamed(name, knobs)  # what the user gave, in today's names
+        knobs = TLTKnobs.renamed(name, knobs, VARIANTS[name])  # the older knobs, read against the variant's
+        preset = {**VARIANTS[name], **knobs}
         if "arms" in preset:
             preset["arms"] = tuple(str(a) for a in parse_arms(preset["arms"]))
         self.name = name
@@ -112,6 +108,9 @@ class TLTPolicy(Policy):
             preset["dedicated_gpus"] = 0  # placeholder until bind knows tp
         self.k = build(TLTKnobs, name, preset)
         self.dedicated = self._dedicated_default or self.k.dedicated_gpus > 0
+        if self.dedicated and self.k.training != "spot":
+            raise TltsimError(f"policy {name!r}: dedicated_gpus keeps GPUs to spot-train the drafter on, which "
+                              f"training = {self.k.training!r} does not; give training=spot or dedicated_gpus=0")
         self.knob_values = asdict(self.k)
 
     # --- set-up ------------------------------------------------------------------------------
@@ -129,10 +128,10 @@ class TLTPolicy(Policy):
         seed = sim.cfg.seed
         world = sim.cfg.drafter
         trained_world = world.method in TRAINED
-        if trained_world:
-            self.k = replace(self.k, **{n: getattr(world, n) for n in WORLD_KNOBS if n not in self._given})
-            if "drafter" not in self._given and self.k.drafter in TRAINED:
-                self.k = replace(self.k, drafter=world.method)
+        world_knobs = dict(zip(("q_start", "drift"), world.trained()))  # where the knobs do not give them
+        self.k = replace(self.k, **{n: v for n, v in world_knobs.items() if n not in self._given})
+        if trained_world and "drafter" not in self._given and self.k.drafter in TRAINED:
+            self.k = replace(self.k, drafter=world.method)
         self.knob_values = asdict(self.k)
         k = self.k
         # what drafting costs: the method's, a hybrid's trained part's

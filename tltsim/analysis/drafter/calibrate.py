@@ -158,7 +158,7 @@ def check_saved(d, where: str, again: str) -> dict:
 
     if not isinstance(d, dict):
         raise TltsimError(f"{where}: its drafter is not a table; {again}")
-    d = _renamed(d, where)
+    d = _renamed(d, where, again)
     for key in d:
         if key not in KEYS:
             close = difflib.get_close_matches(str(key), KEYS, n=1)
@@ -179,19 +179,24 @@ def check_saved(d, where: str, again: str) -> dict:
     return d
 
 
-def _renamed(d: dict, where: str) -> dict:
+def _renamed(d: dict, where: str, again: str) -> dict:
     """A drafter section saved before the drafter's two names (`family`; `cotrained` with `train_interval`) in
     today's keys (`method`, `training`), with one note line; any other section as it is."""
-    if "family" not in d and "cotrained" not in d:
-        return d
-    out = {k: v for k, v in d.items() if k not in ("family", "cotrained")}
-    if "family" in d:
-        out.setdefault("method", method_name(d["family"]) or d["family"])
-    if "cotrained" in d:
-        out.setdefault("training", "frozen" if not d["cotrained"] else
-                       "periodic" if (d.get("train_interval") or 1) > 1 else "cotrain")
-    warnings.warn(TltsimNote(f"{where}: its drafter's family and cotrained read as method = {out.get('method')!r}, "
-                             f"training = {out.get('training')!r}"))
+    old = [k for k in ("family", "cotrained") if k in d and {"family": "method", "cotrained": "training"}[k] not in d]
+    out = {k: v for k, v in d.items() if k not in ("family", "cotrained")}  # beside today's keys, the older go
+    if not old:
+        return out
+    interval = d.get("train_interval") or 1
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 0:
+        raise TltsimError(f"{where}: drafter train_interval {d.get('train_interval')!r} is not a whole number of "
+                          f"steps; {again}")
+    if "family" in old:
+        out["method"] = method_name(d["family"]) or d["family"]
+    if "cotrained" in old:
+        out["training"] = "frozen" if not d["cotrained"] else "periodic" if interval > 1 else "cotrain"
+    if out.get("method") in METHOD_NAMES:
+        warnings.warn(TltsimNote(f"{where}: its drafter's {' and '.join(old)} read as "
+                                 + ", ".join(f"{k} = {out[k]!r}" for k in ("method", "training") if k in out)))
     return out
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tltsim.config import steps_in
+from tltsim.core.drafter_names import TRAINED
 from tltsim.policies import make_policy
 from tltsim.drafter.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel
 from tltsim.drafter.quality import DrafterConfig
@@ -49,13 +50,14 @@ def drift_sensitivity(trace, cfg, strategy=None, fitted_length_drift=None) -> li
     drift; `strategy` is the run's draft tree (the drift in accepted length is given at it), and
     `fitted_length_drift` the fitted drift in accepted length as measured (the fitted rows show it)."""
     strategy = strategy or RL_REFERENCE_STRATEGY
-    fitted = bool(cfg.drafter.source)
-    span = list(SPAN) + ([("fitted to the run", cfg.drafter.drift)] if fitted else [])
+    q0, fitted_drift = cfg.drafter.trained()
+    fitted = bool(cfg.drafter.source) and cfg.drafter.method in TRAINED  # a trained drafter's drift was fitted
+    span = list(SPAN) + ([("fitted to the run", fitted_drift)] if fitted else [])
     steps = steps_in(cfg.steps, trace.steps)  # the run's steps
     short = trace.select_steps(steps[:STEPS])
     cfg = replace(cfg, steps="")
     half = len(steps) / 2
-    q0, model = cfg.drafter.q_start, AcceptanceModel()
+    model = AcceptanceModel()
     floor = min(DrafterConfig.q_floor, q0)
     base = mean_step(short, cfg, "verl", {})
     once = {p: mean_step(short, cfg, p, {}) for _, p in WAYS if p not in DRIFTING}

@@ -27,7 +27,7 @@ from tltsim.core.glossary import BOUNDS
 from tltsim.core.drafter_names import TRAINED
 from tltsim.drafter.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel, invert_quality
 from tltsim.drafter.quality import DrafterConfig
-from tltsim.policies import policy_knobs
+from tltsim.policies import make_policy, policy_knobs
 
 TOP = 5  # the ranking's first policies the report asks about
 CHANGES = (("accepted length", 0.8), ("accepted length", 1.2), ("drift", 0.8), ("drift", 1.2))
@@ -48,9 +48,10 @@ def ranking_sensitivity(trace, cfg, times: dict[str, float]) -> list[dict]:
     unchanged = {p: mean_step(short, cfg, p, {}) for p in moved}
     before = _order(times)
     model, strategy = AcceptanceModel(), RL_REFERENCE_STRATEGY
-    q0 = float(cfg.policy_knobs.get("q_start", cfg.drafter.q_start))
+    q_start, drift = cfg.drafter.trained()
+    q0 = float(cfg.policy_knobs.get("q_start", q_start))
     q_max = max(q0, float(cfg.policy_knobs.get("q_max", DrafterConfig.q_max)))
-    drift = float(cfg.policy_knobs.get("drift", cfg.drafter.drift))
+    drift = float(cfg.policy_knobs.get("drift", drift))
     rows = []
     for what, factor in CHANGES:
         if what == "drift":
@@ -74,19 +75,19 @@ def reordered(rows: list[dict]) -> str:
     moves = [f"{r['change']} puts " + ", ".join(f"{b} ahead of {a}" for a, b in r["swapped"]) for r in rows
              if r["swapped"]]
     if not moves:
-        return (f"{head} holds if the trained drafter accepts 20% more or fewer tokens a verify or drifts 20% faster "
-                f"or slower.")
-    return f"{head} rests on the trained drafter's figures: " + "; ".join(moves) + "."
+        return (f"{head} holds over the first {STEPS} steps if the trained drafter accepts 20% more or fewer tokens a "
+                f"verify or drifts 20% faster or slower.")
+    return f"{head} rests on the trained drafter's figures over the first {STEPS} steps: " + "; ".join(moves) + "."
 
 
 def _trained(policy: str, cfg) -> bool:
-    """Whether `policy` drafts with a trained drafter (its knobs include those a change moves, and its drafter
-    method is trained or the hybrid)."""
-    knobs = {name: default for name, default, _ in policy_knobs(policy)}
-    if not all(k in knobs for k in KNOBS):
+    """Whether `policy`, with the comparison's knobs, drafts with a trained drafter (a part of it has the knobs a
+    change moves and a trained method, or the hybrid)."""
+    if not {n for n, _, _ in policy_knobs(policy)} >= set(KNOBS):  # verl, a long-tail answer alone: none
         return False
-    drafter = cfg.policy_knobs.get("drafter", knobs.get("drafter"))
-    return drafter in TRAINED or drafter == "hybrid"
+    built = make_policy(policy, cfg.policy_knobs)
+    return any(all(hasattr(k, n) for n in KNOBS) and (k.drafter in TRAINED or k.drafter == "hybrid")
+               for k in (getattr(p, "k", None) for p in getattr(built, "parts", [built])) if k is not None)
 
 
 def _order(times: dict) -> list[str]:

@@ -25,8 +25,8 @@ from tltsim.core.errors import TltsimError
 SHIPPED = Path(__file__).parent / "data" / "checked.csv"
 # error: of the predicted speedup, at one machine speed where both runs probed it (validate --speed: the measured
 # ratio corrected for the machine's drift between the runs); error_as_measured: of the plain ratio of makespans
-CHECK_COLUMNS = ["policy", "run", "baseline", "steps", "measured_speedup", "predicted_speedup", "error",
-                 "error_as_measured"]
+CHECK_COLUMNS = ["policy", "run", "baseline", "profile", "steps", "measured_speedup", "predicted_speedup", "error",
+                 "error_as_measured"]  # profile: the file name of the profile given, "" for each run's own
 
 
 def check_pairs(pairs: list[tuple[str | Path, str | Path, str | Path | None]]) -> pd.DataFrame:
@@ -44,7 +44,7 @@ def check_pairs(pairs: list[tuple[str | Path, str | Path, str | Path | None]]) -
         predicted = s["predicted_at_one_speed"] if speed else s["predicted"]
         steps = len(pd.read_parquet(Path(run) / "steps.parquet", columns=["step"]))
         rows.append({"policy": config["policy"], "run": Path(run).name, "baseline": Path(baseline).name,
-                     "steps": steps, "measured_speedup": measured, "predicted_speedup": predicted,
+                     "profile": Path(profile).name if profile else "", "steps": steps, "measured_speedup": measured, "predicted_speedup": predicted,
                      "error": predicted / measured - 1, "error_as_measured": s["error"]})
     return pd.DataFrame(rows, columns=CHECK_COLUMNS)
 
