@@ -25,6 +25,7 @@ const lines = box => {  // the height of what it shows (not of its row; a fold's
 const out = {height: document.documentElement.scrollHeight,
   findings: [...document.querySelectorAll("ul.findings > li")].map(lines),
   reasons: [...document.querySelectorAll("table.ranking tr > td:last-child")].map(lines),
+  ranges: [...document.querySelectorAll("div.checked-range")].map(lines),
   headings: [...document.querySelectorAll("h2, h3")].map(h => h.textContent),
   summary_top: document.getElementById("summary").getBoundingClientRect().top};
 document.body.insertAdjacentHTML("beforeend", `<pre id="measure">${JSON.stringify(out)}</pre>`);
@@ -52,8 +53,8 @@ def laid_out(base, tlt, tmp_path_factory):
 
 def test_each_finding_and_reason_is_at_most_two_lines(laid_out):
     measured, _ = laid_out
-    assert measured["findings"] and measured["reasons"]
-    assert max(measured["findings"]) <= 2 and max(measured["reasons"]) <= 2
+    assert measured["findings"] and measured["reasons"] and measured["ranges"]  # the ranking's checked-range line
+    assert max(measured["findings"] + measured["reasons"] + measured["ranges"]) <= 2
 
 
 def test_a_single_turn_comparison_has_no_multi_turn_section_and_opens_on_its_answer(laid_out):
