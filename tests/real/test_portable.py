@@ -68,3 +68,22 @@ def test_no_tracked_record_holds_an_absolute_path():
     hits = [f for f in files if f.endswith((".json", ".ipynb", ".md", ".csv"))
             and MACHINE_PATH.search((ROOT / f).read_text(errors="replace"))]
     assert not hits
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout: nothing to clone")
+def test_a_fresh_clone_elsewhere_replays_a_shipped_runs_answers(tmp_path):
+    """`git clone` of this repository into another directory: a run there with --answers of a shipped run is
+    accepted, as in the checkout that made it (SmolLM2 from the model cache the suite fetches)."""
+    import os
+    import sys
+
+    clone = tmp_path / "elsewhere"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    check = ("import json; from real.run.config import RunConfig; from real.settings import GRPOConfig; "
+             "c = json.load(open('traces/runs/real_verl_smollm2_longtail/config.json')); "
+             "keep = ('model', 'task', 'seed', 'prompts', 'group', 'max_new_tokens', 'greedy', 'temperature'); "
+             "RunConfig(policy='tlt', steps=1, answers='traces/runs/real_verl_smollm2_longtail', grpo=GRPOConfig(**c['grpo']), "
+             "**{k: c[k] for k in keep if k in c}).checked(); print('accepted')")
+    done = subprocess.run([sys.executable, "-c", check], cwd=clone, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(clone)})  # the model cache as the suite's
+    assert done.returncode == 0 and done.stdout.strip() == "accepted", done.stderr
