@@ -238,7 +238,7 @@ def test_a_model_free_verl_rollout_calibrates_and_compares(tmp_path, capsys, met
     saved = json.loads(cal.read_text())["drafter"]
     assert (saved["method"], saved["training"]) == (method, "frozen")
     assert main(["compare", "--trace", str(tpath), *CLUSTER, "--calibration", str(cal), "--policies",
-                 "verl,tlt,tlt-base", "-o", str(tmp_path / "cmp"), "--no-progress"]) == 0
+                 "verl,tlt,tlt-base", "-o", str(tmp_path / "cmp"), "--no-progress", "--no-report"]) == 0
     base = Result.load(tmp_path / "cmp" / "tlt-base").steps["drafter_quality"]
     tlt = Result.load(tmp_path / "cmp" / "tlt").config
     assert tlt["drafter"]["method"] == method and tlt["policy_knobs"]["drafter"] == "eagle"
