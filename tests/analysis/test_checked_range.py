@@ -36,12 +36,12 @@ def test_a_policy_is_checked_only_by_a_held_out_row_of_its_size_class_and_gpu():
 
 def test_the_line_names_what_no_figure_checked_and_the_error_where_one_did():
     assert outside(["verl", "tlt", "das", "ideal"], "qwen2.5-32b", "h100", ROWS) == (
-        "Of these 2 policies, 1 is checked on a model of 10B to 40B on h100 by published GPU figures held out from "
-        "fitting (docs/fidelity.md), the simulator's error there: tlt -10% to +30%; none checks das.")
+        "Published GPU figures held out from fitting check 1 of these 2 policies on a model of 10B to 40B on h100 "
+        "(docs/fidelity.md); the simulator's error there: tlt -10% to +30%; none checks das.")
     assert outside(["verl", "tlt"], "qwen2.5-32b", "h100", ROWS) == ""  # every policy checked: nothing to say
     assert outside(["verl", "async"], "qwen2.5-7b", "b200", ROWS) == (
-        "Of this policy, 0 are checked on a model under 10B on b200 by published GPU figures held out from "
-        "fitting (docs/fidelity.md); none checks async.")
+        "Published GPU figures held out from fitting check 0 of this policy on a model under 10B on b200 "
+        "(docs/fidelity.md); none checks async.")
 
 
 def test_the_shipped_record_names_presets_tltsim_knows():
@@ -79,6 +79,6 @@ def test_the_report_puts_both_lines_beneath_the_ranking(base, tlt):
     rows = [{"change": "drift +20%", "before": ["tlt", "verl"], "order": ["verl", "tlt"], "swapped": [("tlt", "verl")]}]
     page = build_report([base, tlt], sensitivity=rows)
     summary = page[page.index('id="summary"'):page.index('id="explained"')]
-    lines = summary.count('<div class="checked-range">')
-    assert lines == 2 and "drift +20% puts verl ahead of tlt" in summary
-    assert "Of this policy, 0 are checked" in summary
+    box = summary[summary.index('<div class="checked-range">'):]
+    assert summary.count('<div class="checked-range">') == 1 and box.count("<div>") == 2  # one box, a line each
+    assert "drift +20% puts verl ahead of tlt" in box and "check 0 of this policy" in box

@@ -25,7 +25,7 @@ const lines = box => {  // the height of what it shows (not of its row; a fold's
 const out = {height: document.documentElement.scrollHeight,
   findings: [...document.querySelectorAll("ul.findings > li")].map(lines),
   reasons: [...document.querySelectorAll("table.ranking tr > td:last-child")].map(lines),
-  ranges: [...document.querySelectorAll("div.checked-range")].map(lines),
+  ranges: [...document.querySelectorAll("div.checked-range > div")].map(lines),
   headings: [...document.querySelectorAll("h2, h3")].map(h => h.textContent),
   summary_top: document.getElementById("summary").getBoundingClientRect().top};
 document.body.insertAdjacentHTML("beforeend", `<pre id="measure">${JSON.stringify(out)}</pre>`);

@@ -30,14 +30,14 @@ CSS = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 1200px; margin: 1.5em auto;
        padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { margin-bottom: 0.2em; font-size: 1.7em; }
-h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 1.8em; }
+h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 1.5em; }
 h3 { margin: 1.2em 0 0.3em; }
 .meta { color: #666; }
 nav { background: #f6f8fa; border: 1px solid #e1e4e8; padding: 0.5em 1em; font-size: 0.92em; }
 nav a { margin-right: 0.9em; white-space: nowrap; }
 .headline { font-size: 1.08em; background: #eef5ec; border-left: 4px solid #2ca02c; padding: 0.6em 0.9em; }
 .calibration { background: #eef2f8; border-left: 4px solid #1f77b4; padding: 0.5em 0.9em; }
-.checked-range { background: #fbf6e9; border-left: 4px solid #e0a526; padding: 0.4em 0.9em; margin: 0.4em 0; }
+.checked-range { background: #fbf6e9; border-left: 4px solid #e0a526; padding: 0.2em 0.9em; margin: 0.15em 0; font-size: 0.9em; }
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; vertical-align: top; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }

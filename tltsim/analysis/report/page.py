@@ -186,7 +186,8 @@ def _summary(runs, checks: pd.DataFrame, sensitivity: list | None = None) -> lis
     lines = [line for line in (_outside(runs), reordered(sensitivity or [])) if line]
     return [f'<p class="headline">{html.e(findings.headline(ranked, runs[0][0]))}</p>',
             f'<div class="scroll"><table class="ranking"><tr>{head}</tr>{"".join(rows)}</table></div>',
-            *(f'<div class="checked-range">{html.folded(line, FINDING_CHARS)}</div>' for line in lines)]
+            *([f'<div class="checked-range">{"".join(f"<div>{html.folded(x, FINDING_CHARS)}</div>" for x in lines)}'
+               '</div>'] if lines else [])]
 
 
 def _outside(runs) -> str:

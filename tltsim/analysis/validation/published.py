@@ -67,7 +67,6 @@ def outside(policies: list[str], model: str, gpu: str, rows: pd.DataFrame | None
     errors = [f"{p} {e.min():+.0%}" + (f" to {e.max():+.0%}" if len(e) > 1 else "")
               for p in considered if len(e := held.loc[held["policy"] == p, "error"])]
     setup = f"a model {size_class(model) or 'of unknown size'} on {gpu}"
-    n, k = len(considered), len(errors)
-    return (f"Of {'this policy' if n == 1 else f'these {n} policies'}, {k} {'is' if k == 1 else 'are'} checked on "
-            f"{setup} by published GPU figures held out from fitting (docs/fidelity.md)" + (f", the simulator's error there: {', '.join(errors)}" if errors
-                                                      else "") + f"; none checks {', '.join(missing)}.")
+    these = "this policy" if len(considered) == 1 else f"these {len(considered)} policies"
+    return (f"Published GPU figures held out from fitting check {len(errors)} of {these} on {setup} (docs/fidelity.md)" + (f"; the simulator's error there: {', '.join(errors)}" if errors else "")
+            + f"; none checks {', '.join(missing)}.")
