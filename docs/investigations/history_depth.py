@@ -20,51 +20,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
-from real.engine.sampling import recorded_table
+import model_free_and_switch  # beside this script: the replay of recorded answers with a drafter and no model
 from real.models.targets import load_task
-from real.engine.sampling import verify_chosen
-from real.drafters.suffix import SuffixDrafter, chain
 from real.run.problems import recorded_prompts
 from tltsim.analysis.report.table import format_table
 
 
 def replay(rows: pd.DataFrame, depth: int) -> dict[int, list[int]]:
     """Tokens per call of every row-iteration, by the batch it ran at, of `rows` (step, engine, prompt, tokens)
-    replayed step by step with history drafts of `depth` tokens (module docstring)."""
-    drafters = {e: SuffixDrafter() for e in sorted(rows["engine"].unique())}
-    calls = defaultdict(list)
-    for step in sorted(rows["step"].unique()):
-        this = rows[rows["step"] == step]
-        for engine, group in this.groupby("engine"):
-            session = drafters[engine].session()
-            prompts, answers = list(group["prompt"]), [list(t) for t in group["tokens"]]
-            session.add(prompts)
-            done, live = [0] * len(answers), list(range(len(answers)))
-            while live:
-                context = [prompts[i] + answers[i][:done[i]] for i in live]
-                session.catch_up(context)
-                tree = chain(torch.tensor([c[-1] for c in context]), session.matches(depth), depth)
-                ahead = recorded_table([answers[i] for i in live], [done[i] for i in live],
-                                       int(tree.depth.max()) + 1).gather(1, tree.depth)
-                _, kept, _ = verify_chosen(tree.tokens, tree.parents, ahead)
-                for i, a in zip(live, kept.tolist()):
-                    done[i] = min(done[i] + a + 1, len(answers[i]))
-                    calls[len(live)].append(a + 1)
-                keep = [k for k, i in enumerate(live) if done[i] < len(answers[i])]
-                session.select(keep, [prompts[i] + answers[i] for k, i in enumerate(live) if k not in keep])
-                live = [live[k] for k in keep]
-        for engine, drafter in drafters.items():  # every other engine's responses of the step join the history
-            for prompt, tokens, other in zip(this["prompt"], this["tokens"], this["engine"]):
-                if other != engine:
-                    drafter.remember(prompt, list(tokens))
-    return calls
+    replayed step by step with history drafts of `depth` tokens (module docstring): model_free_and_switch.py's
+    replay with das's suffix drafter."""
+    return model_free_and_switch.replay(rows, "suffix", depth)
 
 
 def main(argv=None) -> int:
