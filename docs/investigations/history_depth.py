@@ -18,16 +18,12 @@ tokens a call grow faster than that cost. Recorded: history_depth.txt, read by h
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import model_free_and_switch  # beside this script: the replay of recorded answers with a drafter and no model
-from real.models.targets import load_task
-from real.run.problems import recorded_prompts
 from tltsim.analysis.report.table import format_table
 
 
@@ -44,11 +40,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2-135m", help="whose tokenizer rebuilds the prompts")
     ap.add_argument("--depths", default="4,8,12,16")
     args = ap.parse_args(argv)
-    config = json.loads((Path(args.run) / "config.json").read_text())
-    task = load_task(args.model, config.get("task"))
-    trace = pd.read_parquet(Path(args.run) / "trace.parquet")[["step", "prompt_id", "sample", "engine"]]
-    rows = pd.read_parquet(Path(args.run) / "answers.parquet").merge(trace, on=["step", "prompt_id", "sample"])
-    rows["prompt"] = recorded_prompts(args.run, task, rows)
+    rows = model_free_and_switch.recorded_rows(args.run, args.model)
     depths = [int(d) for d in args.depths.split(",")]
     by_depth = {d: replay(rows, d) for d in depths}
     batches = sorted({b for calls in by_depth.values() for b in calls})

@@ -88,17 +88,24 @@ def replay(rows: pd.DataFrame, drafter: str, depth: int) -> dict[int, list[int]]
     return calls
 
 
+def recorded_rows(run: str, model: str) -> pd.DataFrame:
+    """The recorded answers of `run` (step, prompt_id, sample, tokens) with each row's engine and its prompt's
+    token ids (rebuilt with `model`'s tokenizer)."""
+    config = json.loads((Path(run) / "config.json").read_text())
+    task = load_task(model, config.get("task"))
+    trace = pd.read_parquet(Path(run) / "trace.parquet")[["step", "prompt_id", "sample", "engine"]]
+    rows = pd.read_parquet(Path(run) / "answers.parquet").merge(trace, on=["step", "prompt_id", "sample"])
+    rows["prompt"] = recorded_prompts(run, task, rows)
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="traces/runs/real_verl_smollm2_longtail")
     ap.add_argument("--model", default="smollm2-135m", help="whose tokenizer rebuilds the prompts")
     ap.add_argument("--depth", type=int, default=4)
     args = ap.parse_args(argv)
-    config = json.loads((Path(args.run) / "config.json").read_text())
-    task = load_task(args.model, config.get("task"))
-    trace = pd.read_parquet(Path(args.run) / "trace.parquet")[["step", "prompt_id", "sample", "engine"]]
-    rows = pd.read_parquet(Path(args.run) / "answers.parquet").merge(trace, on=["step", "prompt_id", "sample"])
-    rows["prompt"] = recorded_prompts(args.run, task, rows)
+    rows = recorded_rows(args.run, args.model)
     by = {d: replay(rows, d, args.depth) for d in DRAFTERS}
     batches = sorted({b for calls in by.values() for b in calls})
     model, strategy = AcceptanceModel(), Strategy.chain(args.depth)
