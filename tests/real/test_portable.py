@@ -87,3 +87,11 @@ def test_a_fresh_clone_elsewhere_replays_a_shipped_runs_answers(tmp_path):
     done = subprocess.run([sys.executable, "-c", check], cwd=clone, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(clone)})  # the model cache as the suite's
     assert done.returncode == 0 and done.stdout.strip() == "accepted", done.stderr
+
+
+def test_no_shipped_drafter_names_a_directory_of_the_machine_that_made_it():
+    import torch
+
+    for f in sorted(ASSETS.glob("*.pt")):
+        meta = torch.load(f, weights_only=True, map_location="cpu")["meta"]
+        assert not MACHINE_PATH.search(json.dumps(meta)), f.name
