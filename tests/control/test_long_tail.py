@@ -115,6 +115,19 @@ def test_a_trajectory_goes_on_from_the_turn_it_was_in():
     seen = {0: (np.array([3, 0, 0]), np.array([0.0, np.nan, np.nan]), np.array([2.0, np.nan, np.nan]), 2.5)}
     rest = rest_of_trajectories(r, np.array([True, False]), seen)  # stopped in its first tool call
     assert rest["turn_response_len"].tolist() == [[4, 5]] and rest["tool_pending_s"].tolist() == [0.5]
+    assert rest["dropped_done"].tolist() == [0] and "turn_kept_len" not in rest  # every token kept
+
+
+def test_a_trajectory_that_keeps_fewer_tokens_than_it_generated_goes_on_without_them():
+    """Its first turn generated 3 and kept 1: the resumed row's prompt leaves out the 2 it dropped, and the turn it
+    was in (1 of 4 generated) keeps what it keeps less what it generated of it."""
+    lists = lambda *v: np.array(list(v) + [None], dtype=object)[:-1]  # noqa: E731
+    r = {"turn_response_len": lists([3, 4, 5]), "tool_latency_s": lists([1.0, 2.0, None]),
+         "tool_tokens": lists([7, 8, 0]), "turn_kept_len": lists([1, 4, 5])}
+    seen = {0: (np.array([3, 1, 0]), np.array([0.0, 6.0, np.nan]), np.array([2.0, np.nan, np.nan]), 7.0)}
+    rest = rest_of_trajectories(r, np.array([True]), seen)
+    assert rest["turn_response_len"].tolist() == [[3, 5]] and rest["turn_kept_len"].tolist() == [[3, 5]]
+    assert rest["tool_done"].tolist() == [7] and rest["dropped_done"].tolist() == [2]
 
 
 # tail batching

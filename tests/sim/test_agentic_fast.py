@@ -110,6 +110,45 @@ def test_fast_is_the_reference_on_shares_that_queue_evict_and_wait(seed):
     assert evicted  # the cases reached the cache's evictions
 
 
+def _kept(rng, turns: Turns) -> Turns:
+    """`turns` with a trace's kept tokens: each turn keeps what it generated, fewer (a reasoning block dropped) or a
+    few more (a template's wrapping)."""
+    share = np.floor(turns.gen * rng.uniform(0, 1, len(turns.gen)))
+    kept = turns.gen + rng.choice([0, 0, -1, 3], len(turns.gen)) * share
+    return Turns(turns.prompt_len, turns.first, turns.gen, turns.tool_latency_s, turns.tool_tokens, turns.pending_s,
+                 np.maximum(kept, 0.0))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fast_is_the_reference_where_turns_keep_other_than_they_generated(seed):
+    rng = np.random.default_rng([seed, 7])
+    for case in range(10):
+        turns = _kept(rng, random_share(rng, int(rng.integers(1, 14))))
+        kv = int(rng.choice([400, 700, 10**9]))
+        cost = ConstantCost(kv_capacity=kv) if case % 2 else roofline(tp=1, kv=kv)
+        max_running = int(rng.integers(1, 9))
+        try:
+            ref = agentic_rollout(turns, cost, max_running, reference=True)
+        except Exception as e:
+            with pytest.raises(type(e), match="tokens of KV"):
+                agentic_rollout(turns, cost, max_running)
+            continue
+        assert_same(agentic_rollout(turns, cost, max_running), ref)
+
+
+def test_a_turn_that_keeps_fewer_tokens_than_it_generated_grows_the_context_by_those_it_keeps():
+    """One trajectory: 100 prompt tokens, a turn of 50 generated of which 10 are kept, a tool answer of 20, then a
+    last turn. The next turn's context is 100 + 10 + 20; its cache holds the 100 before the re-templated turn, so it
+    prefills 30."""
+    turns = Turns.of([100], [[50, 5]], [[0.5, None]], [[20, 0]], kept=[[10, 5]])
+    for reference in (True, False):
+        out = agentic_rollout(turns, ConstantCost(), 4, reference=reference)
+        assert out.turns["prompt_tokens"].tolist() == [100, 130]
+        assert out.turns["cached_tokens"].tolist() == [0, 100]
+    same = agentic_rollout(Turns.of([100], [[50, 5]], [[0.5, None]], [[20, 0]]), ConstantCost(), 4)
+    assert same.turns["prompt_tokens"].tolist() == [100, 170] and same.turns["cached_tokens"].tolist() == [0, 150]
+
+
 # async's engines play their own loop between weight updates (tltsim.sim.async_loop), not agentic_rollout
 MULTI_TURN = [p for p in policy_names() if make_policy(p).multi_turn and p != "async"]
 

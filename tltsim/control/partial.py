@@ -59,24 +59,31 @@ def rest_of_trajectories(rows: dict, mask: np.ndarray, seen: dict) -> dict:
     it had run none. Per row: the turn lists from the turn it was in (less the tokens it generated of it);
     `tool_done`, the tokens of the tool answers it had called for by then (they join its context: a tool does not
     depend on the policy's weights); and `tool_pending_s`, the seconds its call in flight still had to run (the
-    next rollout waits for them). A trajectory whose turns were all generated is left one turn of no tokens."""
-    out = {c: [] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")}
-    done, pending = [], []
+    next rollout waits for them). With the turns' kept tokens (`turn_kept_len`), the rest keeps its own, the turn it
+    was in less what it generated of it, and `dropped_done` is the tokens its finished turns generated and left out
+    of the context (they leave the resumed row's prompt). A trajectory whose turns were all generated is left one turn of no tokens."""
+    cols = ("turn_response_len", "tool_latency_s", "tool_tokens", *(["turn_kept_len"] if "turn_kept_len" in rows
+                                                                    else []))
+    out = {c: [] for c in cols}
+    done, dropped, pending = [], [], []
     for r in np.flatnonzero(mask):
         gen, lat, tok = (list(rows[c][r]) for c in ("turn_response_len", "tool_latency_s", "tool_tokens"))
+        kept = list(rows["turn_kept_len"][r]) if "turn_kept_len" in rows else gen
         none = np.full(len(gen), np.nan)
         g, admitted, finished, stop = seen.get(int(r), (np.zeros(len(gen), np.int64), none, none, np.inf))
         j = int(np.sum(np.cumprod(g >= np.asarray(gen))))  # turns generated whole, from the first
         if j == len(gen):
-            rest = ([0], [None], [0])
+            rest = ([0], [None], [0], [0])
         else:
-            rest = ([gen[j] - int(g[j])] + gen[j + 1:], lat[j:], tok[j:])
+            rest = ([gen[j] - int(g[j])] + gen[j + 1:], lat[j:], tok[j:], [kept[j] - int(g[j])] + kept[j + 1:])
         waits = 0 < j < len(gen) and np.isnan(admitted[j])  # its turn j waits on the call after turn j - 1
         pending.append(max(0.0, finished[j - 1] + lat[j - 1] - stop) if waits else 0.0)
         for c, v in zip(out, rest):
             out[c].append(v)
         done.append(int(sum(tok[:j])))
+        dropped.append(int(sum(gen[:j]) - sum(kept[:j])))
     return {**{c: object_column(v) for c, v in out.items()}, "tool_done": np.array(done, np.int64),
+            "dropped_done": np.array(dropped, np.int64),
             "tool_pending_s": np.array(pending, float)}
 
 
@@ -113,9 +120,9 @@ class PartialControl:
         carry = carry_on(step, rows, left, generated)
         if "turn_response_len" in rows:  # trajectories go on from the turn they were in, after the call in flight
             rest = rest_of_trajectories(rows, left, trajectories or {})
-            tool_done = rest.pop("tool_done")
+            tool_done, dropped = rest.pop("tool_done"), rest.pop("dropped_done")
             carry.update(rest)
-            carry["prompt_len"] = carry["prompt_len"] + tool_done
+            carry["prompt_len"] = carry["prompt_len"] + tool_done - dropped
             carry["tool_total"] = carry["tool_total"] - tool_done
         self.carry = carry
         return 0

@@ -90,8 +90,9 @@ class Simulator:
         if self.cfg.rl.skip_zero_advantage:
             cols["reward"] = df["reward"].to_numpy(dtype=float)
         if self.agentic:  # each row's turns (lists), and the tools' tokens its sequence holds
-            for c in ("turn_response_len", "tool_latency_s", "tool_tokens"):
-                cols[c] = df[c].to_numpy()
+            for c in ("turn_response_len", "tool_latency_s", "tool_tokens", "turn_kept_len"):
+                if c in df:
+                    cols[c] = df[c].to_numpy()
             cols["tool_total"] = self.trace.sequence_tokens() - cols["response_len"]
         bounds = np.flatnonzero(np.diff(cols["step"])) + 1
         starts, ends = np.concatenate([[0], bounds]), np.concatenate([bounds, [len(df)]])
@@ -162,7 +163,7 @@ class Simulator:
             df = self._step_rows
             pending = df["tool_pending_s"][rows] if "tool_pending_s" in df else None  # carried on in a tool call
             turns = Turns.of(prompt_len, *(df[c][rows] for c in ("turn_response_len", "tool_latency_s", "tool_tokens")),
-                             pending)
+                             pending, df["turn_kept_len"][rows] if "turn_kept_len" in df else None)
             return agentic_rollout(turns, self.cost, self.cfg.cluster.max_running, spec, self.policy.priority(df, rows),
                                    reference=self.agentic_reference)
         if not self.cfg.exact:

@@ -25,8 +25,9 @@ generates again) carries each trajectory's turns as list columns, one entry per 
     turn_kept_len      list[int]    optional: tokens the turn left in the context for the next turn, where the
                                     source re-templates a turn's text (a reasoning block dropped keeps fewer than
                                     it generated; a template's wrapping adds a few); without it, every token stays.
-                                    Carried as the record; the simulator's executors grow a context by what the
-                                    turn generated
+                                    The simulator's step executors grow a context by it (the next turn prefills
+                                    it anew after the context cached before the turn); asynchronous RL's loop by
+                                    what the turn generated
 
 Such a row's response_len counts the tokens the model generated (what the engines decode); the tool's
 tokens are part of its sequence (`sequence_tokens`). A multi-turn trace's max_response_len caps what the

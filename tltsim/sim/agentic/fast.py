@@ -56,6 +56,7 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
     its events inline and its state in locals: a step's events are thousands, each a few operations."""
     n, nt = turns.rows, len(turns.gen)
     gen, tool_tokens = turns.gen.tolist(), turns.tool_tokens.tolist()
+    kept = None if turns.kept is None else turns.kept.tolist()
     latency = [None if x != x else x for x in turns.tool_latency_s.tolist()]  # None: no call after the turn
     first = turns.first.tolist()
     last_turn = [k - 1 for k in first[1:]]
@@ -279,6 +280,10 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                     finished_at[r] = t
                     done += 1
                 else:
+                    if kept is not None and kept[k] != gen[k]:  # re-templated: cached up to the turn's start
+                        h -= gen[k]
+                        used -= gen[k]
+                        ctx[r] = h + kept[k]
                     held[r] = h
                     if h > 0:
                         heappush(cached, (t, r, version[r]))

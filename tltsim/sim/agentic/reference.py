@@ -201,6 +201,10 @@ class Run:
             self.running[r] = False
             self.reserved[r] = 0.0
             self.held[r] = self.ctx[r]
+            kept = self.turns.kept
+            if kept is not None and kept[k] != self.turns.gen[k]:  # re-templated: cached up to the turn's start
+                self.held[r] = self.ctx[r] - self.turns.gen[k]
+                self.ctx[r] = self.held[r] + kept[k]
             lat = self.turns.tool_latency_s[k]
             if np.isnan(lat):
                 self._finish(r)
