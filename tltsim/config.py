@@ -24,7 +24,7 @@ from pathlib import Path
 from tltsim.cost import CostParams, PhaseCalibration
 from tltsim.core.errors import TltsimError, TltsimNote
 from tltsim.core.config_files import read_toml
-from tltsim.core.drafter_names import METHOD_NAMES, TRAINED, method_name
+from tltsim.core.drafter_names import RUN_METHODS, TRAINED, method_name
 from tltsim.drafter.quality import DrafterConfig
 
 SPLITS = ("auto", "contiguous", "trace")
@@ -121,9 +121,9 @@ class SimConfig:
         self.cost.checked()
         self.calibration.checked()
         d = self.drafter
-        if d.method not in METHOD_NAMES or d.method == "hybrid":
-            raise TltsimError(f"drafter: method = {d.method!r}; choose one of "
-                              f"{', '.join(n for n in METHOD_NAMES if n != 'hybrid')} (the method a run drafted with)")
+        if d.method not in RUN_METHODS:
+            raise TltsimError(f"drafter: method = {d.method!r}; choose one of {', '.join(RUN_METHODS)} (the method a "
+                              f"run drafted with)")
         if not 0.0 <= d.q_start <= 1.0 or d.drift < 0.0:
             raise TltsimError(f"drafter: q_start = {d.q_start} must be in [0, 1] and drift = {d.drift} >= 0")
         if self.seed < 0:

@@ -35,7 +35,6 @@ ASYNC = "async"  # asynchronous RL (tltsim.control.async_rl): the last worker tr
 ASYNC_POLICIES = (ASYNC, *(f"{ASYNC}+{v}" for v in ("tlt", "sd-always", "tlt-auto", "static-sd", "tlt-base")))
 POLICIES = ("verl", *VARIANTS, *COMBINED, *ASYNC_POLICIES)
 MODEL_FREE = {"suffix": "from the rollout history", "ngram": "from each row's own text"}  # drafters with no weights
-DRAFTING = ("eagle", "ngram", "suffix", "hybrid")  # the drafter methods real/drafters has (tltsim.drafter.methods)
 SPOT_KNOBS = ("min_idle", "cadence", "buffer_steps", "keep_long_prev")  # what spot training alone reads
 ANSWERS_FILE = "answers.parquet"  # in a run directory: every response's token ids (real.run.recorder writes it)
 DTYPES = ("float32", "float64", "bfloat16")  # torch dtypes by name (torch.float32 ...), resolved in the worker
@@ -119,9 +118,7 @@ class RunConfig:
             raise TltsimError(f"policy {self.policy!r}: real runs offer {', '.join(POLICIES)}")
         if self.task is not None and self.task not in TASKS:
             raise TltsimError(f"task {self.task!r}: use one of {', '.join(TASKS)}")
-        variant = VARIANTS.get(self.policy.split("+", 1)[1] if self.asynchronous and "+" in self.policy else
-                               "tlt" if self.policy in COMBINED else self.policy, {})
-        if (renamed := DecisionKnobs.renamed(self.policy, self.knobs, variant)) != self.knobs:  # older knobs, noted
+        if (renamed := DecisionKnobs.renamed(self.policy, self.knobs, self._variant())) != self.knobs:  # older knobs
             return replace(self, knobs=renamed).checked()
         if self.grpo is None:
             return replace(self, grpo=task_grpo(self.task)).checked()
@@ -310,25 +307,31 @@ class RunConfig:
             return None
         if self.asynchronous:
             self.async_knobs()  # every knob is one of the two parts'
-            variant, given = VARIANTS[self.policy.split("+", 1)[1]], self._knobs_of(DecisionKnobs)
-            return self._decisions(variant, given)
+            return self._decisions(self._variant(), self._knobs_of(DecisionKnobs))
         if self.policy == "verl":
             if self.knobs:
                 raise TltsimError(f"policy 'verl' has no knobs; drop {', '.join(sorted(self.knobs))}")
             return None
         if self.policy in COMBINED:
             self._step_knobs(self.policy.removesuffix("+tlt"))  # every knob is one of the two parts'
-            variant, given = VARIANTS["tlt"], self._knobs_of(DecisionKnobs)
-        else:
-            variant, given = VARIANTS[self.policy], self.knobs
-        return self._decisions(variant, given)
+            return self._decisions(self._variant(), self._knobs_of(DecisionKnobs))
+        return self._decisions(self._variant(), self.knobs)
+
+    def _variant(self) -> dict:
+        """The knob defaults of the TLT variant the policy speculates as (tltsim.control.decisions.VARIANTS): its
+        own, a +tlt combination's tlt, an asynchronous run's part after `async+`; {} for one that does not."""
+        if self.asynchronous:
+            return VARIANTS.get(self.policy.partition("+")[2], {})
+        return VARIANTS["tlt"] if self.policy in COMBINED else VARIANTS.get(self.policy, {})
 
     def _decisions(self, variant: dict, given: dict) -> DecisionKnobs:
         """The decision knobs of a TLT `variant` (its defaults) with those `given`, checked."""
+        from real.drafters import DRAFTERS  # no torch: the registry's names, the methods real/drafters has
+
         k = build(DecisionKnobs, self.policy, {**variant, **given})
-        if k.drafter not in DRAFTING:
+        if k.drafter not in DRAFTERS:
             raise TltsimError(f"policy {self.policy!r}: drafter = {k.drafter!r} is simulated only; a real run drafts "
-                              f"with {', '.join(DRAFTING)}")
+                              f"with {', '.join(DRAFTERS)}")
         if k.training not in ("spot", "frozen"):
             raise TltsimError(f"policy {self.policy!r}: training = {k.training!r} is simulated only; a real run's "
                               f"drafter trains spot or stays frozen")

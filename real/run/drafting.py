@@ -1,5 +1,6 @@
-"""The trained drafter a run starts from: --drafter-checkpoint, the one shipped for a known model (real.drafters.warmup), or one
-warmed up on the target's own answers before the run (a few AdamW steps: the run's own training should matter)."""
+"""The trained drafter a run starts from: --drafter-checkpoint, the one shipped for a known model
+(real.drafters.warmup), or one warmed up on the target's own answers before the run (a few AdamW steps: the run's
+own training should matter)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,19 +14,25 @@ from real.run.problems import mixed_seed
 from real.settings import GenerateSettings, SamplingParams
 
 
+def starting_checkpoint(config: RunConfig):
+    """The checkpoint of the drafter a run starts from: --drafter-checkpoint, else the one shipped for a known
+    --model; None where there is neither (the run warms one up)."""
+    return config.drafter_checkpoint or find_shipped_drafter(config.model)
+
+
 def given_drafter(config: RunConfig, target) -> drafters.Trainable | None:
-    """--drafter-checkpoint, else the drafter shipped for a known --model, loaded for `target` (drafters.load reads a recorded
-    path as packaged); None where there is neither (warm one up)."""
-    start = config.drafter_checkpoint or find_shipped_drafter(config.model)
+    """starting_checkpoint's drafter, loaded for `target` (drafters.load reads a recorded path as packaged); None
+    where there is none (warm one up)."""
+    start = starting_checkpoint(config)
     return drafters.load(start, target) if start else None
 
 
 def spot_lr(config: RunConfig) -> float:
     """Spot training's learning rate: --spot-lr, else WARM_SPOT_LR from a drafter warmed up before the run
-    (--drafter-checkpoint or a shipped one), else --drafter-lr after the run's own short warm-up (the same when the run resumes)."""
+    (starting_checkpoint's), else --drafter-lr after the run's own short warm-up (the same when the run resumes)."""
     if config.spot_lr is not None:
         return config.spot_lr
-    return WARM_SPOT_LR if config.drafter_checkpoint or find_shipped_drafter(config.model) else config.drafter_lr
+    return WARM_SPOT_LR if starting_checkpoint(config) else config.drafter_lr
 
 
 def warmed_up_drafter(config: RunConfig, target, task, sampling: SamplingParams) -> tuple[drafters.Trainable, list]:

@@ -26,12 +26,11 @@ from real.models.targets import load_target
 from real.run.progress import StepProgress
 from real.run.recorder import Recorder, WorkerStep, recorded_answers, turn_records
 from real.run.config import RunConfig
-from real.run.drafting import given_drafter, spot_lr, warmed_up_drafter
+from real.run.drafting import given_drafter, spot_lr, starting_checkpoint, warmed_up_drafter
 from real.run.probes import drafter_accepted, machine_speed
 from real.settings import SamplingParams
 from real.run.spot import SampleBuffer, SpotDispatcher, SpotTraining
 from real.drafters.suffix import SuffixDrafter
-from real.drafters.warmup import find_shipped_drafter
 from tltsim.control import SpotTrainer
 from tltsim.control.learned import learned_summary
 from tltsim.trace import TraceMeta
@@ -179,8 +178,8 @@ class Worker:
         return self._policy_drafter(trained, SuffixDrafter(self.history.max_tokens))
 
     def _initial_drafter(self) -> drafters.Trainable:
-        """The resumed run's drafter, --drafter-checkpoint, the one shipped for a known model (real.drafters.warmup), or one
-        warmed up by rank 0; the same on every rank."""
+        """The resumed run's drafter, real.run.drafting.starting_checkpoint's, or one warmed up by rank 0; the same
+        on every rank."""
         if self.ckpt:
             return drafters.load(self.ckpt / "drafter.pt", self.target)
         given = given_drafter(self.config, self.target)
@@ -205,7 +204,7 @@ class Worker:
 
     def _starting_drafter(self) -> drafters.Trainable:
         """The drafter the run started from, as it was then (a resumed run's own start)."""
-        start = self.config.drafter_checkpoint or find_shipped_drafter(self.config.model) or self.out / "drafter_init.pt"
+        start = starting_checkpoint(self.config) or self.out / "drafter_init.pt"
         if not self.ckpt and start == self.out / "drafter_init.pt":  # warmed up just now: the current one
             copy = drafters.kind("eagle").for_target(self.target, draft_vocab=self.trained.draft_vocab)
             copy.load_state_dict(self.trained.state_dict())

@@ -121,3 +121,10 @@ def test_das_takes_no_trained_drafter_and_no_spot_training_knobs():
     assert base(policy="das+tlt", knobs={"buffer_steps": 2}).checked().tlt_knobs().buffer_steps == 2
     assert base(policy="static-sd", knobs={"buffer_steps": 2}).checked()  # ignored there, as before (test_run.py)
     assert replace(base(), policy="das+tlt").checked().tlt_knobs().drafter == "hybrid"
+
+
+def test_a_method_or_training_the_simulator_alone_has_is_refused_in_one_line():
+    with pytest.raises(TltsimError, match="drafter = 'mtp' is simulated only; a real run drafts with eagle"):
+        base(policy="tlt", knobs={"drafter": "mtp"}).checked()
+    with pytest.raises(TltsimError, match="training = 'cotrain' is simulated only"):
+        base(policy="tlt", knobs={"training": "cotrain"}).checked()

@@ -13,6 +13,9 @@ import inspect
 import math
 import re
 import sys
+import warnings
+
+from tltsim.core.errors import TltsimNote
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -76,10 +79,6 @@ def add_renamed(parser: argparse.ArgumentParser, old: str, new: str, **kw) -> No
     when given."""
     class Renamed(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
-            import warnings
-
-            from tltsim.core.errors import TltsimNote
-
             warnings.warn(TltsimNote(f"{old} reads as {new}, its name now"))
             setattr(namespace, self.dest, values)
 

@@ -3,6 +3,7 @@
 
     METHOD_NAMES, TRAINING_NAMES        every method, every training
     TRAINED, MODEL_FREE                 the methods with weights of their own, and those with none
+    RUN_METHODS                         the methods a run drafts with alone (all but tltsim's hybrid)
     method_name(text), training_name(text) -> the name, an older spelling read as the name it became (None: neither)
 
 Methods go by vLLM's `speculative_config.method` names where vLLM has one (eagle, eagle3, mtp, draft_model, ngram,
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 METHOD_NAMES = ("eagle", "eagle3", "mtp", "draft_model", "dflash", "dspark", "ngram", "suffix", "hybrid")
 MODEL_FREE = ("ngram", "suffix")
-TRAINED = tuple(n for n in METHOD_NAMES if n not in MODEL_FREE and n != "hybrid")
+RUN_METHODS = tuple(n for n in METHOD_NAMES if n != "hybrid")  # what a run drafts with alone (hybrid: tltsim's)
+TRAINED = tuple(n for n in RUN_METHODS if n not in MODEL_FREE)
 TRAINING_NAMES = ("spot", "cotrain", "periodic", "frozen")
 # older spellings, as recorded runs, saved calibrations and configs carry them -> the name
 METHOD_ALIASES = {"draft-model": "draft_model", "block": "dflash", "history": "suffix"}

@@ -12,13 +12,13 @@ through the steps:
 - a frozen drafter: the line over every step; `drift_per_step` is the accepted length (tokens per verify, at the
   run's strategy) it loses per RL step, `quality_drift_per_step` the same in q (what the simulator's drafter
   model takes, tltsim.drafter.quality `drift`);
-- a drafter trained every `train_interval` > 1 steps (training periodic, verl-SpeCo): the drafter is frozen between trainings,
-  so the line is fitted within each stretch between two trainings (each stretch its own level, one common slope),
-  and `recovery_per_training` is the accepted length a training gives back (the median jump at a stretch's start
-  over the previous stretch's line);
-- a drafter co-trained every step (training cotrain, verl's MTP `enable_train`): drift and recovery happen in every step together
-  and cannot be told apart; the line's slope is the net change (`net_change_per_step`), the drift is left
-  unknown (None) and a note says so: a frozen run measures it.
+- a drafter trained every `train_interval` > 1 steps (training periodic, verl-SpeCo): the drafter is frozen between
+  trainings, so the line is fitted within each stretch between two trainings (each stretch its own level, one
+  common slope), and `recovery_per_training` is the accepted length a training gives back (the median jump at a
+  stretch's start over the previous stretch's line);
+- a drafter co-trained every step (training cotrain, verl's MTP `enable_train`): drift and recovery happen in every
+  step together and cannot be told apart; the line's slope is the net change (`net_change_per_step`), the drift is
+  left unknown (None) and a note says so: a frozen run measures it.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import pandas as pd
 from tltsim.analysis.drafter import fit
 from tltsim.core.errors import TltsimError, TltsimNote
 from tltsim.drafter.acceptance import AcceptanceModel
-from tltsim.core.drafter_names import METHOD_NAMES, method_name
+from tltsim.core.drafter_names import RUN_METHODS, method_name
 
 MIN_STEPS = 3  # measured steps a line needs
 # the metric read, in order of preference: verl's own, then verl-SpeCo's
@@ -122,7 +122,8 @@ def calibrate_drafter(spec, metrics: pd.DataFrame, model: AcceptanceModel | None
     per_step = pd.DataFrame({"step": steps.astype(int), "measured": measured,
                              "fitted": [model.mean(strategy, q) for q in q_line], "quality": quality})
     return DrafterCalibration(spec.method, spec.training, str(strategy), spec.engine,
-                              spec.train_interval if spec.training != "frozen" else 0, key, per_step, drift, float(q_line[0]), q_drift, slope, recovery, how, notes)
+                              spec.train_interval if spec.training != "frozen" else 0, key, per_step, drift,
+                              float(q_line[0]), q_drift, slope, recovery, how, notes)
 
 
 def _levels(steps, values, window, slope) -> dict:
@@ -164,9 +165,9 @@ def check_saved(d, where: str, again: str) -> dict:
             close = difflib.get_close_matches(str(key), KEYS, n=1)
             raise TltsimError(f"{where}: unknown drafter key {key!r}; {f'did you mean {close[0]!r}? ' if close else ''}"
                               f"a calibration's drafter keys are {', '.join(KEYS)}; {again}")
-    if d.get("method") not in METHOD_NAMES or d["method"] == "hybrid":
-        raise TltsimError(f"{where}: drafter method {d.get('method')!r} is not one of "
-                          f"{', '.join(n for n in METHOD_NAMES if n != 'hybrid')}; {again}")
+    if d.get("method") not in RUN_METHODS:
+        raise TltsimError(f"{where}: drafter method {d.get('method')!r} is not one of {', '.join(RUN_METHODS)}; "
+                          f"{again}")
     if d.get("training") not in ("cotrain", "periodic", "frozen"):
         raise TltsimError(f"{where}: drafter training {d.get('training')!r} is not one of cotrain, periodic, frozen; "
                           f"{again}")
@@ -194,7 +195,7 @@ def _renamed(d: dict, where: str, again: str) -> dict:
         out["method"] = method_name(d["family"]) or d["family"]
     if "cotrained" in old:
         out["training"] = "frozen" if not d["cotrained"] else "periodic" if interval > 1 else "cotrain"
-    if out.get("method") in METHOD_NAMES:
+    if out.get("method") in RUN_METHODS:
         warnings.warn(TltsimNote(f"{where}: its drafter's {' and '.join(old)} read as "
                                  + ", ".join(f"{k} = {out[k]!r}" for k in ("method", "training") if k in out)))
     return out

@@ -50,8 +50,7 @@ def held_out(model: str, gpu: str, rows: pd.DataFrame) -> pd.DataFrame:
 def unchecked(policies: list[str], model: str, gpu: str, rows: pd.DataFrame) -> list[str]:
     """The policies (verl and the bounds aside) that no held-out row of `rows` ran on a model of `model`'s size
     class on `gpu`."""
-    checked = set(held_out(model, gpu, rows)["policy"])
-    return [p for p in policies if p != "verl" and p not in BOUNDS and p not in checked]
+    return _missing(_compared(policies), held_out(model, gpu, rows))
 
 
 def outside(policies: list[str], model: str, gpu: str, rows: pd.DataFrame | None = None) -> str:
@@ -59,14 +58,25 @@ def outside(policies: list[str], model: str, gpu: str, rows: pd.DataFrame | None
     this size class on this GPU, and how far off the simulator came on those it did; "" where every policy was
     checked."""
     rows = published() if rows is None else rows
-    missing = unchecked(policies, model, gpu, rows)
+    held, considered = held_out(model, gpu, rows), _compared(policies)
+    missing = _missing(considered, held)
     if not missing:
         return ""
-    held = held_out(model, gpu, rows)
-    considered = [p for p in dict.fromkeys(policies) if p != "verl" and p not in BOUNDS]
     errors = [f"{p} {e.min():+.0%}" + (f" to {e.max():+.0%}" if len(e) > 1 else "")
               for p in considered if len(e := held.loc[held["policy"] == p, "error"])]
     setup = f"a model {size_class(model) or 'of unknown size'} on {gpu}"
     these = "this policy" if len(considered) == 1 else f"these {len(considered)} policies"
-    return (f"Published GPU figures held out from fitting check {len(errors)} of {these} on {setup} (docs/fidelity.md)" + (f"; the simulator's error there: {', '.join(errors)}" if errors else "")
+    return (f"Published GPU figures held out from fitting check {len(errors)} of {these} on {setup} (docs/fidelity.md)"
+            + (f"; the simulator's error there: {', '.join(errors)}" if errors else "")
             + f"; none checks {', '.join(missing)}.")
+
+
+def _compared(policies: list[str]) -> list[str]:
+    """The policies a comparison compares with verl: each once, verl and the bounds aside."""
+    return [p for p in dict.fromkeys(policies) if p != "verl" and p not in BOUNDS]
+
+
+def _missing(policies: list[str], held: pd.DataFrame) -> list[str]:
+    """The `policies` no row of `held` ran."""
+    checked = set(held["policy"])
+    return [p for p in policies if p not in checked]
