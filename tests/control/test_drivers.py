@@ -29,6 +29,7 @@ class Cost:
     and top-k; a prefill (and the drafter's build at the switch) 0.5 s. Speculating pays at batch 1 only."""
 
     kv_capacity_tokens = 10**9
+    padded_prefill = False
 
     def decode_time(self, batch, ctx):
         return np.full(np.shape(batch), 1.0)

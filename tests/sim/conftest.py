@@ -11,6 +11,7 @@ class ConstantCost:
     Makes rollout timelines computable by hand."""
 
     kv_capacity_tokens = 10**9
+    padded_prefill = False
 
     def __init__(self, decode=1.0, prefill=0.5, kv_capacity=10**9):
         self.decode, self.prefill, self.kv_capacity_tokens = decode, prefill, kv_capacity

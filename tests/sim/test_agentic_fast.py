@@ -94,6 +94,7 @@ def test_fast_is_the_reference_on_shares_that_queue_evict_and_wait(seed):
         turns = random_share(rng, int(rng.integers(1, 14)))
         kv = int(rng.choice([400, 700, 10**9]))
         cost = ConstantCost(kv_capacity=kv) if case % 2 else roofline(tp=int(rng.choice([1, 4])), kv=kv)
+        cost.padded_prefill = case % 4 == 0  # an engine that pads its prefills, as real/'s does
         priority = rng.integers(0, 4, turns.rows).astype(float) if rng.random() < 0.4 else None
         max_running = int(rng.integers(1, 9))
         try:

@@ -4,6 +4,7 @@ import simpy
 from hypothesis import given, settings, strategies as st
 
 from tests.sim.conftest import ConstantCost
+from tltsim.core.padding import prefill_load
 from tltsim.cost import Roofline
 from tltsim.hardware import load_gpu, load_model
 from tltsim.sim.engine import exact_rollout, fast_rollout
@@ -54,12 +55,25 @@ def test_fast_path_equals_exact_reference_on_roofline():
     p = rng.integers(20, 400, 60)
     r = rng.integers(1, 3000, 60)
     cost = Roofline(load_model("qwen2.5-7b"), load_gpu("h100"), tp=2)
-    for max_running in (8, 64):
+    durations = {}
+    for max_running, padded in ((8, False), (64, False), (8, True), (64, True)):
+        cost.padded_prefill = padded  # an engine that pads a prefill's rows to the widest, as real/'s does
         fast = fast_rollout(p, r, cost, max_running)
         exact = run_exact(p, r, cost, max_running)
         assert np.isclose(fast.duration, exact.duration, rtol=1e-9)
         np.testing.assert_allclose(fast.finished_at, exact.finished_at, rtol=1e-9)
         np.testing.assert_allclose(fast.admitted_at, exact.admitted_at, rtol=1e-9)
+        durations[max_running, padded] = fast.duration
+    assert durations[64, True] > durations[64, False]  # 64 ragged prompts at once cost more padded
+
+
+def test_a_padded_prefill_costs_its_rows_as_wide_as_the_widest():
+    assert prefill_load([3, 5]) == (8.0, 34.0)
+    assert prefill_load([3, 5], padded=True) == (10.0, 50.0)
+    # after cached tokens (a resumed row): the padded forward attends past the most any row has cached
+    assert prefill_load([2, 1], [4, 0]) == (3.0, (36 - 16) + 1.0)
+    assert prefill_load([2, 1], [4, 0], padded=True) == (4.0, 2 * (36 - 16.0))
+    assert prefill_load([]) == (0.0, 0.0)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)  # the same examples every run

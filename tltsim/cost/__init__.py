@@ -15,6 +15,8 @@ from tltsim.cost.scaled import StepScaled
 
 class CostModel(Protocol):
     kv_capacity_tokens: int
+    # True: the engine prefills rows padded to the widest (tltsim.core.padding.prefill_load says what that costs)
+    padded_prefill: bool
 
     def decode_time(self, batch, ctx): ...
     def verify_time(self, batch, tokens_per_request, ctx): ...

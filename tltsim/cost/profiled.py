@@ -11,7 +11,8 @@ fitted by least squares on relative error (scipy.optimize.nnls) over the profile
                      (the drafter ingesting n tokens it had not seen, n / b a row, into a batch holding C; at
                      the SD switch it ingests every token: n = C. Without catch-up rows: d(n, 1), and the
                      switch is charged as a prefill of the batch's tokens, as the roofline model does)
-    prefill          p0 + p_t * tokens + p_sq * sum of squared prompt lengths
+    prefill          p0 + p_t * tokens + p_sq * sum of squared prompt lengths (of the engine's padded rows: the
+                     profile's prompts are as long as each other, a run's are not)
     train / logprob  a0 + (a_t * tokens + a_sq * sum of squared sequence lengths) / GPUs
     drafter training tokens per second: median of the measurements
 
@@ -37,6 +38,9 @@ class Profiled:
     """Step times from a fitted profile. Same interface as `Roofline` (see tltsim.cost.CostModel)."""
 
     name = "profiled"
+    # A profile times real/'s engine, which prefills the rows it admits or resumes in one forward padded to the
+    # widest (real.engine.generate), so a prefill of ragged rows costs their padded tokens.
+    padded_prefill = True
 
     def __init__(self, coef: dict, kv_capacity_tokens: int = 10**9, sync_s: float = 0.0):
         self.c = dict(coef)

@@ -70,6 +70,7 @@ class Roofline:
     """Step times of one engine of `tp` GPUs serving `model`. All methods take numpy arrays or scalars."""
 
     name = "roofline"
+    padded_prefill = False  # a serving engine (vLLM, SGLang) prefills ragged rows as they are
 
     def __init__(self, model: ModelSpec, gpu: GPU, tp: int = 1, params: CostParams | None = None):
         self.model, self.gpu, self.tp = model, gpu, tp

@@ -21,6 +21,7 @@ class StepScaled:
         self.default = float(default)
         self.factor = self.default
         self.kv_capacity_tokens = base.kv_capacity_tokens
+        self.padded_prefill = base.padded_prefill
         self.name = f"{getattr(base, 'name', 'cost')} x step speed"
 
     def begin_step(self, step: int) -> None:

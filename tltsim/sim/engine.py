@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from tltsim.core.padding import prefill_load
 from tltsim.core.records import TimelineRow, merge_states
 from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
 from tltsim.sim.speculation import Speculation, Tally, speculate
@@ -92,7 +93,7 @@ def fast_rollout(prompt_len, response_len, cost, max_running, spec: Speculation 
     prompt_len = np.asarray(prompt_len, dtype=np.int64)
     response_len = np.asarray(response_len, dtype=np.int64)
     tau_a = admit_fifo(prompt_len, response_len, max_running, cost.kv_capacity_tokens)
-    seg = segments(tau_a, prompt_len, response_len)
+    seg = segments(tau_a, prompt_len, response_len, cost.padded_prefill)
     pre = cost.prefill_time(seg.admitted_tokens, seg.admitted_sq)
     sd_on_from_start = spec is not None and spec.control.on
     split = None if spec is None or sd_on_from_start else _find_switch(seg, spec.control)
@@ -262,8 +263,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
                 used += int(footprint[nxt])
             nxt += 1
         if new:
-            p = prompt_len[new].astype(float)
-            dt = float(cost.prefill_time(p.sum(), (p * p).sum()))
+            dt = float(cost.prefill_time(*prefill_load(prompt_len[new], padded=cost.padded_prefill)))
             admitted_at[new] = env.now - t0
             tau_a[new] = tau
             running.extend(new)

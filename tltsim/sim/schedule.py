@@ -79,7 +79,8 @@ class Segments:
 
     Segment j spans tau in [start[j], start[j] + length[j]); at its start `admitted_tokens[j]`
     prompt tokens (sum of squares `admitted_sq[j]`) are prefilled, then `batch[j]` requests decode with
-    `ctx[j]` context tokens in all, growing by batch[j] per token of tau.
+    `ctx[j]` context tokens in all, growing by batch[j] per token of tau. With `padded`, the prefill's tokens are
+    the segment's admitted rows each as long as the longest (tltsim.core.padding.prefill_load).
     """
 
     start: np.ndarray
@@ -90,7 +91,7 @@ class Segments:
     admitted_sq: np.ndarray
 
 
-def segments(tau_a: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray) -> Segments:
+def segments(tau_a: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray, padded: bool = False) -> Segments:
     tau_f = tau_a + response_len
     events = np.unique(np.concatenate([tau_a, tau_f]))
     starts = events[:-1]
@@ -110,6 +111,11 @@ def segments(tau_a: np.ndarray, prompt_len: np.ndarray, response_len: np.ndarray
     # prompt tokens admitted exactly at each segment start
     p = prompt_len.astype(np.float64)
     idx = np.searchsorted(starts, tau_a)  # every tau_a is an event and a start (< its tau_f, or the last segment's)
-    adm = np.bincount(idx, weights=p, minlength=len(starts))
-    adm_sq = np.bincount(idx, weights=p * p, minlength=len(starts))
+    if padded:
+        rows, width = np.bincount(idx, minlength=len(starts)), np.zeros(len(starts))
+        np.maximum.at(width, idx, p)
+        adm, adm_sq = rows * width, rows * width * width
+    else:
+        adm = np.bincount(idx, weights=p, minlength=len(starts))
+        adm_sq = np.bincount(idx, weights=p * p, minlength=len(starts))
     return Segments(starts, lengths, batch, ctx, adm, adm_sq)

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from tltsim.core.errors import TltsimError
+from tltsim.core.padding import prefill_load
 from tltsim.sim.agentic.turns import EPS, Turns
 from tltsim.sim.engine import EngineRollout, Interval
 from tltsim.sim.speculation import Speculation, Tally, speculate
@@ -61,6 +62,7 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
     first = turns.first.tolist()
     last_turn = [k - 1 for k in first[1:]]
     cap = float(cost.kv_capacity_tokens)
+    padded = cost.padded_prefill
     scalar = cost.scalar_times() if hasattr(cost, "scalar_times") else None
     if scalar is not None:
         stretch_time, prefill_time = scalar
@@ -154,11 +156,14 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                 admitted = True
                 chosen.sort()
                 fresh = sq = 0.0
+                widths = [] if padded else None
                 for r in chosen:
                     k = turn[r]
                     c, h = ctx[r], held[r]
                     fresh += c - h
                     sq += c * c - h * h
+                    if padded:
+                        widths.append((c - h, h))
                     prompt_tokens[k], cached_tokens[k], t_admit[k], tau_a[k] = c, h, t, tau
                     if admitted_at[r] != admitted_at[r]:
                         admitted_at[r] = t
@@ -170,6 +175,8 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                     heappush(ends, (tau + g, r))
                     c_run += c
                 nrun += len(chosen)
+                if padded:
+                    fresh, sq = prefill_load(*zip(*widths), padded=True)
                 dt = prefill_time(fresh, sq)
                 last = log.last
                 if last[0] == "prefill":  # log.add's merge, inline
