@@ -1,6 +1,7 @@
 """The RL-step simulator: whole timelines by hand, conservation, fast vs exact, scaling, determinism."""
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -203,6 +204,8 @@ def test_skip_zero_advantage_trains_only_the_groups_whose_rewards_differ():
     assert informative.train_s == pytest.approx((12 + 18) / 100)  # prompt 1's two rows only
     assert informative.reward_s == pytest.approx(0.5 + (12 + 18) / 100)  # its log-probs too
     assert informative.rollout_s == every.rollout_s  # the rollout is the same
+    # the step's samples are all four either way, as a real run counts them: the phases skip, the record does not
+    assert every.responses == informative.responses == 4
 
 
 @pytest.mark.parametrize("policy", ["partial", "tail-batching"])
@@ -221,6 +224,21 @@ def test_skip_zero_advantage_trains_nothing_when_every_group_agrees():
     s = Simulator(rewarded_trace([1.0, 1.0, 0.0, 0.0]), replace(cfg(), rl=RLConfig(skip_zero_advantage=True)),
                   cost=PerTokenCost()).run().steps.iloc[0]
     assert s.train_s == 0.0
+    assert s.responses == 4 and s.trained_len_mean == pytest.approx(5.0)  # the step's samples, none with a gradient
+
+
+def test_a_replayed_partial_run_counts_the_samples_it_resumed_as_the_run_did():
+    """The shipped partial run (skip_zero_advantage, its steps 1 and 3 all of reward 0) resumed every sample of those
+    steps; the replay counts the same, trained with a gradient or not."""
+    from tltsim.analysis.validation.validate import replay
+    from tltsim.cost.profiled import Profiled
+
+    root = Path(__file__).resolve().parents[2]
+    cost = Profiled.fit(root / "traces" / "profiles" / "smollm2_sampled_cpu_profile.csv")
+    measured, predicted = replay(root / "traces" / "runs" / "real_partial_smollm2_sampled", cost)
+    assert measured.steps.resumed.tolist() == [0, 16, 0, 16]
+    assert predicted.steps.resumed.tolist() == measured.steps.resumed.tolist()
+    assert predicted.steps.staleness_mean.tolist() == measured.steps.staleness_mean.tolist()
 
 
 def test_skip_zero_advantage_needs_rewards():

@@ -118,9 +118,10 @@ class Simulator:
         settled = outcome.trained if outcome.trained is not None else sr.finished
         aborted = settled & df["aborted"] if "aborted" in df else np.zeros(len(settled), bool)  # the trace's aborted
         trained = settled & ~aborted  # rows: admitted, aborted, nothing to train on (thrown away: dropped)
-        if self.cfg.rl.skip_zero_advantage:
-            trained &= rewards_disagree(df)
-        logprob, train = self._train_phases(df, trained, sr)
+        # the phases' rows: every trained one, or (rl.skip_zero_advantage) those with a gradient; the step's samples
+        # and their off-policy columns count every trained row, as a real run and the async loop count them
+        scored = trained & rewards_disagree(df) if self.cfg.rl.skip_zero_advantage else trained
+        logprob, train = self._train_phases(df, scored, sr)
         phases = [
             ("reward", self.cfg.rl.reward_s + max(0.0, logprob - outcome.prework_gpu_s / self.cfg.cluster.gpus)),
             ("train", train + outcome.train_s),
