@@ -8,6 +8,7 @@ scaled phase by phase to a measured cluster (`--calibration`).
 """
 from typing import Protocol
 
+from tltsim.core.padding import prefill_load
 from tltsim.cost.calibrated import Calibrated, PhaseCalibration
 from tltsim.cost.roofline import CostParams, Roofline
 from tltsim.cost.scaled import StepScaled
@@ -31,4 +32,10 @@ class CostModel(Protocol):
     def drafter_train_tokens_per_s(self, gpus): ...
 
 
-__all__ = ["Calibrated", "CostModel", "CostParams", "PhaseCalibration", "Roofline", "StepScaled"]
+def prefill_seconds(cost: CostModel, new, cached=None) -> float:
+    """Seconds of one prefill forward on `cost`'s engine that feeds row i its `new[i]` tokens after its `cached[i]`
+    cached ones (default none): padded to the widest row where the engine pads (tltsim.core.padding.prefill_load)."""
+    return float(cost.prefill_time(*prefill_load(new, cached, cost.padded_prefill)))
+
+
+__all__ = ["Calibrated", "CostModel", "CostParams", "PhaseCalibration", "Roofline", "StepScaled", "prefill_seconds"]

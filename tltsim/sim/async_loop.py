@@ -43,8 +43,9 @@ import numpy as np
 
 from tltsim.control.async_rl import AsyncControl
 from tltsim.control.groups import rewards_disagree
-from tltsim.core.padding import padded_tokens, prefill_load
+from tltsim.core.padding import padded_tokens
 from tltsim.core.records import TimelineRow
+from tltsim.cost import prefill_seconds
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import admits, check_footprints
 from tltsim.sim.speculation import Chunk, Tally, speculate, strategies_text
@@ -200,10 +201,10 @@ class AsyncRun:
                 stale -= set(back)
                 t, state = env.now, "prefill" if not len(rows) else "decode"
                 self._doing[e] = state
-                pad = cost.padded_prefill  # real/'s engine pads, and admits new rows and resumes returning ones apart
-                parts = [slice(0, len(new)), slice(len(new), None)] if pad else [slice(None)]
-                yield from self._call(e, sum(float(cost.prefill_time(*prefill_load(answer[s], p[s] - answer[s], pad)))
-                                             for s in parts if len(answer[s])))
+                # real/'s engine (one that pads) admits new rows and resumes returning ones in two forwards
+                parts = [slice(0, len(new)), slice(len(new), None)] if cost.padded_prefill else [slice(None)]
+                yield from self._call(e, sum(prefill_seconds(cost, answer[s], p[s] - answer[s]) for s in parts
+                                             if len(answer[s])))
                 self._log(e, state, t, env.now, len(rows) + len(new) + len(back))
                 admitted = new + back
                 if drafted:  # the drafter has not read the prefilled tokens either
@@ -248,8 +249,7 @@ class AsyncRun:
                 drafted = False  # a new rollout to the switch: the drafter reads the rows again when it is on
                 if len(rows):  # new weights: load them, re-prefill the running
                     self._doing[e], t = "weight_sync", env.now
-                    yield from self._call(e, self.update_s + float(cost.prefill_time(
-                        *prefill_load(ctx, padded=cost.padded_prefill))))
+                    yield from self._call(e, self.update_s + prefill_seconds(cost, ctx))
                     self._log(e, "weight_sync", t, env.now, b)
         self._log(e, "idle", self._end_of(e), env.now)
 

@@ -33,8 +33,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tltsim.core.padding import prefill_load
 from tltsim.core.records import TimelineRow, merge_states
+from tltsim.cost import prefill_seconds
 from tltsim.sim.schedule import admit_fifo, admits, check_footprints, segments
 from tltsim.sim.speculation import Speculation, Tally, speculate
 
@@ -263,7 +263,7 @@ def exact_rollout(env, prompt_len, response_len, cost, max_running, spec: Specul
                 used += int(footprint[nxt])
             nxt += 1
         if new:
-            dt = float(cost.prefill_time(*prefill_load(prompt_len[new], padded=cost.padded_prefill)))
+            dt = prefill_seconds(cost, prompt_len[new])
             admitted_at[new] = env.now - t0
             tau_a[new] = tau
             running.extend(new)

@@ -7,7 +7,7 @@ import heapq
 import numpy as np
 
 from tltsim.core.errors import TltsimError
-from tltsim.core.padding import prefill_load
+from tltsim.cost import prefill_seconds
 from tltsim.sim.agentic.turns import EPS, Turns
 from tltsim.sim.engine import EngineRollout, Entry, merge_entries
 from tltsim.sim.speculation import Speculation, Tally, speculate, within
@@ -117,7 +117,7 @@ class Run:
         cached, ctx = held[rows], self.ctx[rows]
         fresh = ctx - cached  # tokens to prefill: the whole context, or what follows the cached prefix
         self.prompt_tokens[k], self.cached_tokens[k], self.t_admit[k], self.tau_a[k] = ctx, cached, self.t, self.tau
-        dt = float(self.cost.prefill_time(*prefill_load(fresh, cached, self.cost.padded_prefill)))
+        dt = prefill_seconds(self.cost, fresh, cached)
         self.admitted_at[rows] = np.where(np.isnan(self.admitted_at[rows]), self.t, self.admitted_at[rows])
         held[rows] = ctx
         self.reserved[rows] = ctx + turns.gen[k]
