@@ -37,15 +37,24 @@ def off_policy_columns(step: int, rows: dict, trained: np.ndarray, dropped: int)
     }
 
 
-def off_policy_summary(steps) -> dict:
+def off_policy_summary(steps, counts: dict | None = None) -> dict:
     """A run's off-policy figures from its steps frame's off-policy columns (none when it has none): the trained
-    samples' mean and largest staleness, and the shares of them resumed and of the responses dropped."""
+    samples' mean and largest staleness, and the shares of them resumed and of the responses dropped. `counts`
+    (staleness -> trained samples, where the caller kept them): the staleness from them, exactly, and their
+    distribution as `staleness_counts`."""
     if "staleness_mean" not in steps:
         return {}
     samples, dropped = int(steps["responses"].sum()), int(steps["dropped"].sum())
+    if counts is None:
+        stale = {"staleness_mean": float((steps["staleness_mean"] * steps["responses"]).sum()) / samples
+                 if samples else 0.0, "staleness_max": int(steps["staleness_max"].max())}
+    else:
+        counts = sorted(counts.items())
+        stale = {"staleness_mean": sum(int(k) * n for k, n in counts) / samples if samples else 0.0,
+                 "staleness_max": int(max((k for k, n in counts if n), default=0)),
+                 "staleness_counts": {str(int(k)): int(n) for k, n in counts}}
     return {
-        "staleness_mean": float((steps["staleness_mean"] * steps["responses"]).sum()) / samples if samples else 0.0,
-        "staleness_max": int(steps["staleness_max"].max()),
+        **stale,
         "resumed_fraction": float(steps["resumed"].sum()) / samples if samples else 0.0,
         "dropped_fraction": dropped / (samples + dropped) if samples + dropped else 0.0,
     }

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from tltsim.config import SimConfig, steps_in
 from tltsim.cost import Calibrated, Roofline
 from tltsim.control.groups import group_shares, rewards_disagree
-from tltsim.core.off_policy import off_policy_columns, staleness
+from tltsim.core.off_policy import off_policy_columns, off_policy_summary, staleness
 from tltsim.core.padding import padded_tokens
 from tltsim.core.errors import TltsimError
 from tltsim.hardware import load_gpu, load_model
@@ -294,14 +294,8 @@ class Simulator:
 
     def _off_policy_summary(self, steps: pd.DataFrame) -> dict:
         samples = int(steps["responses"].sum())
-        dropped = int(steps["dropped"].sum())
-        stale = sorted(self._staleness.items())
         return {
-            "staleness_mean": sum(int(k) * n for k, n in stale) / samples if samples else 0.0,
-            "staleness_max": int(max((k for k, n in stale if n), default=0)),
-            "staleness_counts": {str(int(k)): int(n) for k, n in stale},
-            "resumed_fraction": float(steps["resumed"].sum()) / samples if samples else 0.0,
-            "dropped_fraction": dropped / (samples + dropped) if samples + dropped else 0.0,
+            **off_policy_summary(steps, self._staleness),
             # mean length of the responses trained on / of the trace's responses: 1 unless the mix changed
             "trained_len_ratio": float((steps["trained_len_mean"] * steps["responses"]).sum()) / samples
             / float(self.trace.df["response_len"].mean()) if samples else np.nan,
