@@ -78,13 +78,15 @@ class StepRows:
         mine = [problems[pid] for pid, _ in rows]
         return Share(rows, mine, [self.task.prompt_ids(p) for p in mine])
 
-    def trained(self, step: int, parts: list, t0: float) -> tuple[list[Sample], np.ndarray, dict]:
+    def trained(self, step: int, parts: list, t0: float, samples: list[Sample] | None = None) \
+            -> tuple[list[Sample], np.ndarray, dict]:
         """After the step's rollout (`parts`: (Share, its engine, real.engine.adaptive.Rollout) for each rollout this
         worker ran, begun at `t0`): this worker's samples the step trains on, their GRPO advantages and the step's
-        columns of the policy."""
+        columns of the policy. `samples`: `samples(parts)` where the caller made them already (their rewards
+        scored)."""
         if self.stream:
             return self._stream_trained(step, *parts[0], t0)
-        samples = self.samples(parts)
+        samples = self.samples(parts) if samples is None else samples
         return samples, self._advantages(samples), {}
 
     def samples(self, parts: list) -> list[Sample]:

@@ -239,7 +239,7 @@ class Worker:
         if tail is not None:
             parts += self._move_tail(step, tail, share, engine, ro, poll)
         done = max((r.calls[-1].t_end for _, _, r in parts if r.calls), default=t0)
-        phases, early = [], None
+        phases, early, mine = [], None, None
         if tail is not None and tail.gone_early and tail.outcome():  # idle until the move releases it
             phases.append(("idle", done, done := max(done, t0 + tail.move["at"])))
         if tail is not None and tail.released and self.migration.release == "next-stage":
@@ -256,7 +256,7 @@ class Worker:
         phases += idle
 
         t = phases[-1][2]
-        trained, adv, columns = self.rows.trained(step, parts, t0)
+        trained, adv, columns = self.rows.trained(step, parts, t0, mine)
         if tail is not None:
             columns = {**columns, **tail.columns()}
         prompts, responses = [x.prompt for x in trained], [x.tokens for x in trained]
