@@ -1,6 +1,11 @@
 """Asynchronous RL for real (real/run/async_rl.py): what a run may take, speculation across a weight update, and runs
 of the tiny target."""
 import copy
+import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +14,8 @@ import torch
 
 from real.run.config import RunConfig
 from tltsim.core.errors import TltsimError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_async_is_refused_what_a_real_run_cannot_do(tmp_path):
@@ -78,25 +85,35 @@ def test_speculation_across_a_weight_update_is_lossless():
 @pytest.mark.slow
 def test_an_async_run_trains_fresh_whole_groups_beside_its_rollout(tmp_path):
     """2 workers (one rolls out, one trains), 2 groups of 2 a step, at most 1 version stale, the engine running 2
-    rows at a time, run 1 step and resumed to 3 (the groups in progress and those finished but not trained in the
+    rows at a time, killed (`kill PID`) once its first checkpoint is written and resumed with --resume (the stream's
+    position, the groups in progress and those finished but not trained, and the policy version in the
     checkpoint): each step trains whole groups of the stream, each once, none staler than the bound; the
     trainer waits, rewards, trains and sends its weights while the rollout worker decodes; both workers' timelines
     tile the run; validate replays it with the simulator's async on the run's split."""
-    from real.run.launch import launch
+    from tltsim.cli import main as tltsim_main
     from tltsim.core.records import Result
     from tltsim.trace import load
 
-    def run(steps):
-        return RunConfig(policy="async", workers=2, steps=steps, prompts=2, group=2, max_new_tokens=24, max_running=2,
-                         probe=0, speed_probe=0, knobs={"max_staleness": 1})
-
     out = tmp_path / "run"
-    launch(run(1), out)
+    args = ["real", "run", "--policy", "async", "--workers", "2", "--steps", "3", "--prompts", "2", "--group", "2",
+            "--max-new-tokens", "24", "--max-running", "2", "--probe", "0", "--speed-probe", "0",
+            "--knob", "max_staleness=1", "-o", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "tltsim", *args], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = out / "checkpoint" / "state.json"
+    deadline = time.time() + 120
+    while not state.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID` does: it stops its workers first
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    killed_at = json.loads(state.read_text())["step"]
+    assert killed_at < 2, "the run finished before it could be killed"
     first = load(out / "trace.parquet").df
-    launch(run(3), out, resume=True)
+    assert tltsim_main([*args, "--resume", "--threads", str(torch.get_num_threads())]) == 0
     res = Result.load(out)
     df = load(out / "trace.parquet").df
-    assert df[df["step"] == 0].reset_index(drop=True).equals(first)
+    kept = lambda d: d[d["step"] <= killed_at].reset_index(drop=True)  # noqa: E731: the checkpointed steps
+    assert kept(df).equals(kept(first))
     assert (df.groupby(["step", "prompt_id"]).size() == 2).all() and not df.duplicated(["prompt_id", "sample"]).any()
     steps = res.steps.set_index("step")
     assert steps["responses"].tolist() == [4, 4, 4] and (steps["staleness_max"] <= 1).all()
@@ -117,7 +134,7 @@ def test_an_async_run_trains_fresh_whole_groups_beside_its_rollout(tmp_path):
     assert res.summary["resumed_fraction"] == steps["resumed"].sum() / steps["responses"].sum()
     from tltsim.analysis.validation.validate import validate
 
-    v = validate([out], Path(__file__).resolve().parents[2] / "traces/profiles/real_cpu_profile.csv")
+    v = validate([out], ROOT / "traces/profiles/real_cpu_profile.csv")
     predicted = next(iter(v.predicted.values()))
     assert predicted.summary["staleness_max"] <= 1 and len(predicted.steps) == 3
     assert {"staleness_mean", "resumed_fraction", "dropped_fraction"} <= set(v.overall["metric"])
