@@ -12,7 +12,7 @@ import pytest
 from tltsim.cli import main
 from tltsim.core.glossary import COLUMNS
 from tltsim.analysis.report.plots.style import DPI, PAGE_WIDTH_IN, labelled
-from tltsim.analysis.report.page import COMPARISON_METRICS, build_report, comparison_table, write_report
+from tltsim.analysis.report.page import COMPARISON_METRICS, build_report, comparison_table, default_title, write_report
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 
@@ -72,11 +72,12 @@ def test_summary_ranks_by_speedup_with_the_bounds_apart(base, tlt):
     assert "ideal is a bound, not a policy: " in unescape(page)  # explained, with what it bounds
 
 
-def test_the_title_counts_policies_not_bounds(base, tlt):
+def test_the_title_counts_policies_not_bounds(base, tlt, page):
     named = [replace(tlt, summary={**tlt.summary, "policy": p}) for p in ("static-sd", "partial", "migrate")]
     ideal = replace(base, summary={**base.summary, "policy": "ideal"})
-    title = re.search(r"<h1>(.*?)</h1>", build_report([base, tlt, *named, ideal])).group(1)
-    assert title == "Comparison of 5 policies against verl"  # six runs, one of them the bound
+    assert default_title(labelled([base, tlt, *named, ideal])) == "Comparison of 5 policies against verl"  # 6 runs
+    assert default_title(labelled([base, tlt, ideal])) == "Comparison: verl, tlt, ideal"
+    assert unescape(re.search(r"<h1>(.*?)</h1>", page).group(1)) == default_title(labelled([base, tlt]))  # the page's
 
 
 def test_every_table_column_has_a_glossary_entry(page):

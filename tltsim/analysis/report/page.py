@@ -81,6 +81,18 @@ def write_report(results, path: str | Path, title: str | None = None, figures_di
     return path
 
 
+def default_title(runs: list) -> str:
+    """The page's title for `runs` (tltsim.analysis.report.plots.style.labelled's (label, result) pairs): the run's
+    label alone, the labels of up to four, else how many policies are compared against the first (a bound, such
+    as ideal, is not a policy)."""
+    names = [label for label, _ in runs]
+    if len(names) == 1:
+        return names[0]
+    policies = [label for label, r in runs if findings.bound(r) is None]
+    return "Comparison: " + ", ".join(names) if len(names) <= 4 else \
+        f"Comparison of {len(policies)} policies against {names[0]}"
+
+
 def build_report(results, title: str | None = None, pngs: dict | None = None, tunings: list | None = None,
                  drift: list | None = None, checks: pd.DataFrame | None = None,
                  sensitivity: list | None = None) -> str:
@@ -93,11 +105,7 @@ def build_report(results, title: str | None = None, pngs: dict | None = None, tu
     tuned = [t for t in tunings if t is not None]
     pngs = {} if pngs is None else pngs
     single = len(runs) == 1
-    if title is None:
-        names = [label for label, _ in runs]
-        policies = [label for label, r in runs if findings.bound(r) is None]  # a bound is not a policy
-        title = names[0] if single else ("Comparison: " + ", ".join(names) if len(names) <= 4
-                                         else f"Comparison of {len(policies)} policies against {names[0]}")
+    title = default_title(runs) if title is None else title
     sections = []  # (anchor, heading, html parts)
     if not single:
         sections += [("summary", "Summary: which policy, at what cost", _summary(runs, checks, sensitivity)),
