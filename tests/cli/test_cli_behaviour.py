@@ -43,6 +43,20 @@ def test_a_knob_that_does_nothing_is_one_warning(tiny, tmp_path, capsys):
     assert rc == 0 and err == ""
 
 
+def test_compare_gives_each_policy_the_knobs_it_takes(tiny, tmp_path, capsys):
+    """verl, the baseline, takes no knob: a knob goes to the policies that take it, and one that none of them
+    takes is refused in one line."""
+    argv = ["compare", "--trace", tiny, *CLUSTER, "--no-report", "-o", tmp_path / "o"]
+    rc, _, err = run(capsys, [*argv, "--policies", "verl,tlt,partial", "--knob", "threshold=3", "--knob", "ratio=1.5"])
+    assert rc == 0 and err == ""
+    knobs = {p: Result.load(tmp_path / "o" / p).config["policy_knobs"] for p in ("verl", "tlt", "partial")}
+    assert knobs["verl"] == {} and knobs["tlt"]["threshold"] == 3 and knobs["partial"]["ratio"] == 1.5
+    assert "ratio" not in knobs["tlt"] and "threshold" not in knobs["partial"]
+    rc, _, err = run(capsys, [*argv, "--policies", "verl,partial", "--knob", "threshold=3"])
+    assert rc == 2 and err == ("tltsim: error: --knob threshold: no policy compared takes it; `tltsim policies verl "
+                               "partial` lists their knobs\n")
+
+
 def test_bare_commands_version_and_help():
     bare = tltsim()
     assert bare.returncode == 0 and bare.stdout.startswith("usage: tltsim") and "simulate" in bare.stdout

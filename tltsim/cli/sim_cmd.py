@@ -22,7 +22,7 @@ from tltsim.analysis.validation.checked import validated_pairs
 from tltsim.cli.analysis_cmd import add_validated, checks_with
 from tltsim.core.config_files import read_toml
 from tltsim.core.io import atomic_dir, check_apart, check_output, sealed, write_manifest
-from tltsim.policies import knob_text, make_policy, policy_knobs, policy_names
+from tltsim.policies import knob_text, knobs_for, make_policy, policy_knobs, policy_names
 from tltsim.control.decisions import knobs_from_text
 from tltsim.analysis.report.tuning import tune
 from tltsim.core.records import Result
@@ -238,11 +238,13 @@ def policy_dir(out: Path, name: str) -> Path:
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool,
             workers: int | None = None, tunings: list | None = None) -> list[dict]:
     """Simulate each policy into its directory under `out`, on `workers` processes (default: one a core, at most
-    one a policy); the policies' rows in their order, each its run's summary with its speedup over the first. A list
-    `tunings` receives each run's tuning answer, in order (each worked out beside its run)."""
+    one a policy), each with the config's knobs it takes (tltsim.policies.knobs_for); the policies' rows in their
+    order, each its run's summary with its speedup over the first. A list `tunings` receives each run's tuning
+    answer, in order (each worked out beside its run)."""
     workers = min(len(policies), os.cpu_count() or 1) if workers is None else workers
     tuned = tunings is not None
-    tasks = [(trace, replace(base_cfg, policy=name), policy_dir(out, name)) for name in policies]
+    tasks = [(trace, replace(base_cfg, policy=name, policy_knobs=knobs_for(name, base_cfg.policy_knobs)),
+              policy_dir(out, name)) for name in policies]
     if workers <= 1:
         done = [_summarised(*task, progress, tuned) for task in tasks]
     else:  # each run is independent and seeded by its config: the same bytes as one after the other
@@ -268,8 +270,12 @@ def cmd_compare(args) -> int:
                           f"--policies verl,tlt (or leave --policies out for all)")
     check_out_dir(args, "comparison")
     cfg = sim_config(args)
-    for n in names:  # fail fast on unknown names before any run
-        make_policy(n, cfg.policy_knobs)
+    for n in names:  # fail fast on unknown names and bad knobs before any run: each policy takes the knobs it has
+        make_policy(n, knobs_for(n, cfg.policy_knobs))
+    taken = set().union(*(knobs_for(n, cfg.policy_knobs) for n in names))
+    if set(cfg.policy_knobs or {}) - taken:
+        raise TltsimError(f"--knob {', '.join(sorted(set(cfg.policy_knobs) - taken))}: no policy compared takes it; "
+                          f"`tltsim policies {' '.join(names)}` lists their knobs")
     trace = sim_trace(args, cfg)
     warn_clipped_steps(cfg.steps, trace)
     pairs = validated_pairs(args.validated) if args.validated else None  # refused before any run

@@ -58,12 +58,26 @@ def make_policy(name: str, knobs: dict | None = None) -> Policy:
     if len(parts) != 2 or any(p not in REGISTRY for p in parts):
         raise TltsimError(f"unknown policy {name!r}; choose one of {', '.join(policy_names())} (or A+B of two single ones)")
     preset = {**COMBINATIONS.get(key, {}), **knobs}
-    # a speculating part also takes the drafter's older knobs, which it reads against its own variant's
-    allowed = {p: {*REGISTRY[p].knob_names, *(RENAMED_KNOBS if hasattr(getattr(REGISTRY[p], "Knobs", None),
-                                                                       "renamed") else ())} for p in parts}
+    allowed = {p: _takes(p) for p in parts}
     check_known(f"policy {name!r}", knobs, sorted(set().union(*allowed.values())))
     a, b = (_single(p, {k: v for k, v in preset.items() if k in allowed[p]}, p) for p in parts)
     return Composite(a, b)
+
+
+def _takes(single: str) -> set[str]:
+    """The knobs registered policy `single` takes: a speculating one also the drafter's older knobs, which it reads
+    against its own variant's."""
+    factory = REGISTRY[single]
+    return {*factory.knob_names, *(RENAMED_KNOBS if hasattr(getattr(factory, "Knobs", None), "renamed") else ())}
+
+
+def knobs_for(name: str, knobs: dict | None) -> dict:
+    """The part of `knobs` that policy `name` takes (a combination: its parts'): what a run of several policies
+    with one set of knobs (`tltsim compare --knob`) gives each; unknown names raise."""
+    make_policy(name)
+    key = name.strip().lower()
+    taken = set().union(*(_takes(p) for p in ([key] if key in REGISTRY else key.split("+"))))
+    return {k: v for k, v in (knobs or {}).items() if k in taken}
 
 
 def policy_knobs(name: str) -> list[tuple[str, object, str]]:
@@ -99,4 +113,5 @@ def _single(key: str, knobs: dict, name: str) -> Policy:
     return cls()
 
 
-__all__ = ["Policy", "StepOutcome", "knob_text", "make_policy", "policy_knobs", "policy_names", "REGISTRY"]
+__all__ = ["Policy", "StepOutcome", "knob_text", "knobs_for", "make_policy", "policy_knobs", "policy_names",
+           "REGISTRY"]

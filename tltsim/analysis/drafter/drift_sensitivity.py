@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from tltsim.config import steps_in
 from tltsim.core.drafter_names import TRAINED
-from tltsim.policies import make_policy
+from tltsim.policies import knobs_for, make_policy
 from tltsim.drafter.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel
 from tltsim.drafter.quality import DrafterConfig
 from tltsim.sim.simulator import Simulator
@@ -82,7 +82,7 @@ def drift_sensitivity(trace, cfg, strategy=None, fitted_length_drift=None) -> li
 
 def mean_step(trace, cfg, policy: str, knobs: dict) -> float:
     """The mean step time of `policy` with `knobs` (added to the config's) on `trace`."""
-    run = replace(cfg, policy=policy, policy_knobs={**cfg.policy_knobs, **knobs} if policy != "verl" else {})
+    run = replace(cfg, policy=policy, policy_knobs=knobs_for(policy, {**cfg.policy_knobs, **knobs}))
     return float(Simulator(trace, run, make_policy(policy, run.policy_knobs)).run().summary["mean_step_s"])
 
 

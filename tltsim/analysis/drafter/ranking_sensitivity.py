@@ -27,7 +27,7 @@ from tltsim.core.glossary import BOUNDS
 from tltsim.core.drafter_names import TRAINED
 from tltsim.drafter.acceptance import RL_REFERENCE_STRATEGY, AcceptanceModel, invert_quality
 from tltsim.drafter.quality import DrafterConfig
-from tltsim.policies import make_policy, policy_knobs
+from tltsim.policies import knobs_for, make_policy, policy_knobs
 
 TOP = 5  # the ranking's first policies the report asks about
 CHANGES = (("accepted length", 0.8), ("accepted length", 1.2), ("drift", 0.8), ("drift", 1.2))
@@ -85,7 +85,7 @@ def _trained(policy: str, cfg) -> bool:
     change moves and a trained method, or the hybrid)."""
     if not {n for n, _, _ in policy_knobs(policy)} >= set(KNOBS):  # verl, a long-tail answer alone: none
         return False
-    built = make_policy(policy, cfg.policy_knobs)
+    built = make_policy(policy, knobs_for(policy, cfg.policy_knobs))
     return any(all(hasattr(k, n) for n in KNOBS) and (k.drafter in TRAINED or k.drafter == "hybrid")
                for k in (getattr(p, "k", None) for p in getattr(built, "parts", [built])) if k is not None)
 
