@@ -1,11 +1,6 @@
 """Asynchronous RL for real (real/run/async_rl.py): what a run may take, speculation across a weight update, and runs
 of the tiny target."""
 import copy
-import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +85,7 @@ def test_an_async_run_trains_fresh_whole_groups_beside_its_rollout(tmp_path):
     checkpoint): each step trains whole groups of the stream, each once, none staler than the bound; the
     trainer waits, rewards, trains and sends its weights while the rollout worker decodes; both workers' timelines
     tile the run; validate replays it with the simulator's async on the run's split."""
+    from killed import kill_at_first_checkpoint
     from tltsim.cli import main as tltsim_main
     from tltsim.core.records import Result
     from tltsim.trace import load
@@ -98,15 +94,7 @@ def test_an_async_run_trains_fresh_whole_groups_beside_its_rollout(tmp_path):
     args = ["real", "run", "--policy", "async", "--workers", "2", "--steps", "3", "--prompts", "2", "--group", "2",
             "--max-new-tokens", "24", "--max-running", "2", "--probe", "0", "--speed-probe", "0",
             "--knob", "max_staleness=1", "-o", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "tltsim", *args], cwd=ROOT, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    state = out / "checkpoint" / "state.json"
-    deadline = time.time() + 120
-    while not state.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID` does: it stops its workers first
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    killed_at = json.loads(state.read_text())["step"]
+    killed_at = kill_at_first_checkpoint(args, out)
     assert killed_at < 2, "the run finished before it could be killed"
     first = load(out / "trace.parquet").df
     assert tltsim_main([*args, "--resume", "--threads", str(torch.get_num_threads())]) == 0

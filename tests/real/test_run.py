@@ -2,13 +2,10 @@
 on finished workers, lossless speculation across policies, the drafter kept fresh by spot training,
 and resume after a kill."""
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from killed import kill_at_first_checkpoint
 
 from real.drafters.eagle import Drafter
 from real.engine.generate import generate
@@ -202,31 +200,10 @@ def in_process(args: list[str]) -> int:
     return tltsim_main([*args, "--threads", str(torch.get_num_threads())])
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.slow
 def test_resume_after_a_kill_continues_the_run(target, greedy_runs, tmp_path):
     out = tmp_path / "verl"
-    cmd = verl_command(target, out)
-    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    state = out / "checkpoint" / "state.json"
-    deadline = time.time() + 120
-    while not state.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)  # the launcher alone, as `kill PID` does: it stops its workers first
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-    deadline = time.time() + 10  # the forkserver leaves once its launcher has gone; no worker outlives it
-    while _group_alive(proc.pid) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not _group_alive(proc.pid), "a worker outlived its stopped launcher"
-    killed_at = json.loads(state.read_text())["step"]
+    killed_at = kill_at_first_checkpoint(verl_args(target, out), out)
     assert killed_at < 2, "the run finished before it could be killed"
     assert Result.load(out).steps["step"].max() <= killed_at + 1  # finished steps are readable
     with pytest.raises(TltsimError, match="--resume"):
