@@ -154,10 +154,11 @@ def test_a_turn_that_keeps_fewer_tokens_than_it_generated_grows_the_context_by_t
 MULTI_TURN = [p for p in policy_names() if make_policy(p).multi_turn and p != "async"]
 
 
+@pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("policy", MULTI_TURN)
-def test_fast_is_the_reference_on_every_multi_turn_policy(policy, monkeypatch):
+def test_fast_is_the_reference_on_every_multi_turn_policy(policy, padded, monkeypatch):
     # every engine's rollout played by both on the same input (the speculation's control copied first), kept
-    # small: 4 GPUs of TP 1, 6 running, a cache that evicts
+    # small: 4 GPUs of TP 1, 6 running, a cache that evicts; and on an engine that pads its prefills (real/'s)
     calls = []
 
     def both(turns, cost, max_running, spec=None, priority=None, reference=False):
@@ -175,6 +176,7 @@ def test_fast_is_the_reference_on_every_multi_turn_policy(policy, monkeypatch):
     trace = synth("agentic", steps=2, prompts=6, group=4, max_len=4096, seed=3)
     cfg = SimConfig(cluster=ClusterConfig(gpus=4, tp=1, gpu="h100", model="qwen2.5-7b", max_running=6))
     cost = roofline(kv=9000)
+    cost.padded_prefill = padded
     Simulator(trace, cfg, make_policy(policy), cost=cost).run()
     assert calls
     if any(speculates for speculates, _ in calls):  # and its speculation ran, switch, guard and tuner alike

@@ -129,6 +129,20 @@ class AsyncRun:
             self.pending.extend(ids)
             self.started_groups += 1
 
+    def _admit(self, e: int, running: int, used: int, turn: dict) -> tuple[list[int], int]:
+        """The pending samples engine `e`, running `running` rows in `used` tokens of KV, starts now (FIFO, while a
+        slot and the cache allow; each a new sample at its first turn), and the KV then in use."""
+        new = []
+        while self.pending and admits(running + len(new), used, self._footprint(self.pending[0]),
+                                      self.cfg.cluster.max_running, self.cap):
+            i = self.pending.pop(0)
+            new.append(i)
+            used += self._footprint(i)
+            self.s_version[i], self.s_engine[i], self.s_admit[i] = self.version, e, self.env.now
+            turn[i] = 0
+            self._refill()
+        return new, used
+
     def _footprint(self, i: int) -> int:
         """Sample i's final KV footprint (prompt + response tokens, and tool answers between turns)."""
         return self.s_plen[i] + self.s_rlen[i] + self.s_tool[i]
@@ -183,16 +197,8 @@ class AsyncRun:
             new, back = [], []
             while ready and len(rows) + len(new) + len(back) < max_running:
                 back.append(ready.pop(0))  # its KV is reserved already: a slot is all it needs
-            while self.pending and admits(len(rows) + len(new) + len(back), used, self._footprint(self.pending[0]),
-                                          max_running, self.cap):
-                i = self.pending.pop(0)
-                new.append(i)
-                used += self._footprint(i)
-                self._refill()
+            new, used = self._admit(e, len(rows) + len(back), used, turn)
             if new or back:
-                for i in new:
-                    self.s_version[i], self.s_engine[i], self.s_admit[i] = self.version, e, env.now
-                    turn[i] = 0
                 p = np.array([self.s_plen[i] for i in new] + [context.pop(i) for i in back], dtype=float)
                 # prefill: the prompts, and each answer (or, after new weights, a returning sample's whole context)
                 answer = np.array([float(self.s_plen[i]) for i in new]
@@ -249,8 +255,16 @@ class AsyncRun:
                 drafted = False  # a new rollout to the switch: the drafter reads the rows again when it is on
                 if len(rows):  # new weights: load them, re-prefill the running
                     self._doing[e], t = "weight_sync", env.now
-                    yield from self._call(e, self.update_s + prefill_seconds(cost, ctx))
-                    self._log(e, "weight_sync", t, env.now, b)
+                    joining = []  # real/'s engine (one that pads) starts over: the prompts the gate lets start now
+                    if cost.padded_prefill:  # join the running rows' forward
+                        self._refill()
+                        joining, used = self._admit(e, len(rows), used, turn)
+                    p = np.array([float(self.s_plen[i]) for i in joining])
+                    yield from self._call(e, self.update_s + prefill_seconds(cost, np.concatenate([ctx, p])))
+                    self._log(e, "weight_sync", t, env.now, b + len(joining))
+                    rows = np.concatenate([rows, joining]).astype(np.int64)
+                    rem = np.concatenate([rem, [self.s_turns[i][0][0] for i in joining]])
+                    ctx = np.concatenate([ctx, p])
         self._log(e, "idle", self._end_of(e), env.now)
 
     def _decode(self, e: int, rows, rem, ctx, tool_at: float, drafted: bool, behind: float):

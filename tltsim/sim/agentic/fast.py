@@ -163,7 +163,7 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                     fresh += c - h
                     sq += c * c - h * h
                     if padded:
-                        widths.append((c - h, h))
+                        widths.append((c - h, h, k == first[r]))
                     prompt_tokens[k], cached_tokens[k], t_admit[k], tau_a[k] = c, h, t, tau
                     if admitted_at[r] != admitted_at[r]:
                         admitted_at[r] = t
@@ -175,9 +175,14 @@ def play(turns: Turns, cost, max_running: int, spec: Speculation | None, priorit
                     heappush(ends, (tau + g, r))
                     c_run += c
                 nrun += len(chosen)
-                if padded:
-                    fresh, sq = prefill_load(*zip(*widths), padded=True)
-                dt = prefill_time(fresh, sq)
+                if padded:  # real/'s engine: new trajectories in one padded forward (its add), returning ones in another
+                    dt = 0.0
+                    for new in (True, False):
+                        part = [(w, h) for w, h, n in widths if n is new]
+                        if part:
+                            dt += prefill_time(*prefill_load(*zip(*part), padded=True))
+                else:
+                    dt = prefill_time(fresh, sq)
                 last = log.last
                 if last[0] == "prefill":  # log.add's merge, inline
                     last[2] = t + dt

@@ -117,7 +117,11 @@ class Run:
         cached, ctx = held[rows], self.ctx[rows]
         fresh = ctx - cached  # tokens to prefill: the whole context, or what follows the cached prefix
         self.prompt_tokens[k], self.cached_tokens[k], self.t_admit[k], self.tau_a[k] = ctx, cached, self.t, self.tau
-        dt = prefill_seconds(self.cost, fresh, cached)
+        if self.cost.padded_prefill:  # real/'s engine: new trajectories in one padded forward (add), returning ones in another
+            new = k == turns.first[rows]
+            dt = sum(prefill_seconds(self.cost, fresh[m], cached[m]) for m in (new, ~new) if m.any())
+        else:
+            dt = prefill_seconds(self.cost, fresh, cached)
         self.admitted_at[rows] = np.where(np.isnan(self.admitted_at[rows]), self.t, self.admitted_at[rows])
         held[rows] = ctx
         self.reserved[rows] = ctx + turns.gen[k]
