@@ -157,3 +157,9 @@ def test_an_async_tlt_run_speculates_trains_its_drafter_while_gated_and_resumes(
     assert set(rollout["state"]) <= {"prefill", "decode", "spec_decode", "idle", "drafter_train", "weight_sync"}
     assert np.isclose(rollout.loc[rollout.state == "drafter_train", "t_end"].sub(
         rollout.loc[rollout.state == "drafter_train", "t_start"]).sum(), steps["drafter_train_s"].sum())
+    # validate replays it, each policy version at the drafter quality its trainer step measured
+    from tltsim.analysis.validation.validate import validate
+
+    v = validate([out], ROOT / "traces/profiles/real_cpu_profile.csv")
+    predicted = next(iter(v.predicted.values())).steps
+    assert len(predicted) == 3 and (predicted["sd_share"] > 0).any()

@@ -267,6 +267,14 @@ class ReplayedQuality(TLTPolicy):
         if step in self.qualities:
             self.quality_now = self.qualities[step]
 
+    def begin_version(self, version: int, t: float) -> None:
+        """An asynchronous run's engines serve policy version k while the trainer makes its step k (the run records
+        their iterations under that step): the step's measured quality is the version's."""
+        super().begin_version(version, t)
+        self.step = version
+        if version in self.qualities:
+            self.quality_now = self.qualities[version]
+
     def _quality(self, rows=None) -> float:
         """The measured quality where the step has one, for every engine (a history drafter's too: what the real
         run accepted, in place of the history model's estimate)."""
