@@ -83,7 +83,7 @@ class StepRows:
         """After the step's rollout (`parts`: (Share, its engine, real.engine.adaptive.Rollout) for each rollout this
         worker ran, begun at `t0`): this worker's samples the step trains on, their GRPO advantages and the step's
         columns of the policy. `samples`: `samples(parts)` where the caller made them already (their rewards
-        scored)."""
+        scored); a streamed policy's rows come from its stream, not from them."""
         if self.stream:
             return self._stream_trained(step, *parts[0], t0)
         samples = self.samples(parts) if samples is None else samples
