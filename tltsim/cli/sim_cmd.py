@@ -270,11 +270,12 @@ def cmd_compare(args) -> int:
                           f"--policies verl,tlt (or leave --policies out for all)")
     check_out_dir(args, "comparison")
     cfg = sim_config(args)
-    for n in names:  # fail fast on unknown names and bad knobs before any run: each policy takes the knobs it has
-        make_policy(n, knobs_for(n, cfg.policy_knobs))
-    taken = set().union(*(knobs_for(n, cfg.policy_knobs) for n in names))
-    if set(cfg.policy_knobs or {}) - taken:
-        raise TltsimError(f"--knob {', '.join(sorted(set(cfg.policy_knobs) - taken))}: no policy compared takes it; "
+    given = {n: knobs_for(n, cfg.policy_knobs) for n in names}  # each policy takes the knobs it has
+    for n in names:  # fail fast on unknown names and bad knobs before any run
+        make_policy(n, given[n])
+    unused = sorted(set(cfg.policy_knobs or {}).difference(*given.values()))
+    if unused:
+        raise TltsimError(f"--knob {', '.join(unused)}: no policy compared takes it; "
                           f"`tltsim policies {' '.join(names)}` lists their knobs")
     trace = sim_trace(args, cfg)
     warn_clipped_steps(cfg.steps, trace)

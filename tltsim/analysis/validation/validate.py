@@ -44,7 +44,7 @@ from tltsim.cost.profiled import Profiled
 from tltsim.cost.scaled import StepScaled
 from tltsim.core.errors import TltsimError
 from tltsim.core.records import IDLE_STATES
-from tltsim.policies import make_policy
+from tltsim.policies import knobs_for, make_policy
 from tltsim.policies.compose import Composite
 from tltsim.policies.tlt import TLTPolicy
 from tltsim.control import Strategy
@@ -187,7 +187,7 @@ def replay(run_dir: str | Path, cost, speed: bool = False, policy: str | None = 
         # batch in progress, and saves its drafter inside its training span, at this machine's speed (no fixed
         # seconds of a paper's checkpoint, which would also tie the samples to the machine's speed under --speed)
         spot = dict(load_s=0.0, checkpoint_s=0.0, drafter_batch=int(cfg.get("drafter_batch", 0)))
-        knobs.update({k: v for k, v in spot.items() if k in make_policy(sim_cfg.policy).knob_names})
+        knobs.update(knobs_for(sim_cfg.policy, spot))
     policy = make_policy(sim_cfg.policy, knobs)
 
     def replayed(part):  # a what-if drafter (`qualities`) drafts for every row alike
