@@ -208,7 +208,7 @@ def _typed_path(value) -> str:
 
 
 def _check_run(args) -> None:
-    from real.run.config import check_run_dir
+    from real.run.run_dir import check_run_dir
     from tltsim.core.io import check_apart, check_output, manifest_kind
 
     if args.model is None:  # the shipped target, spelled out in the run's provenance

@@ -109,7 +109,7 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
                  data: str | Path | None = None, command: str = "", log=print) -> dict:
     """Collect (or reuse `data`), pick the draft vocabulary, warm up, measure on held-out problems, and save
     the drafter at `out` in bf16 with its provenance; returns that provenance."""
-    from real.models.targets import load_target, load_task
+    from real.models.targets import default_eos, load_target, load_task
 
     s = settings
     t0 = time.perf_counter()
@@ -127,7 +127,7 @@ def make_drafter(model: str, out: str | Path, settings: WarmupSettings = WarmupS
         if data:
             save_pairs(pairs, data, meta)
     t1 = time.perf_counter()
-    eos = target.generation_config.eos_token_id
+    eos = default_eos(target)
     ids = draft_vocab(pairs, s.vocab, [eos] if isinstance(eos, int) else list(eos or []))
     drafter, losses = warm_up(target, pairs, ids, s.steps, s.batch_size, s.lr, s.seed, s.unroll, init,
                               log=lambda step, loss: log(f"step {step}/{s.steps} loss {loss:.3f}") if step % 25 == 0 else None)

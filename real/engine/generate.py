@@ -45,12 +45,14 @@ import torch
 
 from real.engine import attention
 from real.engine.kvcache import RaggedCache
-from real.engine.sampling import next_tokens, recorded_table, verify_chosen, verify_greedy_chain, verify_tree
+from real.engine.sampling import (check_answers, next_tokens, recorded_table, verify_chosen, verify_greedy_chain,
+                                  verify_tree)
 from real.drafters import DraftSession, Drafting
 from real.settings import GenerateSettings, SamplingParams
 from real.engine.spec import DraftTree, draftable
 from real.engine.records import Finished, Generation, Iteration, Turn
 from real.engine.tools import Sandbox, ToolUse, runs_code
+from real.models.targets import default_eos
 from tltsim.core.errors import TltsimError
 from tltsim.control.strategy import DEFAULT_STRATEGY as STRATEGY, Strategy
 
@@ -160,13 +162,7 @@ class Engine:
         if answers is not None and self.tools is not None:
             raise TltsimError("add: an engine with tools does not replay recorded answers (its tools answer anew)")
         if answers is not None:
-            if len(answers) != len(prompts):
-                raise TltsimError(f"add: {len(answers)} answers for {len(prompts)} prompts; give one per prompt")
-            for i, a in enumerate(answers):
-                if not 0 < len(a) <= self.max_new_tokens or (len(a) < self.max_new_tokens and a[-1] not in self.eos) \
-                        or any(t in self.eos for t in a[:-1]):
-                    raise TltsimError(f"answer {i}: {len(a)} tokens; an answer ends at its first end-of-sequence "
-                                      f"token or at max_new_tokens={self.max_new_tokens}")
+            check_answers(answers, len(prompts), self.max_new_tokens, self.eos)
             self.answers = (self.answers or []) + [list(map(int, a)) for a in answers]
         start = time.perf_counter()
         new = self._new_cache(len(prompts))
@@ -187,19 +183,10 @@ class Engine:
     def _prefill(self, cache: RaggedCache, feeds: list[list[int]]) -> None:
         """Feed each row of `cache` (nothing pending) its tokens `feeds[b]` after its committed ones, in one forward,
         and commit them."""
-        width = max(len(f) for f in feeds)
-        if width == 0:
+        if max(len(f) for f in feeds) == 0:
             return
-        counts = torch.tensor([len(f) for f in feeds], device=self.device)
-        x = torch.zeros(len(feeds), width, dtype=torch.long, device=self.device)
-        for b, f in enumerate(feeds):
-            x[b, : len(f)] = torch.as_tensor(f, device=self.device)
-        valid = torch.arange(width, device=self.device)[None, :] < counts[:, None]
-        causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril()
-        visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=self.device)[None]
-        slots = torch.arange(width, device=self.device)[None].expand(len(feeds), width)
-        hidden = self._forward(cache, x, cache.lens[:, None] + slots, visible)
-        cache.commit(slots, counts, hidden)
+        tokens, slots, counts, visible = cache.padded_feed(feeds)
+        cache.commit(slots, counts, self._forward(cache, tokens, cache.lens[:, None] + slots, visible))
 
     def wait_tools(self) -> None:
         """Block until some paused row's tool call has answered (at once when one has, or none is paused)."""
@@ -407,9 +394,3 @@ def generate(target, prompts: list[list[int]], drafter: Drafting | None = None,
     finished = [engine.finished[i] for i in ids]
     return Generation([f.tokens for f in finished], engine.iterations, finished)
 
-
-def default_eos(target) -> int | list[int] | None:
-    """The end-of-sequence id(s) a model stops at, as transformers' `generate` takes them: its generation
-    config's (an instruct model's end of turn, e.g. ChatML's <|im_end|>), else its model config's."""
-    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
-    return target.config.eos_token_id if eos is None else eos

@@ -78,6 +78,21 @@ class RaggedCache:
             return None
         return self.mask(torch.ones(self.batch, 1, self.pending + 1, dtype=torch.bool, device=self.lens.device))
 
+    def padded_feed(self, feeds: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One forward that feeds each row b its tokens `feeds[b]` (nothing pending), as wide as the widest: its
+        tokens [B, T] (0 past a row's feed), new slots [B, T] (positions past each row's length; `commit` keeps
+        them), counts [B] (the tokens each row keeps) and visibility [B, T, T] (causal over the row's feed; a
+        padding query sees itself alone)."""
+        width, device = max(len(f) for f in feeds), self.lens.device
+        counts = torch.tensor([len(f) for f in feeds], device=device)
+        tokens = torch.zeros(len(feeds), width, dtype=torch.long, device=device)
+        for b, f in enumerate(feeds):
+            tokens[b, : len(f)] = torch.as_tensor(f, device=device)
+        valid = torch.arange(width, device=device)[None, :] < counts[:, None]
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
+        return tokens, torch.arange(width, device=device)[None].expand(len(feeds), width), counts, visible
+
     def commit(self, keep: torch.Tensor, counts: torch.Tensor, features: torch.Tensor | None = None) -> None:
         """Keep, per row, the first counts[b] slots listed in keep[b] and drop all other pending slots.
 

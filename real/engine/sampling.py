@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from real.settings import SamplingParams
+from tltsim.core.errors import TltsimError
 
 
 def target_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -110,6 +111,18 @@ def verify_tree(tokens: torch.Tensor, parents: torch.Tensor, logits: torch.Tenso
     # rows still walking stopped at a leaf the loop never expanded: their residual is p there
     residual = torch.where(walking[:, None], probs[rows, cur], residual)
     return path, accepted, torch.multinomial(residual, 1, generator=generator).squeeze(1)
+
+
+def check_answers(answers: list[list[int]], rows: int, max_new_tokens: int, eos: set[int]) -> None:
+    """TltsimError unless `answers` holds one recorded answer for each of `rows` rows, each ending at its first
+    end-of-sequence token (one of `eos`) or at `max_new_tokens`."""
+    if len(answers) != rows:
+        raise TltsimError(f"add: {len(answers)} answers for {rows} prompts; give one per prompt")
+    for i, a in enumerate(answers):
+        if not 0 < len(a) <= max_new_tokens or (len(a) < max_new_tokens and a[-1] not in eos) \
+                or any(t in eos for t in a[:-1]):
+            raise TltsimError(f"answer {i}: {len(a)} tokens; an answer ends at its first end-of-sequence "
+                              f"token or at max_new_tokens={max_new_tokens}")
 
 
 def recorded_table(answers: list[list[int]], done: list[int], width: int) -> torch.Tensor:

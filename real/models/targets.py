@@ -88,3 +88,10 @@ def load_task(path_or_name: str | Path, task: str | None = None) -> GcdTask | Wo
     (real.checks.plan_task decides, without loading anything)."""
     plan = plan_task(path_or_name, task)
     return plan if isinstance(plan, GcdTask) else plan(load_tokenizer(path_or_name))
+
+
+def default_eos(target) -> int | list[int] | None:
+    """The end-of-sequence id(s) a model stops at, as transformers' `generate` takes them: its generation
+    config's (an instruct model's end of turn, e.g. ChatML's <|im_end|>), else its model config's."""
+    eos = getattr(getattr(target, "generation_config", None), "eos_token_id", None)
+    return target.config.eos_token_id if eos is None else eos

@@ -40,7 +40,7 @@ def write(out: Path, rank: int, step: int, state: dict, shared: Callable[[Path],
     """Every rank (collectively) writes its `state` into a temporary directory (and calls `own(dir)` for files of its
     own); rank 0 also calls `shared(dir)` for what the ranks share, then the directory takes RUN_DIR/checkpoint's
     place whole (tltsim.core.io.atomic_dir)."""
-    import torch  # here, not at the top: `exists` is read before a run imports torch (real.run.config.check_run_dir)
+    import torch  # here, not at the top: `exists` is read before a run imports torch (real.run.run_dir.check_run_dir)
     import torch.distributed as dist
 
     with atomic_dir(out / CHECKPOINT, _complete) if rank == 0 else nullcontext() as tmp:

@@ -25,7 +25,7 @@ their own generators' state in the checkpoint.
 An asynchronous run (`--policy async`, alone or with speculation) has no common step: its workers are real/run/async_rl.py's, the last one
 training while the others roll out.
 
-Modules: real/run/config.py (RunConfig), real/run/worker.py (a worker's state and step loop),
+Modules: real/run/config.py (RunConfig), real/run/run_dir.py (the -o directory), real/run/worker.py (a worker's state and step loop),
 real/run/spot.py (spot training across processes), real/run/checkpoint.py.
 
 Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), tlt-base,
@@ -56,7 +56,8 @@ from real.engine.tools import require_os_sandbox, runs_code
 from real.run.processes import start_workers
 from real.run.grpo import free_port
 from real.run.async_rl import AsyncWorker
-from real.run.config import RunConfig, check_run_dir
+from real.run.config import RunConfig
+from real.run.run_dir import check_run_dir
 from real.run.worker import Worker
 from tltsim.core.errors import TltsimError
 

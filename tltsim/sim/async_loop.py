@@ -48,7 +48,8 @@ from tltsim.core.records import TimelineRow
 from tltsim.cost import prefill_seconds
 from tltsim.sim.prompts import PromptStream
 from tltsim.sim.schedule import admits, check_footprints
-from tltsim.sim.speculation import Chunk, Tally, speculate, strategies_text
+from tltsim.sim.async_records import record_step
+from tltsim.sim.speculation import Chunk, Tally, speculate
 
 NAN = np.nan
 EPS = 1e-9  # tokens: a request whose turn has fewer left has ended it (speculation gains fractions of tokens)
@@ -371,51 +372,10 @@ class AsyncRun:
                 yield env.timeout(dt)
                 for w in trainers:
                     self._log(w, state, t, env.now)
-            self._record(k, step, t0, waited, phases, ids, dropped)
+            record_step(self, k, step, t0, waited, phases, ids, dropped)
             self.version += 1
             self.over = k == len(self.steps) - 1
             self.policy.begin_version(self.version, env.now)
             self.updated.succeed()
             self.updated = env.event()
             self.bar.update(1)
-
-    def _record(self, k, step, t0, waited, phases, ids, dropped) -> None:
-        sim = self.sim
-        pick = lambda v: np.asarray(v)[ids]  # noqa: E731
-        df = {"origin": pick(self.s_version), "resumed": pick(self.s_resumed), "response_len": pick(self.s_rlen)}
-        trained = pick(self.s_rlen) > 0  # the trace's aborted rows (response_len 0) leave nothing to train on
-        dropped += int(np.sum(~trained))
-        sim.recorder.step_requests({
-            "step": np.full(len(ids), step), "prompt_id": pick(self.s_prompt), "sample": pick(self.s_sample),
-            "engine": pick(self.s_engine), "prompt_len": pick(self.s_plen), "response_len": pick(self.s_rlen),
-            "admitted_at": pick(self.s_admit), "finished_at": pick(self.s_finish),
-            "finished": np.ones(len(ids), dtype=bool),
-        })
-        sim.recorder.step({
-            "step": step, "t_start": t0, "rollout_s": waited - t0, "reward_s": phases[0][1], "train_s": phases[1][1],
-            "sync_s": phases[2][1], "total_s": self.env.now - t0, "responses": int(trained.sum()),
-            "response_tokens": int(pick(self.s_rlen).sum()), "tail_s": 0.0,
-            **sim.off_policy_columns(k, df, trained, dropped),
-            **self._spec_columns(t0), **self.policy.end_version(k, pick(self.s_rlen)[trained]),
-            **(self._turn_columns(ids, step, t0) if sim.agentic else {}),
-        })
-
-    def _spec_columns(self, t0: float) -> dict:
-        """The speculation of the policy version that just ended, on every rollout engine: its share of their time
-        since `t0`, its mean accepted length and its strategies' iterations (a synchronous step's columns)."""
-        tally, span = self.tally, self.R * (self.env.now - t0)
-        self.tally, seconds, self.spec_s = Tally(), self.spec_s, 0.0
-        return {"sd_share": seconds / span if span else 0.0,
-                "mean_accepted": tally.accepted / tally.iterations if tally.iterations else NAN,
-                "strategies": strategies_text(tally.strategies)}
-
-    def _turn_columns(self, ids, step: int, t0: float) -> dict:
-        """A multi-turn step's trajectories, turns and tool calls (of the samples it trains on), and the share of
-        the rollout engines' time since the step began in which every sample an engine held waited on a tool."""
-        turns = [self.s_turns[i] for i in ids]
-        rows = [r for r in self.sim.recorder.timeline if r.state == "tool_wait" and r.worker < self.R and r.t_end > t0]
-        wait = sum(r.t_end - max(r.t_start, t0) for r in rows)
-        span = self.R * (self.env.now - t0)
-        return {"trajectories": len(ids), "turns": sum(len(t[0]) for t in turns),
-                "tool_calls": sum(v is not None and v == v for t in turns for v in t[1]),
-                "tool_wait_share": wait / span if span else 0.0}
