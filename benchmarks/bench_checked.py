@@ -34,6 +34,7 @@ PAIRS = [  # (verl run, policy run, profile), as traces/README.md lists them
     ("real_verl_smollm2_sampled", "real_async_smollm2_sampled", "smollm2_sampled_cpu_profile"),
     ("real_verl_smollm2_sampled", "real_async_tlt_smollm2_sampled", "smollm2_sampled_cpu_profile"),
     ("real_verl_smollm2_sampled", "real_migrate_smollm2_sampled", "smollm2_sampled_cpu_profile"),
+    ("real_verl_smollm2_repeated", "real_longest_first_smollm2_repeated", "smollm2_repeated_cpu_profile"),
 ]
 
 

@@ -47,10 +47,10 @@ def test_the_shipped_record_checks_every_shipped_pair():
 
 
 def test_the_ranking_cites_the_checks_of_each_policy(base, tlt):
-    unpaired = replace(tlt, summary={**tlt.summary, "policy": "longest-first"})  # no shipped pair of it
+    unpaired = replace(tlt, summary={**tlt.summary, "policy": "tlt-base"})  # no shipped pair of it
     page = build_report([base, tlt, unpaired])
     assert _cell(page, "tlt") == verdict(shipped(), "tlt") and "pairs)" in _cell(page, "tlt")
-    assert _cell(page, "longest-first") == "not yet"
+    assert _cell(page, "tlt-base") == "not yet"
 
 
 def test_a_users_own_pair_is_checked_beside_the_shipped_ones(base, tlt, tmp_path):

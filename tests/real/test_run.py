@@ -440,7 +440,8 @@ SHIPPED_PAIRS = [("real_tlt_cpu", "real_verl_cpu"), ("real_tlt_smollm2", "real_v
                  ("real_tail_batching_smollm2_sampled", "real_verl_smollm2_sampled"),
                  ("real_async_smollm2_sampled", "real_verl_smollm2_sampled"),
                  ("real_async_tlt_smollm2_sampled", "real_verl_smollm2_sampled"),
-                 ("real_migrate_smollm2_sampled", "real_verl_smollm2_sampled")]
+                 ("real_migrate_smollm2_sampled", "real_verl_smollm2_sampled"),
+                 ("real_longest_first_smollm2_repeated", "real_verl_smollm2_repeated")]
 SHIPPED_TWINS = {run: verl for run, verl in SHIPPED_PAIRS} | {verl: run for run, verl in SHIPPED_PAIRS}  # a verl run two
 # pairs share is checked against the later pair's run
 

@@ -79,7 +79,8 @@ def cmd_validate(args) -> int:
         print(f"\nspeedup of {s['run']} over {s['baseline']}: measured {s['measured']:.3f}, predicted "
               f"{s['predicted']:.3f} ({s['error']:+.1%})")
         if "speed_ratio" in s:
-            pace = "slower" if s["speed_ratio"] > 1 else "faster"
+            ratio = round(s["speed_ratio"], 3)  # as printed
+            pace = "as fast" if ratio == 1 else "slower" if ratio > 1 else "faster"
             print(f"at one machine speed (the speed probes ran {s['speed_ratio']:.3f}x as long during {s['run']}: the "
                   f"machine was {pace} then): measured {s['measured_at_one_speed']:.3f}, predicted "
                   f"{s['predicted_at_one_speed']:.3f}")
