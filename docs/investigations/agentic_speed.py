@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import re
 import time
 
 from tltsim.config import ClusterConfig, SimConfig
@@ -44,10 +45,18 @@ def main() -> None:
         total = stats.total_tt
         print(f"\n{policy}: {wall / args.steps * 100:.1f} s / 100 steps, {wall / (turns + calls) * 1e6:.1f} us a turn "
               f"or tool call; under cProfile {total:.2f} s, {stats.total_calls:,} calls")
+        areas: dict[str, float] = {}
+        for (path, _, _), (_, _, own, _, _) in stats.stats.items():
+            area = "/".join(path.split("/tltsim/", 1)[1].split("/")[:2]) if "/tltsim/" in path else "outside tltsim"
+            area = area if "/" in area or area == "outside tltsim" else "tltsim (top level)"
+            areas[area] = areas.get(area, 0.0) + own
+        print("own time by where: " + ", ".join(f"{a} {t / total:.0%}" for a, t in
+                                                 sorted(areas.items(), key=lambda kv: -kv[1]) if t / total >= 0.005))
         print(f"{'own s':>7} {'share':>6} {'calls':>10}  function")
         rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:TOP]
         for (path, line, name), (_, calls_n, own, _, _) in rows:
             where = path.split("/tltsim/", 1)[-1] if "/tltsim/" in path else path.rsplit("/", 1)[-1]
+            name = re.sub(r" at 0x[0-9a-f]+", "", name)  # a built-in's address: not the same from run to run
             print(f"{own:>7.3f} {own / total:>6.1%} {calls_n:>10,}  {where}:{line}({name})")
 
 
