@@ -25,8 +25,8 @@ their own generators' state in the checkpoint.
 An asynchronous run (`--policy async`, alone or with speculation) has no common step: its workers are real/run/async_rl.py's, the last one
 training while the others roll out.
 
-Modules: real/run/config.py (RunConfig), real/run/run_dir.py (the -o directory), real/run/worker.py (a worker's state and step loop),
-real/run/spot.py (spot training across processes), real/run/checkpoint.py.
+Modules: real/run/config.py (RunConfig), real/run/run_dir.py (the -o directory), real/run/worker.py (a worker's
+state and step loop), real/run/spot.py (spot training across processes), real/run/checkpoint.py.
 
 Policies: verl (no speculation), tlt, static-sd, sd-always, tlt-auto (no prior: it starts from `threshold`), tlt-base,
 das and das+tlt, with the policy layer's decision knobs (tltsim/control/decisions.py); and longest-first, which
