@@ -104,8 +104,10 @@ def test_a_migrate_run_moves_its_tail_and_trains_it_where_it_finished(tmp_path):
     """2 workers, one group of 2 each, run one row at a time: once half the step's rows are unfinished, the tail moves
     onto one worker, which runs its rows anew and trains them; the other is released and computes its finished rows'
     log-probs before the barrier (next-stage). When the move comes depends on timing (a worker that falls behind may
-    find the other done), so the test holds what every timing keeps. validate's replay, on the profile's clock, moves
-    one row a worker."""
+    find the other done), so the test holds what every timing keeps; and whether it comes: a worker held up by the
+    machine while the other finishes both its rows finds the tail on itself alone, which does not move
+    (MigrationControl.targets), and the step ends as verl's. validate's replay, on the profile's clock, moves one row
+    a worker."""
     from real.run.config import RunConfig
     from real.run.launch import launch
     from tltsim.analysis.validation.validate import validate
@@ -115,8 +117,10 @@ def test_a_migrate_run_moves_its_tail_and_trains_it_where_it_finished(tmp_path):
                      probe=0, speed_probe=0, knobs={"remaining": 0.5, "to_engines": 1}), tmp_path / "run")
     res = Result.load(tmp_path / "run")
     steps = res.steps.set_index("step")
-    # a worker whose rows all finished before the move was decided is released with nothing moved (a slow machine)
-    assert steps["migrated"].between(0, 2).all() and (steps["released_engines"] == 1).all()
+    # a worker whose rows all finished before the move was decided is released with nothing moved (a slow machine);
+    # a tail on one worker does not move (nothing released)
+    assert steps["migrated"].between(0, 2).all() and steps["released_engines"].isin([0, 1]).all()
+    assert (steps.loc[steps["released_engines"] == 0, "migrated"] == 0).all()
     moved = steps[steps["migrated"] > 0]
     assert (moved["migrate_at_s"] > 0).all() and (moved["migrate_at_s"] < moved["rollout_s"]).all()
     requests = pd.read_parquet(tmp_path / "run" / "requests.parquet")
@@ -124,6 +128,9 @@ def test_a_migrate_run_moves_its_tail_and_trains_it_where_it_finished(tmp_path):
     for step, g in requests.groupby("step"):
         tl = res.timeline[res.timeline["step"] == step]
         rewards = tl[tl["state"] == "reward"].groupby("worker").size()
+        if steps.at[step, "released_engines"] == 0:  # no move: every row trained where it ran, no early forwards
+            assert sorted(rewards.tolist()) == [1, 1] and (g.groupby("engine").size() == 2).all()
+            continue
         released = int(rewards.idxmax())  # the early log-prob forwards are a second reward span
         assert sorted(rewards.tolist()) == [1, 2]
         # the target trains its own two rows and whatever of the released worker's moved
