@@ -79,10 +79,10 @@ class RaggedCache:
         return self.mask(torch.ones(self.batch, 1, self.pending + 1, dtype=torch.bool, device=self.lens.device))
 
     def padded_feed(self, feeds: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One forward that feeds each row b its tokens `feeds[b]` (nothing pending), as wide as the widest: its
-        tokens [B, T] (0 past a row's feed), new slots [B, T] (positions past each row's length; `commit` keeps
-        them), counts [B] (the tokens each row keeps) and visibility [B, T, T] (causal over the row's feed; a
-        padding query sees itself alone)."""
+        """The inputs of one forward that feeds each row b its tokens `feeds[b]` (nothing pending), as wide as the
+        widest: tokens [B, T] (0 past a row's feed), slots [B, T] (each token's offset 0..T-1 past its row's
+        committed length: `lens[:, None] + slots` are its positions, and `commit` keeps them), counts [B] (the tokens
+        each row keeps) and visibility [B, T, T] (causal over the row's feed; a padding query sees itself alone)."""
         width, device = max(len(f) for f in feeds), self.lens.device
         counts = torch.tensor([len(f) for f in feeds], device=device)
         tokens = torch.zeros(len(feeds), width, dtype=torch.long, device=device)

@@ -11,7 +11,9 @@ first step's start to the last step's end, so busy + idle = GPUs x makespan.
 """
 from __future__ import annotations
 
+import gc
 from collections import Counter
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -35,6 +37,22 @@ from tltsim.core.summary import summarize
 from tltsim.trace import Trace
 from tltsim.trace.schema import flat_turns
 
+
+GC_YOUNG = 50_000  # allocations between collections of the garbage collector's youngest generation during a run
+
+
+@contextmanager
+def fewer_collections():
+    """Python's cyclic garbage collector run less often while a replay allocates its records (timeline rows, heap
+    entries, intervals) and restored after: at its default threshold (700) its collections took about a fifth of an
+    agentic replay's time and a few percent of a single-turn one (docs/investigations/replay_speed.md), and a run's
+    objects live until its result is built, so collecting them young frees little. The results do not depend on it."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], GC_YOUNG), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 class Simulator:
     agentic_reference = False  # multi-turn rollouts by the event executor that scans every row
@@ -73,10 +91,11 @@ class Simulator:
         self.recorder = SimRecorder()
         self._staleness: Counter = Counter()  # policy versions behind -> trained samples
         bar = tqdm(total=len(self.trace.steps), desc=f"simulating {self.policy.name}", unit="step", disable=not progress)
-        main = env.process(self.policy.loop(self, env, bar) or self._run(env, bar))
-        env.run(until=main)  # processes a policy leaves behind (async engines mid-update) end with the run
-        bar.close()
-        return self._result(float(env.now))
+        with fewer_collections():
+            main = env.process(self.policy.loop(self, env, bar) or self._run(env, bar))
+            env.run(until=main)  # processes a policy leaves behind (async engines mid-update) end with the run
+            bar.close()
+            return self._result(float(env.now))
 
     # --- processes ---------------------------------------------------------------------------
     def step_columns(self):
