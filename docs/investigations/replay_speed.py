@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import re
 import time
@@ -30,6 +31,7 @@ from tltsim.sim.simulator import Simulator
 from tltsim.trace import synth
 
 TOP = 10
+PYTHON_DEFAULT = gc.get_threshold()[0]  # the collector's threshold outside a run, which a run raises
 PACKAGE = str(Path(tltsim.__file__).resolve().parent) + "/"  # its files' paths in the profile begin so
 
 
@@ -42,7 +44,7 @@ def profile_case(label: str, trace, cfg: SimConfig, policy: str, steps: int, uni
     t = time.perf_counter()
     Simulator(trace, cfg, make_policy(policy)).run()
     wall = time.perf_counter() - t
-    young, simulator.GC_YOUNG = simulator.GC_YOUNG, 700  # Python's default threshold, which a run raises
+    young, simulator.GC_YOUNG = simulator.GC_YOUNG, PYTHON_DEFAULT
     t = time.perf_counter()
     Simulator(trace, cfg, make_policy(policy)).run()
     wall_default = time.perf_counter() - t

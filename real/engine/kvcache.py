@@ -88,10 +88,11 @@ class RaggedCache:
         tokens = torch.zeros(len(feeds), width, dtype=torch.long, device=device)
         for b, f in enumerate(feeds):
             tokens[b, : len(f)] = torch.as_tensor(f, device=device)
-        valid = torch.arange(width, device=device)[None, :] < counts[:, None]
+        slots = torch.arange(width, device=device)
+        valid = slots[None, :] < counts[:, None]
         causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         visible = (causal[None] & valid[:, None, :]) | torch.eye(width, dtype=torch.bool, device=device)[None]
-        return tokens, torch.arange(width, device=device)[None].expand(len(feeds), width), counts, visible
+        return tokens, slots[None].expand(len(feeds), width), counts, visible
 
     def commit(self, keep: torch.Tensor, counts: torch.Tensor, features: torch.Tensor | None = None) -> None:
         """Keep, per row, the first counts[b] slots listed in keep[b] and drop all other pending slots.

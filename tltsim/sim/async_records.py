@@ -30,7 +30,7 @@ def record_step(run, k: int, step: int, t0: float, waited: float, phases: list, 
         "response_tokens": int(pick(run.s_rlen).sum()), "tail_s": 0.0,
         **sim.off_policy_columns(k, df, trained, dropped),
         **spec_columns(run, t0), **run.policy.end_version(k, pick(run.s_rlen)[trained]),
-        **(turn_columns(run, ids, step, t0) if sim.agentic else {}),
+        **(turn_columns(run, ids, t0) if sim.agentic else {}),
     })
 
 
@@ -44,7 +44,7 @@ def spec_columns(run, t0: float) -> dict:
             "strategies": strategies_text(tally.strategies)}
 
 
-def turn_columns(run, ids, step: int, t0: float) -> dict:
+def turn_columns(run, ids, t0: float) -> dict:
     """A multi-turn step's trajectories, turns and tool calls (of the samples it trains on), and the share of
     the rollout engines' time since the step began in which every sample an engine held waited on a tool."""
     turns = [run.s_turns[i] for i in ids]
