@@ -111,3 +111,21 @@ def test_compare_on_several_processes_writes_the_same_bytes_as_one_after_the_oth
              for w in (1, 2)}
     assert files[1] == files[2] and len(files[1]) >= 4 * 6
     assert all((tmp_path / "1" / f).read_bytes() == (tmp_path / "2" / f).read_bytes() for f in files[1])
+
+
+def test_compare_forks_no_process_while_a_pools_threads_run(tiny, tmp_path, capsys, monkeypatch):
+    """A process forked while another thread holds a lock (an import's, one pickling a task) inherits it held: a
+    compare whose runs were forked while the drift rows' pool fed its worker hung in a run's parquet write. Every
+    fork of a compare that computes the drift's rows beside its runs comes while no pool's thread runs."""
+    import os
+    import threading
+    from concurrent.futures import process
+
+    forks = []
+    monkeypatch.setattr(os, "fork", lambda fork=os.fork: (forks.append([
+        t.name for t in threading.enumerate()
+        if isinstance(t, process._ExecutorManagerThread) or t.name == "QueueFeederThread"]), fork())[1])
+    rc, out, _ = run(capsys, ["compare", "--trace", tiny, *CLUSTER, "--policies", "verl,tlt", "--json",
+                              "--no-report", "-o", tmp_path / "o"])
+    assert rc == 0 and '"drift_sensitivity"' in out
+    assert len(forks) >= 3 and forks == [[]] * len(forks)  # the drift's worker and one a policy

@@ -6,6 +6,7 @@ import os
 import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -235,21 +236,34 @@ def policy_dir(out: Path, name: str) -> Path:
     return out / name.replace("+", "_plus_")
 
 
+def compare_workers(policies: list[str]) -> int:
+    """The processes `compare` runs `policies` on by default: one a core, at most one a policy."""
+    return min(len(policies), os.cpu_count() or 1)
+
+
+def pool_of(workers: int) -> ProcessPoolExecutor:
+    """A pool of `workers` forked processes, each ending with this one. Its processes are forked at its first
+    submit, before its own threads start; a process forked while another pool's threads run may inherit a lock
+    one of them held (an import's, pickling a task) and hang on it, so one command keeps to one pool at a time."""
+    return ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),))
+
+
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool,
-            workers: int | None = None, tunings: list | None = None) -> list[dict]:
-    """Simulate each policy into its directory under `out`, on `workers` processes (default: one a core, at most
-    one a policy), each with the config's knobs it takes (tltsim.policies.knobs_for); the policies' rows in their
-    order, each its run's summary with its speedup over the first. A list `tunings` receives each run's tuning
-    answer, in order (each worked out beside its run)."""
-    workers = min(len(policies), os.cpu_count() or 1) if workers is None else workers
+            workers: int | None = None, tunings: list | None = None, pool: ProcessPoolExecutor | None = None
+            ) -> list[dict]:
+    """Simulate each policy into its directory under `out`, on `workers` processes (default: compare_workers), or
+    on `pool`, each with the config's knobs it takes (tltsim.policies.knobs_for); the policies' rows in their order,
+    each its run's summary with its speedup over the first. A list `tunings` receives each run's tuning answer, in
+    order (each worked out beside its run)."""
+    workers = compare_workers(policies) if workers is None else workers
     tuned = tunings is not None
     tasks = [(trace, replace(base_cfg, policy=name, policy_knobs=knobs_for(name, base_cfg.policy_knobs)),
               policy_dir(out, name)) for name in policies]
-    if workers <= 1:
+    if pool is None and workers <= 1:
         done = [_summarised(*task, progress, tuned) for task in tasks]
     else:  # each run is independent and seeded by its config: the same bytes as one after the other
-        with ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),)) as pool:
-            futures = [pool.submit(_summarised, *task, False, tuned) for task in tasks]
+        with nullcontext(pool) if pool is not None else pool_of(workers) as runs:
+            futures = [runs.submit(_summarised, *task, False, tuned) for task in tasks]
             done = [f.result() for f in tqdm(futures, desc="policies", unit="policy", disable=not progress)]
     rows = [summary for summary, _, _ in done]
     if tuned:
@@ -282,10 +296,10 @@ def cmd_compare(args) -> int:
     pairs = validated_pairs(args.validated) if args.validated else None  # refused before any run
     answers = args.json or not args.no_report  # the tuning answer of each tlt / tlt-auto run, the drift's rows
     with atomic_dir(args.out, sealed("comparison")) as tmp:  # the whole comparison, its report included, or nothing
-        with ProcessPoolExecutor(1, initializer=end_with, initargs=(os.getpid(),)) as side:  # beside the runs
-            drift = side.submit(_drift_rows, args.calibration, trace, cfg) if answers else None
+        with pool_of(compare_workers(names) + bool(answers)) as pool:  # the drift's rows beside the runs
+            drift = pool.submit(_drift_rows, args.calibration, trace, cfg) if answers else None
             tunings = [] if answers else None
-            rows = compare(trace, cfg, names, tmp, show_progress(args), tunings=tunings)
+            rows = compare(trace, cfg, names, tmp, show_progress(args), tunings=tunings, pool=pool)
             drift = drift.result() if drift else []
         if answers:
             results = [Result.load(policy_dir(tmp, n)) for n in names]
