@@ -237,7 +237,8 @@ def rollpacker_rows(runs: Runs) -> list[Row]:
         why=lambda f: (f"The simulated veRL step spends {f['rollout_s']:.0f} s in rollout, {f['reward_s']:.1f} s in "
                        f"reward and {f['train_s']:.1f} s in training (log-probs and the update) where Table 1 measured "
                        f"5% reward and 23% training: the simulator's reward and update cost less, against its "
-                       f"rollout, than veRL's on this setup")))
+                       f"rollout, than veRL's on this setup, and no one utilisation of the update puts this share "
+                       f"and a long-response one at their figures (docs/investigations/update_phase.md)")))
     trace, synth = runs.synth("rollpacker_14b_512", "lognormal", steps=10, prompts=512, group=8, max_len=16384,
                               params=RP_PARAMS)
     got, cmd = runs.compare("rollpacker_14b_512", trace, "verl,tail-batching", model="qwen3-14b", gpus=128, tp=2,

@@ -1,0 +1,71 @@
+"""Whether one FLOPs utilisation of the update phase puts veRL's step at every published rollout share: the
+roofline's `train_mfu` as it ships, and refitted so that RollPacker's Table 1 setup comes out at its 72% rollout.
+
+    python docs/investigations/update_phase.py | tee docs/investigations/update_phase.txt
+
+(update_phase.md reads its output.) For each of the two values, simulated veRL steps on the setups whose rollout
+share a source publishes, and TLT's end-to-end speedup over veRL on the Intern-S1 mixture, which every other cost
+of the step dilutes:
+- RollPacker (NSDI '26), Table 1, Math: Qwen2.5-14B/16k, 128 prompts x 8 on 32 H800s (the h100 preset), lengths
+  drawn as benchmarks/bench_fidelity.py draws them (lognormal, median 450, sigma 1.08): 72% rollout;
+- NeMo-RL's speculative rollouts (arXiv 2604.26779), as summaries give its setup: Qwen3-8B on 32 GB200s (the b200
+  preset), the shipped DAPO-like trace: generation 65-72% of a synchronous step;
+- docs/design.md#the-problem-in-numbers: production traces of a 32B model, 128 GPUs, 85% rollout; played by
+  Qwen2.5-32B at TP 4 on the shipped Intern-S1 mixture (fitted to that production's lengths), its first 4 steps;
+- TLT's abstract: over 1.7x end-to-end over veRL; Qwen2.5-32B (TP 4) and Llama-3.3-70B (TP 8) on 64 H100s,
+  the Intern-S1 mixture's first 4 steps.
+The refit is a bisection on `train_mfu` to RollPacker's share; deterministic (seeded traces, the fast path).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tltsim.config import ClusterConfig, SimConfig
+from tltsim.cost.roofline import CostParams
+from tltsim.policies import make_policy
+from tltsim.sim.simulator import Simulator
+from tltsim.trace import load, synth
+
+DAPO = "traces/synthetic/dapo_like.parquet"
+INTERN = "traces/synthetic/intern_s1_mixture.parquet"
+ROLLPACKER = 0.72  # Table 1, Math: veRL's rollout share of a step
+
+
+def summary(trace, cluster: ClusterConfig, steps: str, mfu: float, policy: str = "verl") -> dict:
+    cfg = SimConfig(cluster=cluster, steps=steps, cost=replace(CostParams(), train_mfu=mfu))
+    return Simulator(trace, cfg, make_policy(policy)).run().summary
+
+
+def main() -> None:
+    rollpacker = synth("lognormal", 10, 128, 8, 16384, 0, median=450, sigma=1.08)
+    rp = ClusterConfig(gpus=32, tp=2, gpu="h100", model="qwen3-14b")
+    lo, hi = 0.01, CostParams().train_mfu  # the share grows with the utilisation
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if summary(rollpacker, rp, "", mid)["rollout_share"] < ROLLPACKER else (lo, mid)
+    fitted = round((lo + hi) / 2, 4)
+    dapo, intern = load(DAPO), load(INTERN)
+    shares = [("RollPacker Table 1, 14B/16k, 32 GPUs", "0.72", rollpacker, rp, ""),
+              ("NeMo-RL, Qwen3-8B, 32 GB200s, DAPO-like", "0.65-0.72", dapo,
+               ClusterConfig(gpus=32, tp=1, gpu="b200", model="qwen3-8b"), "0:10"),
+              ("32B production, 128 GPUs, Intern-S1 mixture", "0.85", intern,
+               ClusterConfig(gpus=128, tp=4, gpu="h100", model="qwen2.5-32b"), "0:4")]
+    speedups = [("TLT, Qwen2.5-32B, TP 4, 64 H100s", ClusterConfig(gpus=64, tp=4, gpu="h100", model="qwen2.5-32b")),
+                ("TLT, Llama-3.3-70B, TP 8, 64 H100s", ClusterConfig(gpus=64, tp=8, gpu="h100", model="llama-3.3-70b"))]
+    values = [("as shipped", CostParams().train_mfu), ("fitted to RollPacker's share", fitted)]
+    print(f"train_mfu: as shipped {CostParams().train_mfu}, fitted to RollPacker's Table 1 share {fitted}")
+    print()
+    print(f"{'veRL rollout share of a step':45s} {'published':>10s} " + " ".join(f"{v:>9}" for _, v in values))
+    for name, published, trace, cluster, steps in shares:
+        got = [summary(trace, cluster, steps, m)["rollout_share"] for _, m in values]
+        print(f"{name:45s} {published:>10s} " + " ".join(f"{g:9.3f}" for g in got))
+    print()
+    print(f"{'end-to-end speedup over veRL':45s} {'published':>10s} " + " ".join(f"{v:>9}" for _, v in values))
+    for name, cluster in speedups:
+        got = [summary(intern, cluster, "0:4", m)["makespan_s"] / summary(intern, cluster, "0:4", m, "tlt")["makespan_s"]
+               for _, m in values]
+        print(f"{name:45s} {'> 1.7':>10s} " + " ".join(f"{g:9.3f}" for g in got))
+
+
+if __name__ == "__main__":
+    main()
