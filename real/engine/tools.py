@@ -117,7 +117,10 @@ def _run(command: list[str], code: str, timeout_s: float) -> ToolResult:
                                  stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         try:
             stdout, _ = child.communicate(timeout=timeout_s)
-            output = stdout.strip() or (f"error: exit {child.returncode}" if child.returncode else "")
+            # the wall's CPU limit, as long as the timeout, kills at the hard limit (SIGKILL; SIGXCPU at a soft
+            # one): where the machine delays this process's own timer, the CPU limit is what ends the call
+            output = stdout.strip() or ("error: timeout" if child.returncode in (-signal.SIGKILL, -signal.SIGXCPU)
+                                        else f"error: exit {child.returncode}" if child.returncode else "")
         except subprocess.TimeoutExpired:
             output = "error: timeout"
         finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from real.engine import tools
-from real.engine.tools import Sandbox, require_os_sandbox, run_code, run_calculator, runs_code
+from real.engine.tools import Sandbox, _run, require_os_sandbox, run_code, run_calculator, runs_code
 from tltsim.core.errors import TltsimError
 
 MARK = "tltsim-escaped"  # every escape that writes a file writes one of this name
@@ -102,6 +102,13 @@ def test_statements_answer_what_they_print_and_errors_are_answers():
 def test_the_subprocess_wall_stops_a_call_at_its_timeout():
     r = run_code("while True: pass", [], timeout_s=1.0)  # code the calculator would refuse, run bare here
     assert r.output == "error: timeout" and 1.0 <= r.latency_s < 3.0
+
+
+def test_a_call_the_cpu_limit_ends_before_the_wall_clock_is_a_timeout_too():
+    """On a loaded machine the child can spend its CPU-second before this process's timer fires: the kernel
+    kills it at the wall's CPU limit, and the model reads the same answer as at the timeout."""
+    r = _run([sys.executable, "-I", "-c", tools._CODE, "while True: pass", "1"], "loop", timeout_s=30.0)
+    assert r.output == "error: timeout" and r.latency_s < 10
 
 
 def test_calls_run_concurrently():
