@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
 import warnings
@@ -245,7 +246,8 @@ def pool_of(workers: int) -> ProcessPoolExecutor:
     """A pool of `workers` forked processes, each ending with this one. Its processes are forked at its first
     submit, before its own threads start; a process forked while another pool's threads run may inherit a lock
     one of them held (an import's, pickling a task) and hang on it, so one command keeps to one pool at a time."""
-    return ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=end_with, initargs=(os.getpid(),))
 
 
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool,
@@ -296,10 +298,12 @@ def cmd_compare(args) -> int:
     pairs = validated_pairs(args.validated) if args.validated else None  # refused before any run
     answers = args.json or not args.no_report  # the tuning answer of each tlt / tlt-auto run, the drift's rows
     with atomic_dir(args.out, sealed("comparison")) as tmp:  # the whole comparison, its report included, or nothing
-        with pool_of(compare_workers(names) + bool(answers)) as pool:  # the drift's rows beside the runs
+        workers = compare_workers(names)  # one run (or one core): the runs in this process, the drift's beside
+        with pool_of(workers + bool(answers)) if workers > 1 or answers else nullcontext() as pool:
             drift = pool.submit(_drift_rows, args.calibration, trace, cfg) if answers else None
             tunings = [] if answers else None
-            rows = compare(trace, cfg, names, tmp, show_progress(args), tunings=tunings, pool=pool)
+            rows = compare(trace, cfg, names, tmp, show_progress(args), tunings=tunings,
+                           pool=pool if workers > 1 else None)
             drift = drift.result() if drift else []
         if answers:
             results = [Result.load(policy_dir(tmp, n)) for n in names]
