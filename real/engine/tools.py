@@ -52,7 +52,8 @@ except Exception:
 for name in ("socket", "_socket", "ssl", "_ssl", "select", "urllib", "http"):
     sys.modules[name] = None  # importing any of them now fails
 limit = int(sys.argv[2])
-resource.setrlimit(resource.RLIMIT_CPU, (limit, limit))
+resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))  # SIGXCPU at the limit (SIGKILL a second on)
+resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # and no core file of it
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
 """
@@ -117,9 +118,9 @@ def _run(command: list[str], code: str, timeout_s: float) -> ToolResult:
                                  stderr=subprocess.DEVNULL, text=True, start_new_session=True)
         try:
             stdout, _ = child.communicate(timeout=timeout_s)
-            # the wall's CPU limit, as long as the timeout, kills at the hard limit (SIGKILL; SIGXCPU at a soft
-            # one): where the machine delays this process's own timer, the CPU limit is what ends the call
-            output = stdout.strip() or ("error: timeout" if child.returncode in (-signal.SIGKILL, -signal.SIGXCPU)
+            # the wall's CPU limit, as long as the timeout, ends the call with SIGXCPU where the machine delays this
+            # process's own timer (bubblewrap reports a signal as 128 + its number)
+            output = stdout.strip() or ("error: timeout" if child.returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
                                         else f"error: exit {child.returncode}" if child.returncode else "")
         except subprocess.TimeoutExpired:
             output = "error: timeout"
