@@ -6,12 +6,13 @@ roofline's `train_mfu` as it ships, and refitted so that RollPacker's Table 1 se
 (update_phase.md reads its output.) For each of the two values, simulated veRL steps on the setups whose rollout
 share a source publishes, and TLT's end-to-end speedup over veRL on the Intern-S1 mixture, which every other cost
 of the step dilutes:
-- RollPacker (NSDI '26), Table 1, Math: Qwen2.5-14B/16k, 128 prompts x 8 on 32 H800s (the h100 preset), lengths
-  drawn as benchmarks/bench_fidelity.py draws them (lognormal, median 450, sigma 1.08): 72% rollout;
+- RollPacker (NSDI '26), Table 1, Math: Qwen2.5-14B/16k (the qwen3-14b preset, 14.8B against 14.7B parameters)
+  at TP 2, 128 prompts x 8 on 32 H800s (the h100 preset), lengths drawn as benchmarks/bench_fidelity.py draws them
+  (lognormal, median 450, sigma 1.08): 72% rollout;
 - NeMo-RL's speculative rollouts (arXiv 2604.26779), as summaries give its setup: Qwen3-8B on 32 GB200s (the b200
-  preset), the shipped DAPO-like trace: generation 65-72% of a synchronous step;
-- docs/design.md#the-problem-in-numbers: production traces of a 32B model, 128 GPUs, 85% rollout; played by
-  Qwen2.5-32B at TP 4 on the shipped Intern-S1 mixture (fitted to that production's lengths), its first 4 steps;
+  preset) at TP 1, the shipped DAPO-like trace: generation 65-72% of a synchronous step;
+- docs/design.md#the-problem-in-numbers: production traces of a 32B model, 128 GPUs, 85% rollout; assumed:
+  Qwen2.5-32B on H100s at TP 4 on the shipped Intern-S1 mixture (production math rollouts), its first 4 steps;
 - TLT's abstract: over 1.7x end-to-end over veRL; Qwen2.5-32B (TP 4) and Llama-3.3-70B (TP 8) on 64 H100s,
   the Intern-S1 mixture's first 4 steps.
 The refit is a bisection on `train_mfu` to RollPacker's share; deterministic (seeded traces, the fast path).
@@ -62,8 +63,9 @@ def main() -> None:
     print()
     print(f"{'end-to-end speedup over veRL':45s} {'published':>10s} " + " ".join(f"{v:>9}" for _, v in values))
     for name, cluster in speedups:
-        got = [summary(intern, cluster, "0:4", m)["makespan_s"] / summary(intern, cluster, "0:4", m, "tlt")["makespan_s"]
-               for _, m in values]
+        makespan = {(p, m): summary(intern, cluster, "0:4", m, p)["makespan_s"]
+                    for p in ("verl", "tlt") for _, m in values}
+        got = [makespan["verl", m] / makespan["tlt", m] for _, m in values]
         print(f"{name:45s} {'> 1.7':>10s} " + " ".join(f"{g:9.3f}" for g in got))
 
 
