@@ -5,6 +5,7 @@ import pytest
 
 from tltsim.core.errors import TltsimError
 from tltsim.trace import Trace, load, save
+from tltsim.trace.schema import tool_calls
 
 
 def frame(**over):
@@ -63,3 +64,10 @@ def test_turn_columns_come_together():
 def test_a_last_turn_may_call_a_tool_whose_answer_ends_the_trajectory():
     t = Trace.from_frame(frame(tool_latency_s=[[0.5, 0.25], [None]], tool_tokens=[[100, 40], [0]]))
     assert t.sequence_tokens().tolist() == [170, 5]
+
+
+def test_a_tool_call_is_a_turn_whose_latency_is_neither_null_nor_nan():
+    """One count of a step's tool calls for the synchronous and the asynchronous loop: a turn list read from a file
+    holds null where no tool ran, one built from an array NaN."""
+    assert tool_calls([[0.5, None], [None], [0.0, np.nan, 2.0]]) == 3
+    assert tool_calls(frame()["tool_latency_s"]) == 1 and tool_calls([]) == 0

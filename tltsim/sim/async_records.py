@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tltsim.sim.speculation import Tally, strategies_text
+from tltsim.trace.schema import tool_calls
 
 NAN = np.nan
 
@@ -52,5 +53,5 @@ def turn_columns(run, ids, t0: float) -> dict:
     wait = sum(r.t_end - max(r.t_start, t0) for r in rows)
     span = run.R * (run.env.now - t0)
     return {"trajectories": len(ids), "turns": sum(len(t[0]) for t in turns),
-            "tool_calls": sum(v is not None and v == v for t in turns for v in t[1]),
+            "tool_calls": tool_calls(t[1] for t in turns),
             "tool_wait_share": wait / span if span else 0.0}

@@ -35,7 +35,7 @@ from tltsim.sim.recorder import SimRecorder
 from tltsim.sim.speculation import strategies_text
 from tltsim.core.summary import summarize
 from tltsim.trace import Trace
-from tltsim.trace.schema import flat_turns
+from tltsim.trace.schema import flat_turns, tool_calls
 
 
 GC_YOUNG = 50_000  # allocations between collections of the garbage collector's youngest generation during a run
@@ -292,9 +292,8 @@ class Simulator:
         """A multi-turn step's trajectories, turns, tool calls and the share of the engines' rollout time in which
         every trajectory an engine held waited on a tool."""
         turns = sum(len(t) for t in df["turn_response_len"])
-        calls = sum(sum(v is not None for v in t) for t in df["tool_latency_s"])
         wait = sum(ro.tool_wait_s for ro in sr.rollouts.values())
-        return {"trajectories": len(df["step"]), "turns": turns, "tool_calls": calls,
+        return {"trajectories": len(df["step"]), "turns": turns, "tool_calls": tool_calls(df["tool_latency_s"]),
                 "tool_wait_share": wait / (self.engines * rollout_s) if rollout_s else 0.0}
 
     def _spec_columns(self, rollouts: dict, rollout_s: float) -> dict:

@@ -251,6 +251,12 @@ def expand_turns(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def tool_calls(latencies) -> int:
+    """How many of the turns' tool latencies (one list a trajectory, null or NaN where a turn called no tool)
+    are calls."""
+    return sum(v is not None and v == v for cell in latencies for v in cell)
+
+
 def flat_turns(col, dtype) -> np.ndarray:
     """A turn list column (one list a row) as one array of every row's turns in order, None as NaN."""
     return np.asarray([np.nan if v is None else v for cell in col for v in cell], dtype=dtype)
