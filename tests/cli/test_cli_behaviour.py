@@ -130,3 +130,15 @@ def test_compare_forks_no_process_while_a_pools_threads_run(tiny, tmp_path, caps
                               "--no-report", "-o", tmp_path / "o"])
     assert rc == 0 and '"drift_sensitivity"' in out
     assert len(forks) == 3 and forks == [[]] * 3  # the drift's worker and one a policy
+
+
+def test_compare_runs_where_forkserver_is_the_default_start_method(tiny, tmp_path):
+    """Python 3.14 makes forkserver the default: compare's pool forks all the same, so its workers' parent is the
+    compare (end_with would end a worker of the server at once, and the pool would break)."""
+    code = ("import multiprocessing, sys; multiprocessing.set_start_method('forkserver'); "
+            "from tltsim.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.run([sys.executable, "-c", code, "compare", "--trace", str(tiny), *CLUSTER, "--policies",
+                           "verl,tlt", "--no-report", "-o", str(tmp_path / "o")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in (tmp_path / "o").iterdir() if p.is_dir()) == ["tlt", "verl"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import multiprocessing
 import os
 import shutil
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -273,7 +274,7 @@ def _local(tasks, workers: int):
         for t in tasks:
             yield run_task(*t)
         return
-    with ProcessPoolExecutor(max_workers=workers, initializer=end_with, initargs=(os.getpid(),)) as pool:
+    with pool_of(workers) as pool:
         pending = {pool.submit(run_task, *t) for t in tasks}
         try:
             while pending:
@@ -283,6 +284,16 @@ def _local(tasks, workers: int):
         finally:
             for f in pending:
                 f.cancel()
+
+
+def pool_of(workers: int) -> ProcessPoolExecutor:
+    """A pool of `workers` forked processes, each ending with this one (end_with). Its processes are forked at its
+    first submit, before its own threads start; a process forked while another pool's threads run may inherit a
+    lock one of them held (an import's, pickling a task) and hang on it, so one command keeps to one pool at a
+    time. Forked explicitly: where another start method is the default (forkserver from Python 3.14), a worker's
+    parent would be the server, and end_with would end it at once."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+                               initializer=end_with, initargs=(os.getpid(),))
 
 
 def end_with(parent: int) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import sys
 import warnings
@@ -30,7 +29,7 @@ from tltsim.analysis.report.tuning import tune
 from tltsim.core.records import Result
 from tltsim.sim.simulator import Simulator
 from tltsim.analysis.report.table import format_table
-from tltsim.analysis.sweep import end_with
+from tltsim.analysis.sweep import pool_of
 from tltsim.trace import load as load_trace
 from tltsim.verl_config import read_verl_config
 
@@ -240,14 +239,6 @@ def policy_dir(out: Path, name: str) -> Path:
 def compare_workers(policies: list[str]) -> int:
     """The processes `compare` runs `policies` on by default: one a core, at most one a policy."""
     return min(len(policies), os.cpu_count() or 1)
-
-
-def pool_of(workers: int) -> ProcessPoolExecutor:
-    """A pool of `workers` forked processes, each ending with this one. Its processes are forked at its first
-    submit, before its own threads start; a process forked while another pool's threads run may inherit a lock
-    one of them held (an import's, pickling a task) and hang on it, so one command keeps to one pool at a time."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"),
-                               initializer=end_with, initargs=(os.getpid(),))
 
 
 def compare(trace, base_cfg: configmod.SimConfig, policies: list[str], out: Path, progress: bool,
