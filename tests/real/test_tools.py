@@ -3,7 +3,6 @@ calculator's wall against known Python sandbox escapes; the OS-level sandbox a c
 import ctypes
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ ESCAPES = [
     f"exec(\"import os; os.system('touch CANARY/{MARK}')\")",
     f"eval(\"{OS}\")",
     f"open('CANARY/{MARK}', 'w').write('x')",
-    f"(x for x in ()).gi_frame.f_globals['__builtins__']",
+    "(x for x in ()).gi_frame.f_globals['__builtins__']",
     f"(lambda: 0).__globals__['__builtins__']['open']('CANARY/{MARK}', 'w')",
     "(lambda: 0).__code__",
     f"print.__self__.__import__('os').system('touch CANARY/{MARK}')",
