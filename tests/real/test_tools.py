@@ -107,7 +107,7 @@ def test_a_call_the_cpu_limit_ends_before_the_wall_clock_is_a_timeout_too():
     """On a loaded machine the child can spend its CPU-second before this process's timer fires: the kernel
     kills it at the wall's CPU limit, and the model reads the same answer as at the timeout."""
     r = _run([sys.executable, "-I", "-c", tools._CODE, "while True: pass", "1"], "loop", timeout_s=30.0)
-    assert r.output == "error: timeout" and r.latency_s < 10
+    assert r.output == "error: timeout" and r.latency_s < 25  # the CPU limit ended it, not the 30 s timer
 
 
 def test_calls_run_concurrently():
