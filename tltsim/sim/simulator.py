@@ -54,6 +54,7 @@ def fewer_collections():
     finally:
         gc.set_threshold(*old)
 
+
 class Simulator:
     agentic_reference = False  # multi-turn rollouts by the event executor that scans every row
     # (agentic.reference.Run), the fast one's reference, instead of the fast one: for benchmarks and tests that
