@@ -52,8 +52,24 @@ ROLLPACKER_SCALE = 2.2  # section 6.7 / Figure 14: throughput over veRL, Qwen2.5
 SPECO_ROLLOUT = 1.20  # "about 20% faster rollout"
 SPECO_E2E = 1.11      # "11% faster end-to-end training"
 APRIL_THROUGHPUT = 1.225  # APRIL (arXiv 2509.18521) abstract: rollout throughput +22.5% on average (at most 44%)
-AREAL_SPEEDUP = 2.77  # AReaL (arXiv 2505.24298v2) abstract: up to 2.77x over synchronous systems, same GPUs
-SEER_THROUGHPUT = (1.74, 1.97)  # Seer (arXiv 2511.14617v1) abstract: rollout throughput +74% to +97%
+# AReaL v0.3's blog (github.com/inclusionAI/AReaL, blog/AReaL_v0_3.md), Table 2: asynchronous against synchronous
+# AReaL on the same GPUs, 1,000 PPO steps each, training hours (the abstract's "up to 2.77x" is the 1.5B row). The
+# v0.2 math recipe it follows (blog/AReaL_v0_2.md): DeepSeek-R1-Distill-Qwen-1.5B / 7B, 512 prompts x 16 a step,
+# cap 27,648 tokens, truncation "below 5%"; its configs (examples/configs/v0.2-qwen2-math/*-gpus-128.yaml) split
+# 16 nodes of 8 H800 into SGLang on 64 GPUs at TP 1 (mem_fraction_static 0.8) and the trainer on 64; their README
+# runs them asynchronously at max_head_offpolicyness 4 (synchronous AReaL is the same split at 0).
+AREAL_HOURS = {"1.5b": (41.0, 14.8, 128), "7b": (57.7, 25.4, 192)}  # synchronous h, asynchronous h, GPUs
+AREAL_PPO_STEPS = 1000
+# Seer (Qin et al., arXiv 2511.14617, OSDI '26). Table 3: Qwen2-VL-72B on 128 H800 at TP 8, 9,600 requests an
+# iteration in groups of 16, generation capped at 40,960 tokens, 7,615 on average (its Moonlight and Kimi-K2 are
+# MLA models, which tltsim's presets cannot express). Against veRL, all on one vLLM: Figure 8, veRL's rollout of an
+# iteration (the average); Figure 10, divided rollout with every output length known in advance and the longest
+# first ("Oracle"); Table 4, the whole system (divided rollout, context-aware scheduling, grouped speculation).
+SEER_VERL_ROLLOUT_S = 3957
+SEER_ORACLE_LFS = 1.63
+SEER_SCHEDULED = 1.56  # Table 4: divided rollout and context-aware scheduling, before grouped speculation
+SEER_WHOLE = 2.04
+SEER_REQUESTS, SEER_GROUP, SEER_CAP, SEER_MEAN_LEN = 9600, 16, 40960, 7615
 RHYMERL_SPEEDUP = 2.6  # RhymeRL (arXiv 2508.18588v1) abstract: "a 2.6x performance improvement"
 DAS_ROLLOUT = 2.0  # DAS (arXiv 2511.13841v1) abstract: rollout time reduced "up to 50%" (a 2x faster rollout)
 TLT_SPEEDUP = 1.7  # TLT (arXiv 2511.16665v1) abstract: "over 1.7x end-to-end RL training speedup"
@@ -109,10 +125,10 @@ class Runs:
         return self.done[key]
 
     def compare(self, name: str, trace: str, policies: str, *, model: str, gpus: int, tp: int, steps: str,
-                gpu: str = "h100", knobs: tuple[str, ...] = ()) -> tuple[dict, str]:
+                gpu: str = "h100", knobs: tuple[str, ...] = (), memory: float | None = None) -> tuple[dict, str]:
         """`tltsim compare` of `policies` (the baseline first): each policy's summary, and the command."""
         args = ["compare", "--trace", trace, "--model", model, "--gpu", gpu, "--gpus", str(gpus), "--tp", str(tp),
-                "--steps", steps, "--policies", policies, *[a for k in knobs for a in ("--knob", k)],
+                *(["--gpu-memory-utilization", str(memory)] if memory else []), "--steps", steps, "--policies", policies, *[a for k in knobs for a in ("--knob", k)],
                 "--json", "--no-report", "--no-progress", "-o", f"{OUT}/{name}"]
         got = json.loads(self.tltsim(args))
         return {p["policy"]: p for p in got["policies"]}, shown(args)
@@ -167,6 +183,7 @@ class Row:
     facts: dict = field(default_factory=dict)
     fitted: str = ""  # for a fitted row: the parameter the figure set
     why: Callable[[dict], str] | None = None  # the explanation of a miss over 20%, from the row's own facts
+    policy: str = ""  # the policy the row checks, where its command compares several (else the command's last)
 
 
 # How the setups were matched: the RollPacker traces are drawn lognormal, median 450 tokens and sigma 1.08, so
@@ -312,33 +329,6 @@ def other_rows(runs: Runs) -> list[Row]:
                     "end-to-end speedup over veRL (\"over 1.7x\")", TLT_SPEEDUP, "held out", f["speedup"], [cmd], f,
                     why=amdahl_why("speculation", lambda f: "the abstract's figure is a lower bound (\"over 1.7x\") over "
                                    "setups it does not give")))
-    got, cmd = runs.compare("areal", INTERN, "verl,async", model="deepseek-r1-distill-qwen-7b", gpus=64, tp=4,
-                            steps="4")
-    f = measured(got["verl"], got["async"])
-    rows.append(Row("AReaL (arXiv 2505.24298v2), abstract",
-                    f"math and code reasoning, asynchronous against synchronous on the same GPUs; the abstract "
-                    f"gives no setup: DeepSeek-R1-Distill-Qwen-7B, {long}; async's even split and staleness 4 (ours)",
-                    "training speedup over a synchronous system (\"up to\")", AREAL_SPEEDUP, "held out",
-                    f["speedup"], [cmd], f,
-                    why=lambda f: (f"The simulated asynchronous run ends {f['speedup']:.2f}x sooner: half the GPUs "
-                                   f"roll out and half train, and veRL's simulated engines idle {f['base_idle']:.0%} "
-                                   f"of the time on this trace; AReaL's figure is its best case over setups the "
-                                   f"abstract does not give")))
-    got, cmd = runs.compare("seer", INTERN, "verl,longest-first+das", model="qwen2.5-32b", gpus=64, tp=4, steps="4")
-    f = measured(got["verl"], got["longest-first+das"])
-    f["throughput"] = rollout_tokens_per_s(got["longest-first+das"]) / rollout_tokens_per_s(got["verl"])
-    seer_mid = sum(SEER_THROUGHPUT) / 2
-    rows.append(Row("Seer (arXiv 2511.14617v1), abstract",
-                    f"production RL workloads; divided rollout, context-aware scheduling, grouped speculative "
-                    f"decoding; the abstract gives no setup: Qwen2.5-32B, {long}; played by longest-first (history "
-                    f"predictor) + das (drafts from sibling responses); the published figure is the middle of "
-                    f"+74% to +97%", "rollout throughput over the baseline", seer_mid, "held out", f["throughput"],
-                    [cmd], f,
-                    why=lambda f: (f"Simulated history drafting speculates in {f['sd_share']:.0%} of the engines' "
-                                   f"time at {f['accepted']:.2f} tokens a verify, on only once a batch is down to 32, "
-                                   f"and longest-first's placement leaves veRL's engines' idle share of "
-                                   f"{f['base_idle']:.0%} at {f['pol_idle']:.0%}; Seer's divided rollout (dynamic "
-                                   f"load balancing, in its abstract) has no counterpart in the simulator")))
     got, cmd = runs.compare("rhymerl", INTERN, "verl,longest-first+das", model="qwen2.5-32b", gpus=64, tp=4,
                             steps="4")
     f = measured(got["verl"], got["longest-first+das"])
@@ -351,6 +341,104 @@ def other_rows(runs: Runs) -> list[Row]:
                         f"history drafting, on only once a batch is down to 32, speculates in {f['sd_share']:.0%} of "
                         f"the engines' time at {f['accepted']:.2f} tokens a verify"))))
     return rows
+
+
+def steady_step_s(name: str, policy: str, summary: dict) -> float:
+    """The mean step of a run's second half (its steps.parquet): a run of thousands of steps pays an asynchronous
+    pipeline's filling once, where the makespan of a short one pays it in full."""
+    import pandas as pd
+
+    t = pd.read_parquet(ROOT / OUT / name / policy / "steps.parquet")["t_start"].to_numpy()
+    k = len(t) // 2
+    return (summary["makespan_s"] - t[k]) / (len(t) - k)
+
+
+def areal_rows(runs: Runs) -> list[Row]:
+    """AReaL's asynchronous against its synchronous runs on the same split of the same GPUs (its blog's Table 2)."""
+    import pandas as pd
+
+    trace, synth = runs.synth("areal", "mixture", steps=20, prompts=512, group=16, max_len=27648)
+    lengths = pd.read_parquet(ROOT / trace)["response_len"]
+    rows = []
+    for size, (sync_h, async_h, gpus) in AREAL_HOURS.items():
+        model = f"deepseek-r1-distill-qwen-{size}"
+        common = dict(model=model, gpus=gpus, tp=1, steps="20", memory=0.8)
+        got, cmd = runs.compare(f"areal_{size}", trace, "async", **common)
+        base, base_cmd = runs.compare(f"areal_{size}_sync", trace, "async", knobs=("max_staleness=0",), **common)
+        steady = steady_step_s(f"areal_{size}", "async", got["async"])
+        base_steady = steady_step_s(f"areal_{size}_sync", "async", base["async"])
+        f = {"steady": steady, "base_steady": base_steady, "whole": base["async"]["makespan_s"] / got["async"]["makespan_s"],
+             "pub_sync_s": 3600 * sync_h / AREAL_PPO_STEPS, "pub_async_s": 3600 * async_h / AREAL_PPO_STEPS}
+        split = ("the 128-GPU config's even split" if gpus == 128 else
+                 f"{gpus // 2} GPUs each side, the 128-GPU config's even split assumed at {gpus}")
+        setup = (f"DeepSeek-R1-Distill-Qwen-{size.upper()}, math (AReaL-boba-106k), {gpus // 8} nodes of 8 H800 (the h100 "
+                 f"preset), SGLang at TP 1 and memory 0.8, {split}, 512 prompts x 16 a step, cap 27,648 (its v0.2 "
+                 f"recipe and configs); synchronous is the same split at staleness 0 (async's max_staleness=0), "
+                 f"asynchronous at staleness 4; assumed: the Intern-S1 mixture's lengths (production math rollouts: "
+                 f"mean {lengths.mean():,.0f} tokens, {(lengths >= 27648).mean():.1%} at the cap, where AReaL's "
+                 f"truncation was below 5%), 20 steps where AReaL ran {AREAL_PPO_STEPS:,}, each side's steady step "
+                 f"(the mean of its run's second half; over the whole 20 steps {f['whole']:.2f}x). The simulated "
+                 f"steps, {base_steady:.0f} s and {steady:.0f} s, are the lengths' as much as the cost model's: the "
+                 f"published hours give {f['pub_sync_s']:.0f} s and {f['pub_async_s']:.0f} s if a PPO step is one "
+                 f"step of 512 prompts")
+        rows.append(Row("AReaL v0.3 blog (github.com/inclusionAI/AReaL), Table 2", setup,
+                        f"training speedup, asynchronous over synchronous AReaL ({sync_h} h against {async_h} h)",
+                        sync_h / async_h, "held out", base_steady / steady, [synth, cmd, base_cmd], f,
+                        why=lambda f: (f"The simulated steady steps are {f['base_steady']:.0f} s synchronous and "
+                                       f"{f['steady']:.0f} s asynchronous, against {f['pub_sync_s']:.0f} s and "
+                                       f"{f['pub_async_s']:.0f} s in AReaL's hours: the assumed lengths set how long "
+                                       f"a rollout runs against the update")))
+    return rows
+
+
+def seer_rows(runs: Runs) -> list[Row]:
+    """Seer's Qwen2-VL-72B task (its Table 3) against veRL: veRL's rollout time, longest-first with every length
+    known, and the whole system played by that placement with history drafting from the group."""
+    import numpy as np
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    sigma = 1.08  # RollPacker's fit to math lengths (RP_PARAMS); Seer gives the mean and the cap, not the spread
+    z = norm.ppf((0.5 + np.arange(20000)) / 20000)  # the standard normal's quantiles: a lognormal's capped mean
+    median = round(brentq(lambda m: np.minimum(m * np.exp(sigma * z), SEER_CAP).mean() - SEER_MEAN_LEN,
+                          100, SEER_MEAN_LEN))
+    trace, synth = runs.synth("seer", "lognormal", steps=5, prompts=SEER_REQUESTS // SEER_GROUP, group=SEER_GROUP,
+                              max_len=SEER_CAP, params=(f"median={median}", f"sigma={sigma}"))
+    common = dict(model="qwen2-72b", gpus=128, tp=8, steps="5")
+    got, cmd = runs.compare("seer", trace, "verl,longest-first,longest-first+das", knobs=("predictor=oracle",),
+                            **common)
+    verl = got["verl"]
+    lfs, whole = measured(verl, got["longest-first"]), measured(verl, got["longest-first+das"])
+    for f, name in ((lfs, "longest-first"), (whole, "longest-first+das")):
+        f["throughput"] = rollout_tokens_per_s(got[name]) / rollout_tokens_per_s(verl)
+    setup = (f"Qwen2-VL-72B (its language model, the qwen2-72b preset; the vision encoder left out), 128 H800 (the "
+             f"h100 preset) at TP 8, {SEER_REQUESTS:,} requests an iteration in groups of {SEER_GROUP}, cap "
+             f"{SEER_CAP:,}, mean {SEER_MEAN_LEN:,} tokens (Table 3), 5 iterations as Seer averages; assumed: "
+             f"lognormal lengths of the spread RollPacker's math lengths have (sigma {sigma}), the median "
+             f"({median:,}) set to Table 3's mean")
+    return [
+        Row("Seer (arXiv 2511.14617), Figure 8", setup, "veRL's rollout of an iteration, s", SEER_VERL_ROLLOUT_S,
+            "held out", lfs["rollout_s"], [synth, cmd], lfs, policy="verl",
+            why=lambda f: (f"The simulated engine admits a request only where its whole footprint (the trace's prompt "
+                           f"and response) fits the KV cache, so it never preempts, and veRL's simulated engines "
+                           f"idle {f['base_idle']:.0%} of the run; Seer counted 13,686 preemptions, each a "
+                           f"re-prefill, in one iteration of this task on veRL, and its instances idle 37% of the "
+                           f"rollout (section 4.2.2)")),
+        Row("Seer (arXiv 2511.14617), Figure 10, \"Oracle\"", f"as the row above; every output length known in "
+            f"advance and the longest first: longest-first with its oracle predictor (on Seer's divided rollout, "
+            f"which the simulator has no counterpart of)", "rollout throughput over veRL", SEER_ORACLE_LFS,
+            "held out", lfs["throughput"], [synth, cmd], lfs, policy="longest-first"),
+        Row("Seer (arXiv 2511.14617), Table 4, \"+ Grouped SD\" (the whole system)", f"as the row above; played by "
+            f"longest-first with its oracle predictor (Seer's context-aware scheduling reaches {SEER_SCHEDULED}x "
+            f"where the oracle reaches {SEER_ORACLE_LFS}x, Figure 10) + das (drafts from the group's responses)",
+            "rollout throughput over veRL", SEER_WHOLE, "held out", whole["throughput"], [synth, cmd], whole,
+            why=lambda f: (f"With every length known the placement leaves veRL's engines' idle share of "
+                           f"{f['base_idle']:.0%} at {f['pol_idle']:.1%}, so an engine's batch reaches das's "
+                           f"switch (32 running) only in its last moments and history drafting speculates in "
+                           f"{f['sd_share']:.1%} of the engines' time; Seer's grouped speculation decides by a "
+                           f"profiled cost model at every batch size (its Algorithm 1) and adds "
+                           f"{SEER_WHOLE / SEER_SCHEDULED - 1:.0%} to its scheduling (Table 4)")),
+    ]
 
 
 def nemo_rows(runs: Runs) -> list[Row]:
@@ -494,7 +582,7 @@ def record(rows: list[Row]):
         words = shlex.split(command)
         flag = lambda name: words[words.index(name) + 1]  # noqa: E731
         out.append({"row": i, "source": r.source, "group": r.group, "model": flag("--model"), "gpu": flag("--gpu"),
-                    "policy": flag("--policies").split(",")[1], "published": r.published,
+                    "policy": r.policy or flag("--policies").split(",")[-1], "published": r.published,
                     "predicted": round(r.predicted, 6), "error": round(error(r.predicted, r.published), 6)})
     return pd.DataFrame(out)
 
@@ -503,7 +591,8 @@ def main() -> None:
     from tltsim.core.io import atomic_path
 
     runs = Runs()
-    rows = rollpacker_rows(runs) + speco_rows(runs) + other_rows(runs) + nemo_rows(runs) + micro_rows()
+    rows = (rollpacker_rows(runs) + speco_rows(runs) + other_rows(runs) + areal_rows(runs) + seer_rows(runs)
+            + nemo_rows(runs) + micro_rows())
     text = page(rows)
     with atomic_path(DOC) as tmp:
         tmp.write_text(text)

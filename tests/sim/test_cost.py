@@ -23,6 +23,8 @@ def test_presets_cover_the_required_names_case_insensitively():
     for name in ["Qwen2.5-7B", "qwen2.5-32b", "DeepSeek-R1-Distill-Qwen-7B", "llama-3.1-8b", "LLAMA-3.3-70B"]:
         assert load_model(name).params > 1e9
     assert 7.5e9 < load_model("qwen2.5-7b").params < 7.7e9  # the published 7.61B
+    assert 1.75e9 < load_model("deepseek-r1-distill-qwen-1.5b").params < 1.8e9  # the model card's 1.78B
+    assert 72.5e9 < load_model("qwen2-72b").params < 72.9e9  # the model card's 72.7B
 
 
 def test_user_preset_file(tmp_path):
