@@ -65,11 +65,15 @@ AREAL_PPO_STEPS = 1000
 # MLA models, which tltsim's presets cannot express). Against veRL, all on one vLLM: Figure 8, veRL's rollout of an
 # iteration (the average); Figure 10, divided rollout with every output length known in advance and the longest
 # first ("Oracle"); Table 4, the whole system (divided rollout, context-aware scheduling, grouped speculation).
+# Figure 11, Seer's grouped speculation alone on veRL (a rollout iteration): throughput 1.38x on Qwen2-VL-72B; its
+# tokens a verify there and on the other workloads set the history model (tltsim.drafter.history_quality.SEER_TAU,
+# which holds Table 3's workloads too).
 SEER_VERL_ROLLOUT_S = 3957
 SEER_ORACLE_LFS = 1.63
 SEER_SCHEDULED = 1.56  # Table 4: divided rollout and context-aware scheduling, before grouped speculation
 SEER_WHOLE = 2.04
-SEER_REQUESTS, SEER_GROUP, SEER_CAP, SEER_MEAN_LEN = 9600, 16, 40960, 7615
+SEER_SD_THROUGHPUT = 1.38
+SEER_REQUESTS = 9600  # Table 3: Qwen2-VL-72B's requests an iteration
 RHYMERL_SPEEDUP = 2.6  # RhymeRL (arXiv 2508.18588v1) abstract: "a 2.6x performance improvement"
 DAS_ROLLOUT = 2.0  # DAS (arXiv 2511.13841v1) abstract: rollout time reduced "up to 50%" (a 2x faster rollout)
 TLT_SPEEDUP = 1.7  # TLT (arXiv 2511.16665v1) abstract: "over 1.7x end-to-end RL training speedup"
@@ -394,16 +398,14 @@ def areal_rows(runs: Runs) -> list[Row]:
 def seer_rows(runs: Runs) -> list[Row]:
     """Seer's Qwen2-VL-72B task (its Table 3) against veRL: veRL's rollout time, longest-first with every length
     known, and the whole system played by that placement with history drafting from the group."""
-    import numpy as np
-    from scipy.optimize import brentq
-    from scipy.stats import norm
+    from tltsim.drafter import history_quality as hq
+    from tltsim.trace.synth import lognormal_median
 
-    sigma = 1.08  # RollPacker's fit to math lengths (RP_PARAMS); Seer gives the mean and the cap, not the spread
-    z = norm.ppf((0.5 + np.arange(20000)) / 20000)  # the standard normal's quantiles: a lognormal's capped mean
-    median = round(brentq(lambda m: np.minimum(m * np.exp(sigma * z), SEER_CAP).mean() - SEER_MEAN_LEN,
-                          100, SEER_MEAN_LEN))
-    trace, synth = runs.synth("seer", "lognormal", steps=5, prompts=SEER_REQUESTS // SEER_GROUP, group=SEER_GROUP,
-                              max_len=SEER_CAP, params=(f"median={median}", f"sigma={sigma}"))
+    _, group, cap, mean, *_ = next(r for r in hq.SEER_TAU if r[0] == "Qwen2-VL-72B")
+    sigma = hq.SEER_SIGMA  # RollPacker's fit to math lengths (RP_PARAMS); Seer gives the mean and the cap, not the spread
+    median = lognormal_median(mean, cap, sigma)
+    trace, synth = runs.synth("seer", "lognormal", steps=5, prompts=SEER_REQUESTS // group, group=group, max_len=cap,
+                              params=(f"median={median}", f"sigma={sigma}"))
     common = dict(model="qwen2-72b", gpus=128, tp=8, steps="5")
     got, cmd = runs.compare("seer", trace, "verl,longest-first,longest-first+das", knobs=("predictor=oracle",),
                             **common)
@@ -412,11 +414,31 @@ def seer_rows(runs: Runs) -> list[Row]:
     for f, name in ((lfs, "longest-first"), (whole, "longest-first+das")):
         f["throughput"] = rollout_tokens_per_s(got[name]) / rollout_tokens_per_s(verl)
     setup = (f"Qwen2-VL-72B (its language model, the qwen2-72b preset; the vision encoder left out), 128 H800 (the "
-             f"h100 preset) at TP 8, {SEER_REQUESTS:,} requests an iteration in groups of {SEER_GROUP}, cap "
-             f"{SEER_CAP:,}, mean {SEER_MEAN_LEN:,} tokens (Table 3), 5 iterations as Seer averages; assumed: "
+             f"h100 preset) at TP 8, {SEER_REQUESTS:,} requests an iteration in groups of {group}, cap {cap:,}, mean "
+             f"{mean:,} tokens (Table 3), 5 iterations as Seer averages; assumed: "
              f"lognormal lengths of the spread RollPacker's math lengths have (sigma {sigma}), the median "
              f"({median:,}) set to Table 3's mean")
-    return [
+    sd, sd_cmd = runs.compare("seer_sd", trace, "verl,das", knobs=("sd=learned",), **common)
+    alone = measured(sd["verl"], sd["das"])
+    alone["throughput"] = rollout_tokens_per_s(sd["das"]) / rollout_tokens_per_s(sd["verl"])
+    taus = [Row("Seer (arXiv 2511.14617), Figure 11", f"{w}: {g} responses a group in flight together, cap {c:,}, "
+                f"mean {m:,} tokens (Table 3), drawn lognormal (sigma {hq.SEER_SIGMA}); "
+                + ("its grouped suffix trees, a chain of up to 8" if grouped else
+                   "SuffixDecoding without group context, a chain of up to 16"),
+                "mean acceptance length (tokens a verify) of a rollout iteration", tau, "fitted",
+                hq.seer_tau(hq.HistoryQuality(), row), [f"seer_tau(HistoryQuality(), SEER_TAU[{i}])  # "
+                                                        "tltsim.drafter.history_quality"],
+                fitted="Q_PROMPT, PER_SIBLING, the history model's (tltsim/drafter/history_quality.py)")
+            for i, row in enumerate(hq.SEER_TAU) for w, g, c, m, grouped, _, tau in [row]]
+    return taus + [
+        Row("Seer (arXiv 2511.14617), Figure 11", "as the row below; Seer's grouped speculation alone on veRL, played "
+            "by das with its switch learned per batch size from the cost model (sd=learned: Seer decides a draft "
+            "length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
+            SEER_SD_THROUGHPUT, "held out", alone["throughput"], [synth, sd_cmd], alone,
+            why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify (the history model is fitted to "
+                           f"Seer's figures, this workload's among them) but speculates in only {f['sd_share']:.0%} "
+                           f"of the engines' time, where the switch learned from the cost model finds a verify pays "
+                           f"at {SEER_REQUESTS // 16:,} requests an engine only once few are left")),
         Row("Seer (arXiv 2511.14617), Figure 8", setup, "veRL's rollout of an iteration, s", SEER_VERL_ROLLOUT_S,
             "held out", lfs["rollout_s"], [synth, cmd], lfs, policy="verl",
             why=lambda f: (f"The simulated engine admits a request only where its whole footprint (the trace's prompt "
@@ -424,9 +446,9 @@ def seer_rows(runs: Runs) -> list[Row]:
                            f"idle {f['base_idle']:.0%} of the run; Seer counted 13,686 preemptions, each a "
                            f"re-prefill, in one iteration of this task on veRL, and its instances idle 37% of the "
                            f"rollout (section 4.2.2)")),
-        Row("Seer (arXiv 2511.14617), Figure 10, \"Oracle\"", f"as the row above; every output length known in "
-            f"advance and the longest first: longest-first with its oracle predictor (on Seer's divided rollout, "
-            f"which the simulator has no counterpart of)", "rollout throughput over veRL", SEER_ORACLE_LFS,
+        Row("Seer (arXiv 2511.14617), Figure 10, \"Oracle\"", "as the row above; every output length known in "
+            "advance and the longest first: longest-first with its oracle predictor (on Seer's divided rollout, "
+            "which the simulator has no counterpart of)", "rollout throughput over veRL", SEER_ORACLE_LFS,
             "held out", lfs["throughput"], [synth, cmd], lfs, policy="longest-first"),
         Row("Seer (arXiv 2511.14617), Table 4, \"+ Grouped SD\" (the whole system)", f"as the row above; played by "
             f"longest-first with its oracle predictor (Seer's context-aware scheduling reaches {SEER_SCHEDULED}x "

@@ -23,13 +23,21 @@ line: over the history measured (up to 2G - 1 siblings' worth) the measured q ri
 off, so a saturating curve's limit is not determined by the data (fitted, one runs to q = 1 with a scale
 beyond the data); the cap keeps the line from promising more than was measured.
 
-The constants are fitted (`fit`) to the rows of `benchmarks/bench_drafters.py --parts acceptance --rows`, which
-decodes groups of G samples of a real model's prompts with `real.drafters.suffix` (a chain of 4) three ways: one after
-another (sibling j drafts from j finished siblings), all G in flight together (its finish rank among them gives
-finished and in-flight siblings), and again in a later step (G earlier responses, then j finished). Each row's
-tokens per call is turned into q by inverting the acceptance model (`invert_quality`), and the model is fitted
-to those q by least squares, each row weighted by its target calls (a row without a count weighs 1). The rows
-ship with tltsim as package data, tltsim/drafter/data/history_rows.jsonl (its provenance: tltsim/drafter/data/README.md);
+The constants come from two fits. Q_PROMPT and PER_SIBLING are fitted to published acceptance of suffix
+drafting on RL rollouts of reasoning models on GPUs (`SEER_TAU`: Seer, arXiv 2511.14617, Figure 11, with Table 3's
+workloads): Q_PROMPT to SuffixDecoding without group context, PER_SIBLING by least squares to Seer's grouped suffix
+trees on three workloads, each figure the iteration's tokens a verify (`iteration_tau`) with every group in flight
+together; `docs/investigations/suffix_acceptance.py` refits them and prints each figure beside the model.
+IN_FLIGHT, H_MAX and LOOKUP_FRACTION come from real/'s own rows (`fit`, `fit_lookup`), which the published figures
+cannot separate: `benchmarks/bench_drafters.py --parts acceptance --rows` decodes groups of G samples of a real model's
+prompts with `real.drafters.suffix` (a chain of 4) three ways: one after another (sibling j drafts from j finished
+siblings), all G in flight together (its finish rank among them gives finished and in-flight siblings), and again
+in a later step (G earlier responses, then j finished). Each row's tokens per call is turned into q by inverting the
+acceptance model (`invert_quality`), and the model is fitted to those q by least squares, each row weighted by its
+target calls (a row without a count weighs 1). Those rows, SmolLM2-135M's 32-token answers to one word problem,
+give a lower line than the reasoning rollouts do (suffix_acceptance.md sets the two side by side). The rows ship
+with tltsim as package data,
+tltsim/drafter/data/history_rows.jsonl (its provenance: tltsim/drafter/data/README.md);
 `docs/investigations/history_model_fit.py` refits and prints them beside the model
 (docs/design.md#history-drafting-in-the-simulator).
 
@@ -55,15 +63,26 @@ from tltsim.control.strategy import Strategy
 from tltsim.core.errors import TltsimError
 from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 
+# Fitted to SEER_TAU (docs/investigations/suffix_acceptance.py; tests/drafter/test_history_quality.py checks them).
+Q_PROMPT = 0.43646     # no history but the prompt
+PER_SIBLING = 0.010724  # q gained per sibling's worth of history
 # Fitted by `fit` to data/history_rows.jsonl, ROWS (tests/drafter/test_history_quality.py refits them).
-Q_PROMPT = 0.27778     # no history but the prompt
-PER_SIBLING = 0.015592  # q gained per sibling's worth of history
 IN_FLIGHT = 0.71504     # what a sibling still in flight is worth against a finished one
 H_MAX = 15.0            # the most history among the fitted rows (at the fitted IN_FLIGHT): q(H_MAX) beyond it
 # Fitted by `fit_lookup` to the same file's lookup rows: the lookup's share of a target forward's time.
 LOOKUP_FRACTION = 3.1068e-4
 
 ROWS = Path(__file__).resolve().parent / "data" / "history_rows.jsonl"  # package data: tltsim/drafter/data/README.md
+# Seer (arXiv 2511.14617), Figure 11: the mean acceptance length tau (tokens a verify) of suffix drafting during a
+# rollout iteration on veRL, beside its Table 3 workload: (workload, group size, cap, mean generated tokens, grouped
+# (the group's responses in the index) or not, the longest chain drafted, tau).
+SEER_TAU = (
+    ("Moonlight", 8, 65536, 22386, False, 16, 1.67),  # SuffixDecoding, no group context
+    ("Moonlight", 8, 65536, 22386, True, 8, 1.89),  # Seer's grouped suffix trees
+    ("Qwen2-VL-72B", 16, 40960, 7615, True, 8, 2.15),
+    ("Kimi-K2", 8, 98304, 38959, True, 8, 1.77),
+)
+SEER_SIGMA = 1.08  # the spread of Table 3's lengths, which it does not give: RollPacker's fit to math rollouts
 
 
 @dataclass(frozen=True)
@@ -104,6 +123,34 @@ class ChainAcceptance:
 
     def sample(self, strategy: Strategy, q, rng: np.random.Generator, size: int | None = None):
         return self.model.sample(Strategy.chain(strategy.verify), q, rng, size)
+
+
+def iteration_tau(model: HistoryQuality, group, response_len, chain: int, grouped: bool = True) -> float:
+    """A rollout iteration's tokens a verify (what Seer's tau is): every response of `group` in flight together at
+    its own q (its siblings' history where `grouped`, its prompt's alone where not), drafting a chain of `chain`;
+    its tokens over its verifies."""
+    n = np.asarray(response_len, float)
+    q = model.of_step(group, response_len, np.zeros(len(n))) if grouped else np.full(len(n), model.q_prompt)
+    acceptance, strategy = AcceptanceModel(), Strategy.chain(chain)
+    per_row = np.array([acceptance.mean(strategy, float(x)) for x in q])
+    return float(n.sum() / (n / per_row).sum())
+
+
+def seer_workload(row: tuple, prompts: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """A rollout iteration of a SEER_TAU row's workload: (each response's group, its length), `prompts` groups of its
+    group size drawn lognormal (SEER_SIGMA) to its mean under its cap, seed 0."""
+    from tltsim.trace.synth import lognormal_median, synth
+
+    _, group, cap, mean, *_ = row
+    df = synth("lognormal", 1, prompts, group, cap, 0, median=lognormal_median(mean, cap, SEER_SIGMA),
+               sigma=SEER_SIGMA).df
+    return df["prompt_id"].to_numpy(), df["response_len"].to_numpy()
+
+
+def seer_tau(model: HistoryQuality, row: tuple) -> float:
+    """The model's tokens a verify on a SEER_TAU row's workload (`iteration_tau`), beside the row's published tau."""
+    *_, grouped, chain, _ = row
+    return iteration_tau(model, *seer_workload(row), chain, grouped)
 
 
 class HistoryDrafter:

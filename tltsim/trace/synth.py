@@ -53,6 +53,16 @@ def _lognormal(z: np.ndarray, p: dict) -> np.ndarray:
     return p["median"] * np.exp(p["sigma"] * z)
 
 
+def lognormal_median(mean: float, cap: int, sigma: float) -> int:
+    """The "lognormal" family's `median` whose draws, capped at `cap`, have `mean` tokens on average (a source that
+    gives a mean length and a cap, not a median)."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    z = norm.ppf((0.5 + np.arange(20000)) / 20000)  # the standard normal's quantiles
+    return round(brentq(lambda m: np.minimum(m * np.exp(sigma * z), cap).mean() - mean, 1e-3 * mean, mean))
+
+
 def _dapo(z: np.ndarray, p: dict) -> np.ndarray:
     """Family "dapo": length = median * exp(sigma z + h max(z, 0)^q).
 
