@@ -441,11 +441,13 @@ def seer_rows(runs: Runs) -> list[Row]:
                            f"at {SEER_REQUESTS // 16:,} requests an engine only once few are left")),
         Row("Seer (arXiv 2511.14617), Figure 8", setup, "veRL's rollout of an iteration, s", SEER_VERL_ROLLOUT_S,
             "held out", lfs["rollout_s"], [synth, cmd], lfs, policy="verl",
-            why=lambda f: (f"The simulated engine admits a request only where its whole footprint (the trace's prompt "
-                           f"and response) fits the KV cache, so it never preempts, and veRL's simulated engines "
-                           f"idle {f['base_idle']:.0%} of the run; Seer counted 13,686 preemptions, each a "
-                           f"re-prefill, in one iteration of this task on veRL, and its instances idle 37% of the "
-                           f"rollout (section 4.2.2)")),
+            why=lambda f: (f"Seer's veRL rollout takes {SEER_VERL_ROLLOUT_S / f['rollout_s']:.1f}x the simulated one, "
+                           f"whose engines idle {f['base_idle']:.0%} of the run where Seer's idle 37% of the rollout "
+                           f"(section 4.2.2). The simulator admits a request only where the cache holds its whole "
+                           f"footprint, so it never preempts, where Seer counted 13,686 preemptions an iteration; "
+                           f"but played with vLLM's admission and recompute preemption the same engines finish "
+                           f"sooner, and neither a heavier tail nor H800's NVLink closes the gap "
+                           f"(docs/investigations/preemption.md)")),
         Row("Seer (arXiv 2511.14617), Figure 10, \"Oracle\"", "as the row above; every output length known in "
             "advance and the longest first: longest-first with its oracle predictor (on Seer's divided rollout, "
             "which the simulator has no counterpart of)", "rollout throughput over veRL", SEER_ORACLE_LFS,
