@@ -502,6 +502,7 @@ def nemo_rows(runs: Runs) -> list[Row]:
     from tltsim.control import Strategy
     from tltsim.cost import CostParams, Roofline
     from tltsim.drafter.acceptance import AcceptanceModel
+    from tltsim.drafter.methods import METHODS
     from tltsim.hardware import load_gpu, load_model
 
     chain = Strategy(3, 1, 3)
@@ -511,7 +512,8 @@ def nemo_rows(runs: Runs) -> list[Row]:
                             gpu="b200", knobs=knobs)
     f = measured(got["verl"], got["sd-always"])
     cost, per_engine = Roofline(load_model("qwen3-8b"), load_gpu("b200"), 1, CostParams()), 24  # 768 rows / 32
-    f.update(draft_ms=1e3 * chain.depth * float(cost.draft_time(1)), decode_ms=1e3 * float(cost.decode_time(1, 2000)),
+    f.update(draft_ms=1e3 * chain.depth * float(cost.draft_time(1, 1, METHODS["eagle3"].vocab)),
+             decode_ms=1e3 * float(cost.decode_time(1, 2000)),
              overhead_ms=1e3 * CostParams().draft_overhead_s, per_engine=per_engine)
     setup = ("Qwen3-8B, GRPO, synchronous, 32 GB200 (the b200 preset), vLLM, an EAGLE-3 drafter drafting 3 tokens at "
              f"every batch size (sd-always without its guard, arms {chain}), {NEMO_ACCEPTED} tokens a verify (RL-Zero; "
@@ -523,8 +525,8 @@ def nemo_rows(runs: Runs) -> list[Row]:
                 why=lambda f: (f"At batch 1 the simulated drafter's 3 forwards take {f['draft_ms']:.1f} ms against "
                                f"{f['decode_ms']:.1f} ms for the target's decode, each forward "
                                f"{f['overhead_ms']:.2f} ms of fixed overhead (draft_overhead_s, fitted to TLT's "
-                               f"8-wide trees of depth 12 on H100s) and the read of the target's whole lm_head "
-                               f"(EAGLE-3's smaller draft vocabulary is left out); so {f['accepted']:.2f} tokens a "
+                               f"8-wide trees of depth 12 on H100s) and the read of its head of {METHODS['eagle3'].vocab:,} "
+                               f"entries; so {f['accepted']:.2f} tokens a "
                                f"verify give the simulated rollout {f['rollout_speedup']:.2f}x, speculating in "
                                f"{f['sd_share']:.0%} of the engines' time at {f['per_engine']} rows an engine")),
             Row("NeMo-RL speculative rollouts (arXiv 2604.26779v1), summaries", "as the row above, its baseline",

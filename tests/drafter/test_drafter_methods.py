@@ -42,7 +42,27 @@ def test_an_older_training_spelling_reads_as_its_name(old, new):
 
 @pytest.mark.parametrize("name", ["mtp", "eagle", "eagle3"])
 def test_a_head_method_pays_one_drafter_forward_per_draft_step(cost, name):
-    assert METHODS[name].drafting_time(cost, 8, S) == pytest.approx(S.depth * cost.draft_time(8, S.topk))
+    vocab = METHODS[name].vocab
+    assert METHODS[name].drafting_time(cost, 8, S) == pytest.approx(S.depth * cost.draft_time(8, S.topk, vocab))
+
+
+def test_eagle3_reads_its_draft_vocabularys_head_not_the_targets(cost):
+    """EAGLE-3's forward reads and multiplies an output head of its draft vocabulary: what it saves against the EAGLE
+    drafter is the rest of the target's lm_head rows, read at the roofline's bandwidth and multiplied at its FLOPs
+    (memory and compute time add: overlap 0); its fixed cost a forward is the EAGLE drafter's."""
+    m, p = cost.model, cost.p
+    assert METHODS["eagle3"].vocab == 32000 < m.vocab and p.overlap == 0
+    rows = (m.vocab - 32000) * m.hidden
+    per_forward = rows * 2 / cost.tp / (cost.gpu.bandwidth * p.eta_bw) + 2 * rows * S.topk / cost.tp / (
+        cost.gpu.flops * p.eta_flops)  # bf16 bytes read, FLOPs of the S.topk rows a forward expands at batch 1
+    saved = METHODS["eagle"].drafting_time(cost, 1, S) - METHODS["eagle3"].drafting_time(cost, 1, S)
+    assert saved == pytest.approx(S.depth * per_forward)
+    assert float(cost.draft_time(1, 1, m.vocab)) == float(cost.draft_time(1, 1))  # the target's head: as before
+
+
+def test_a_profile_times_the_drafter_it_has_whatever_its_vocabulary():
+    c = Profiled({"c0": 0.01, "c_q": 1e-4, "c_kv": 0.0, "c_att": 0.0, "d0": 0.001, "d_q": 1e-5})
+    assert METHODS["eagle3"].drafting_time(c, 8, S) == pytest.approx(METHODS["eagle"].drafting_time(c, 8, S))
 
 
 def test_a_draft_model_pays_a_small_models_forward_per_draft_step(cost):

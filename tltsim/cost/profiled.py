@@ -118,7 +118,8 @@ class Profiled:
     def verify_time(self, batch, tokens_per_request, ctx):
         return self._step(np.asarray(batch) * np.asarray(tokens_per_request), tokens_per_request, ctx)
 
-    def draft_time(self, batch, topk=1):
+    def draft_time(self, batch, topk=1, vocab=None):
+        """`vocab` is ignored: the profile timed the drafter it has, its own vocabulary with it."""
         return self.c["d0"] + self.c["d_q"] * np.asarray(batch, dtype=float) * np.asarray(topk, dtype=float)
 
     def catchup_time(self, batch, tokens_per_row, ctx):

@@ -87,10 +87,7 @@ class Roofline:
         self._mem1 = m.kv_bytes_per_token / kv_shards / bw  # s per context token read
         self._fl_q = 2 * m.active_params / tp / fl  # s per query token (dense matmuls, the routed experts)
         self._fl_c = m.attn_flops_per_ctx_token / tp / fl  # s per (query token x context token)
-        # drafter (EAGLE one layer + shared lm_head), sharded like the target
-        d_params = m.drafter_params + m.vocab * m.hidden
-        self._d_mem = d_params * BYTES_BF16 / tp / bw
-        self._d_fl = 2 * d_params / tp / fl
+        self._d_mem, self._d_fl = self._drafter_terms(m.vocab)
         self.kv_capacity_tokens = int((p.mem_fraction * g.memory_bytes - m.weight_bytes / tp) * kv_shards / m.kv_bytes_per_token)
         if self.kv_capacity_tokens <= 0:
             need = m.weight_bytes / tp / 1e9
@@ -135,10 +132,19 @@ class Roofline:
         """One target forward verifying `tokens_per_request` draft tokens for each of `batch` requests."""
         return self._step(np.asarray(batch) * np.asarray(tokens_per_request), tokens_per_request, ctx)
 
-    def draft_time(self, batch, topk=1):
-        """One drafter forward for `batch` requests expanding `topk` tree nodes each."""
+    def draft_time(self, batch, topk=1, vocab=None):
+        """One drafter forward for `batch` requests expanding `topk` tree nodes each; `vocab`: the entries of the
+        drafter's output head where it has its own (EAGLE-3's draft vocabulary), None: it reads the target's."""
         q = np.asarray(batch, dtype=float) * np.asarray(topk, dtype=float)
-        return self.p.draft_overhead_s + self._combine(self._d_mem, self._d_fl * q)
+        d_mem, d_fl = (self._d_mem, self._d_fl) if vocab in (None, self.model.vocab) else self._drafter_terms(vocab)
+        return self.p.draft_overhead_s + self._combine(d_mem, d_fl * q)
+
+    def _drafter_terms(self, vocab: int) -> tuple[float, float]:
+        """A drafter forward's seconds of weight reads, and of compute per query token: the EAGLE-style drafter's
+        one layer and an output head of `vocab` entries, sharded like the target."""
+        m, g, p = self.model, self.gpu, self.p
+        d_params = m.drafter_params + vocab * m.hidden
+        return d_params * BYTES_BF16 / self.tp / (g.bandwidth * p.eta_bw), 2 * d_params / self.tp / (g.flops * p.eta_flops)
 
     def catchup_time(self, batch, tokens_per_row, ctx):
         """The drafter feeding on `tokens_per_row` tokens per row it has not seen (plain iterations emitted them):

@@ -33,8 +33,8 @@ class StepScaled:
     def verify_time(self, batch, tokens_per_request, ctx):
         return self.factor * self.base.verify_time(batch, tokens_per_request, ctx)
 
-    def draft_time(self, batch, topk=1):
-        return self.factor * self.base.draft_time(batch, topk)
+    def draft_time(self, batch, topk=1, vocab=None):
+        return self.factor * self.base.draft_time(batch, topk, vocab)
 
     def prefill_time(self, tokens, sq_tokens=None):
         return self.factor * self.base.prefill_time(tokens, sq_tokens)

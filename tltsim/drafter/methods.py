@@ -32,8 +32,9 @@ otherwise says how many such forwards, of what size, it runs.
 | frozen | never trained during RL: it goes stale as the policy moves (a model-free method has nothing to go stale) |
 
 Sizes: an MTP head is one decoder layer plus the target's shared lm_head, as the EAGLE drafter (DeepSeek-V3's
-MTP module: one Transformer block and the shared output head); EAGLE-3's wider input (three hidden states, not
-one) and its reduced draft vocabulary are left out (the lm_head's read dominates the forward); a draft model is
+MTP module: one Transformer block and the shared output head); EAGLE-3's head proposes among its own draft
+vocabulary (EAGLE3_DRAFT_VOCAB entries, where the target's lm_head has its whole vocabulary: the head's read is most
+of the forward), its wider input (three hidden states, not one) left out; a draft model is
 the smallest preset of the Qwen3 family (`qwen3-0.6b`), its forward sized by its parameters against the EAGLE
 forward's, so on a cost model that has no model (a profiled one) it counts as one EAGLE forward; a block
 drafter's one forward reads its weights once and computes over depth positions, as one EAGLE forward of a
@@ -46,6 +47,7 @@ from functools import lru_cache
 
 
 DRAFT_MODEL_PRESET = "qwen3-0.6b"
+EAGLE3_DRAFT_VOCAB = 32000  # the draft_vocab_size of EAGLE-3's released drafters and SpecForge's configs
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class Method:
     forwards: str  # per speculative iteration: "depth", "one" (a block) or "none"
     trains: tuple  # the ways it trains during RL (TRAINING_NAMES), the first its usual one
     source: str  # where the shape comes from
+    vocab: int | None = None  # entries of its own output head (EAGLE-3's draft vocabulary); None: the target's
 
     @property
     def model_free(self) -> bool:
@@ -66,6 +69,8 @@ class Method:
             return 0.0
         if self.forwards == "one":
             return float(cost.draft_time(batch * strategy.depth, strategy.topk))
+        if self.vocab is not None:
+            return strategy.depth * float(cost.draft_time(batch, strategy.topk, self.vocab))
         return strategy.depth * _scale(self.name, cost) * float(cost.draft_time(batch, strategy.topk))
 
 
@@ -73,7 +78,7 @@ METHODS = {m.name: m for m in (
     Method("eagle", "EAGLE-1/2 head on the last hidden state", "depth", ("spot", "periodic", "frozen"),
            "EAGLE (Li et al., 2024), EAGLE-2 dynamic trees; TLT's drafter; verl-SpeCo EAGLE1/EAGLE2; vLLM method eagle"),
     Method("eagle3", "EAGLE-3 head on three fused hidden states", "depth", ("spot", "periodic", "frozen"),
-           "EAGLE-3 (Li et al., 2025); verl-SpeCo EAGLE3; vLLM method eagle3"),
+           "EAGLE-3 (Li et al., 2025); verl-SpeCo EAGLE3; vLLM method eagle3", vocab=EAGLE3_DRAFT_VOCAB),
     Method("mtp", "the target's multi-token-prediction heads", "depth", ("cotrain", "frozen"),
            "verl actor_rollout_ref.model.mtp (verl/workers/config/model.py, MtpConfig); DeepSeek-V3 report, MTP "
            "modules; vLLM method mtp"),
