@@ -8,7 +8,8 @@ cluster, a shipped trace or one drawn by `tltsim trace synth` with a fixed seed 
 and the policy that plays the source's mechanism. Every prediction is computed here, when the script runs, by
 the command (or the API call) the row shows; the published figures are the constants below, each beside its
 source. A row is **fitted** when its figure set a parameter of the simulator (the TLT micro-benchmarks of
-docs/design.md#calibration-figures) and **held out** otherwise. The error is signed, prediction over published
+docs/design.md#calibration-figures, Seer's acceptance lengths the history model is fitted to) and **held out**
+otherwise. The error is signed, prediction over published
 minus 1; every row over 20% gets a sentence built from what its own runs measured.
 
 It runs the commands one after the other from the repository's root and writes their results under
@@ -36,6 +37,7 @@ DOC = ROOT / "docs" / "fidelity.md"
 RECORD = ROOT / "tltsim" / "analysis" / "validation" / "data" / "published.csv"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tltsim.trace.synth import MATH_SIGMA  # noqa: E402  (the spread RP_PARAMS and the Seer rows draw lengths at)
 
 # --- what the sources publish --------------------------------------------------------------------------------
 # RollPacker (Gao et al., NSDI '26; the paper of its artifact, github.com/Farrrrland/RollPacker,
@@ -69,15 +71,18 @@ AREAL_PPO_STEPS = 1000
 # tokens a verify there and on the other workloads set the history model (tltsim.drafter.history_quality.SEER_TAU,
 # which holds Table 3's workloads too).
 SEER_VERL_ROLLOUT_S = 3957
+SEER_VERL_PREEMPTIONS = 13686  # section 4.2.2: preemptions in one iteration of this task on veRL (Figure 3)
+SEER_VERL_IDLE = 0.37  # section 4.2.2: each instance idle 1,580 s of the iteration on average
 SEER_ORACLE_LFS = 1.63
-SEER_SCHEDULED = 1.56  # Table 4: divided rollout and context-aware scheduling, before grouped speculation
+SEER_SCHEDULED = 1.56  # Figure 10 and Table 4: divided rollout and context-aware scheduling, before grouped speculation
 SEER_WHOLE = 2.04
 SEER_SD_THROUGHPUT = 1.38
-SEER_REQUESTS = 9600  # Table 3: Qwen2-VL-72B's requests an iteration
+SEER_ITERATIONS = 5  # section 4.1, Metrics: the average rollout throughput across 5 iterations
 RHYMERL_SPEEDUP = 2.6  # RhymeRL (arXiv 2508.18588v1) abstract: "a 2.6x performance improvement"
-# RhymeRL's HistoSpec recipe for verl (github.com/He-Jingkai/specRL, README): "up to 2.1x speedup" of the rollout,
-# drafting from earlier epochs' responses (ArcticInference's suffix decoding); Qwen3-14B-Base trained with DAPO,
-# temperature 1, responses up to 8k, 32 H100, 256 prompts x 16.
+# RhymeRL's HistoSpec recipe for verl (github.com/He-Jingkai/verl, recipe/specRL/histoSpec/README.md): drafting from
+# earlier epochs' responses (ArcticInference's suffix decoding), "up to 2.1x speedup in rollout and validation phases"
+# on Qwen2.5 and Qwen3 models; its plotted experiment: Qwen3-14B-Base trained with DAPO, temperature 1, responses up
+# to 8k, 32 H100, 256 prompts x 16.
 HISTOSPEC_ROLLOUT = 2.1
 DAS_ROLLOUT = 2.0  # DAS (arXiv 2511.13841v1) abstract: rollout time reduced "up to 50%" (a 2x faster rollout)
 TLT_SPEEDUP = 1.7  # TLT (arXiv 2511.16665v1) abstract: "over 1.7x end-to-end RL training speedup"
@@ -198,7 +203,7 @@ class Row:
 # that the 75th percentile (450 x e^(0.674 x 1.08) = 930) sits inside 755-1.1k and the longest of a step's 1,024
 # responses (about e^(3.1 x 1.08) = 28x the median) inside 25x-32x (section 2.2); rho (how alike a prompt's
 # responses run) keeps the family's default 0.5, the paper giving none.
-RP_PARAMS = ("median=450", "sigma=1.08")
+RP_PARAMS = ("median=450", f"sigma={MATH_SIGMA}")
 RP_MODELS = {"7b": ("qwen2.5-7b", 16, 1, 8192), "14b": ("qwen3-14b", 32, 2, 16384), "32b": ("qwen2.5-32b", 64, 2, 32768)}
 RP_LABEL = {"7b": "Qwen2.5-7B/8k, 16 GPUs, rollout TP 1", "14b": "Qwen2.5-14B/16k, 32 GPUs, TP 2",
             "32b": "Qwen2.5-32B/32k, 64 GPUs, TP 2"}
@@ -303,7 +308,6 @@ def speco_rows(runs: Runs) -> list[Row]:
 
 def other_rows(runs: Runs) -> list[Row]:
     rows = []
-    hs_trace, hs_synth = runs.synth("histospec", "dapo", steps=2, prompts=256, group=16, max_len=8192)
     small = "assumed: Qwen2.5-7B on 8 H100, TP 1, the shipped DAPO-like trace (96 prompts x 8, cap 8k), its first 10 steps"
     got, cmd = runs.compare("april", DAPO, "verl,partial", model="qwen2.5-7b", gpus=8, tp=1, steps="10")
     f = measured(got["verl"], got["partial"])
@@ -349,23 +353,27 @@ def other_rows(runs: Runs) -> list[Row]:
                     why=amdahl_why("longest-first + das", lambda f: (
                         f"history drafting, on only once a batch is down to 32, speculates in {f['sd_share']:.0%} of "
                         f"the engines' time at {f['accepted']:.2f} tokens a verify"))))
+    hs_trace, hs_synth = runs.synth("histospec", "dapo", steps=2, prompts=256, group=16, max_len=8192)
     got, cmd = runs.compare("histospec", hs_trace, "verl,das", model="qwen3-14b", gpus=32, tp=2, steps="2",
                             knobs=("history_repeats=true", "sd=always"))
     f = measured(got["verl"], got["das"])
     f["best_step"] = max(per_step_rollout("histospec", "verl") / per_step_rollout("histospec", "das"))
-    rows.append(Row("RhymeRL's HistoSpec recipe for verl (github.com/He-Jingkai/specRL), README",
+    f["per_engine"] = 256 * 16 // (32 // 2)
+    rows.append(Row("RhymeRL's HistoSpec recipe for verl (github.com/He-Jingkai/verl), its README",
                     "Qwen3-14B-Base (the qwen3-14b preset), DAPO, temperature 1, responses up to 8k, 32 H100, 256 "
                     "prompts x 16; assumed: rollout TP 2 (not given), the dapo family's lengths (DAPO text rollouts) "
                     "capped at 8k, two steps as two epochs of the same prompts (history_repeats: the second drafts "
                     "from the first's responses too), speculation at every batch size (sd=always: the recipe has no "
-                    "switch); the better of its two steps", "rollout speedup of history drafting (\"up to 2.1x\")",
+                    "switch); the better of its two steps", "rollout speedup of history drafting (\"up to 2.1x\" over models and "
+                    "phases)",
                     HISTOSPEC_ROLLOUT, "held out", f["best_step"], [hs_synth, cmd], f,
                     why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify here (the model "
-                                   f"fitted to Seer's grouped suffix trees, a prompt's earlier responses counted as "
-                                   f"its siblings are) and speculates in {f['sd_share']:.0%} of the engines' time, "
-                                   f"from 256 rows an engine down, which gives the rollout {f['best_step']:.2f}x at "
-                                   f"best; the figure is the recipe's best case (\"up to\") over steps and phases it "
-                                   f"plots")))
+                                   f"fitted to Seer's grouped suffix trees; a group of 16 in flight already brings a "
+                                   f"response near H_MAX, the most history the model credits, so the first epoch's "
+                                   f"responses add little) and speculates in {f['sd_share']:.0%} of the engines' "
+                                   f"time, from {f['per_engine']} rows an engine down, which gives the rollout "
+                                   f"{f['best_step']:.2f}x at best; the figure is the recipe's best case (\"up to\") "
+                                   f"over models and phases")))
     return rows
 
 
@@ -426,54 +434,58 @@ def areal_rows(runs: Runs) -> list[Row]:
 
 def seer_rows(runs: Runs) -> list[Row]:
     """Seer's Qwen2-VL-72B task (its Table 3) against veRL: veRL's rollout time, longest-first with every length
-    known, and the whole system played by that placement with history drafting from the group."""
+    known, and the whole system played by that placement with history drafting from the group; Figure 11's
+    acceptance, which the history model is fitted to, and its grouped speculation alone."""
     from tltsim.drafter import history_quality as hq
-    from tltsim.trace.synth import lognormal_median
+    from tltsim.trace.synth import MATH_SIGMA, lognormal_median
 
-    _, group, cap, mean, *_ = next(r for r in hq.SEER_TAU if r[0] == "Qwen2-VL-72B")
-    sigma = hq.SEER_SIGMA  # RollPacker's fit to math lengths (RP_PARAMS); Seer gives the mean and the cap, not the spread
-    median = lognormal_median(mean, cap, sigma)
-    trace, synth = runs.synth("seer", "lognormal", steps=5, prompts=SEER_REQUESTS // group, group=group, max_len=cap,
-                              params=(f"median={median}", f"sigma={sigma}"))
-    common = dict(model="qwen2-72b", gpus=128, tp=8, steps="5")
+    task = next(f for f in hq.SEER_TAU if f.workload == "Qwen2-VL-72B")
+    median = lognormal_median(task.mean, task.cap, MATH_SIGMA)  # hq.seer_trace's draw, shown as its command
+    trace, synth = runs.synth("seer", "lognormal", steps=SEER_ITERATIONS, prompts=task.requests // task.group,
+                              group=task.group, max_len=task.cap, params=(f"median={median}", f"sigma={MATH_SIGMA}"))
+    gpus, tp = 128, 8
+    common = dict(model="qwen2-72b", gpus=gpus, tp=tp, steps=str(SEER_ITERATIONS))
     got, cmd = runs.compare("seer", trace, "verl,longest-first,longest-first+das", knobs=("predictor=oracle",),
                             **common)
     verl = got["verl"]
     lfs, whole = measured(verl, got["longest-first"]), measured(verl, got["longest-first+das"])
     for f, name in ((lfs, "longest-first"), (whole, "longest-first+das")):
         f["throughput"] = rollout_tokens_per_s(got[name]) / rollout_tokens_per_s(verl)
-    setup = (f"Qwen2-VL-72B (its language model, the qwen2-72b preset; the vision encoder left out), 128 H800 (the "
-             f"h100 preset) at TP 8, {SEER_REQUESTS:,} requests an iteration in groups of {group}, cap {cap:,}, mean "
-             f"{mean:,} tokens (Table 3), 5 iterations as Seer averages; assumed: "
-             f"lognormal lengths of the spread RollPacker's math lengths have (sigma {sigma}), the median "
+    setup = (f"Qwen2-VL-72B (its language model, the qwen2-72b preset; the vision encoder left out), {gpus} H800 (the "
+             f"h100 preset) at TP {tp}, {task.requests:,} requests an iteration in groups of {task.group}, cap "
+             f"{task.cap:,}, mean {task.mean:,} tokens (Table 3), the mean of {SEER_ITERATIONS} iterations as Seer "
+             f"takes it; assumed: lognormal lengths of the spread of math rollouts (sigma {MATH_SIGMA}), the median "
              f"({median:,}) set to Table 3's mean")
     sd, sd_cmd = runs.compare("seer_sd", trace, "verl,das", knobs=("sd=learned",), **common)
     alone = measured(sd["verl"], sd["das"])
-    alone["throughput"] = rollout_tokens_per_s(sd["das"]) / rollout_tokens_per_s(sd["verl"])
-    taus = [Row("Seer (arXiv 2511.14617), Figure 11", f"{w}: {g} responses a group in flight together, cap {c:,}, "
-                f"mean {m:,} tokens (Table 3), drawn lognormal (sigma {hq.SEER_SIGMA}); "
-                + ("its grouped suffix trees, a chain of up to 8" if grouped else
-                   "SuffixDecoding without group context, a chain of up to 16"),
-                "mean acceptance length (tokens a verify) of a rollout iteration", tau, "fitted",
-                hq.seer_tau(hq.HistoryQuality(), row), [f"seer_tau(HistoryQuality(), SEER_TAU[{i}])  # "
-                                                        "tltsim.drafter.history_quality"],
-                fitted="Q_PROMPT, PER_SIBLING, the history model's (tltsim/drafter/history_quality.py)")
-            for i, row in enumerate(hq.SEER_TAU) for w, g, c, m, grouped, _, tau in [row]]
+    alone.update(throughput=rollout_tokens_per_s(sd["das"]) / rollout_tokens_per_s(sd["verl"]),
+                 per_engine=task.requests // (gpus // tp))
+    taus = [Row("Seer (arXiv 2511.14617), Figure 11",
+                f"{f.workload} (Table 3: {f.requests:,} requests an iteration, cap {f.cap:,}, mean {f.mean:,} tokens), "
+                f"lengths drawn lognormal (sigma {MATH_SIGMA}); " +
+                (f"its grouped suffix trees, groups of {f.group} in flight together, a chain of up to {f.chain}"
+                 if f.grouped else f"SuffixDecoding without group context, a chain of up to {f.chain}"),
+                "mean acceptance length (tokens a verify) of a rollout iteration", f.tau, "fitted",
+                hq.seer_tau(hq.HistoryQuality(), f),
+                [f"seer_tau(HistoryQuality(), SEER_TAU[{i}])  # tltsim.drafter.history_quality"],
+                fitted="the history model's Q_PROMPT and PER_SIBLING: tltsim/drafter/history_quality.py")
+            for i, f in enumerate(hq.SEER_TAU)]
     return taus + [
         Row("Seer (arXiv 2511.14617), Figure 11", "as the row below; Seer's grouped speculation alone on veRL, played "
             "by das with its switch learned per batch size from the cost model (sd=learned: Seer decides a draft "
             "length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
             SEER_SD_THROUGHPUT, "held out", alone["throughput"], [synth, sd_cmd], alone,
-            why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify (the history model is fitted to "
-                           f"Seer's figures, this workload's among them) but speculates in only {f['sd_share']:.0%} "
-                           f"of the engines' time, where the switch learned from the cost model finds a verify pays "
-                           f"at {SEER_REQUESTS // 16:,} requests an engine only once few are left")),
+            why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify (the history model is "
+                           f"fitted to Seer's figures, this workload's among them) but speculates in only "
+                           f"{f['sd_share']:.0%} of the engines' time, where the switch learned from the cost model "
+                           f"finds a verify pays at {f['per_engine']:,} requests an engine only once few are left")),
         Row("Seer (arXiv 2511.14617), Figure 8", setup, "veRL's rollout of an iteration, s", SEER_VERL_ROLLOUT_S,
             "held out", lfs["rollout_s"], [synth, cmd], lfs, policy="verl",
             why=lambda f: (f"Seer's veRL rollout takes {SEER_VERL_ROLLOUT_S / f['rollout_s']:.1f}x the simulated one, "
-                           f"whose engines idle {f['base_idle']:.0%} of the run where Seer's idle 37% of the rollout "
-                           f"(section 4.2.2). The simulator admits a request only where the cache holds its whole "
-                           f"footprint, so it never preempts, where Seer counted 13,686 preemptions an iteration; "
+                           f"whose engines idle {f['base_idle']:.0%} of the run where Seer's idle {SEER_VERL_IDLE:.0%} "
+                           f"of the rollout. The simulator admits a request only where the cache holds its whole "
+                           f"footprint, so it never preempts, where Seer counted {SEER_VERL_PREEMPTIONS:,} "
+                           f"preemptions an iteration; "
                            f"but played with vLLM's admission and recompute preemption the same engines finish "
                            f"sooner, and neither a heavier tail nor H800's NVLink closes the gap "
                            f"(docs/investigations/preemption.md)")),
@@ -626,7 +638,7 @@ def page(rows: list[Row]) -> str:
 
 def record(rows: list[Row]):
     """The rows the report reads (tltsim.analysis.validation.published): each row that ran `tltsim compare`, with
-    the model, GPU and policy (the one beside verl) of its command."""
+    the model, GPU and policy of its command (the last it compares, or the row's own `policy`)."""
     import pandas as pd
 
     out = []

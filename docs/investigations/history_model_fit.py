@@ -5,7 +5,8 @@
 
 ROWS (default tltsim/drafter/data/history_rows.jsonl, the rows tltsim ships) are what `benchmarks/bench_drafters.py
 --parts acceptance --rows` writes. Printed: the fitted constants of tltsim.drafter.history_quality (all tasks pooled,
-what the module stores; then each task alone) beside the stored ones; per (task, group, arrangement, pass, finish rank) the measured q
+the module's IN_FLIGHT and H_MAX; then each task alone) beside the stored ones (Q_PROMPT and PER_SIBLING fitted to
+published acceptance instead: suffix_acceptance.py); per (task, group, arrangement, pass, finish rank) the measured q
 (each row's tokens per call inverted through the acceptance model at its strategy, mean weighted by calls,
 1 a row without a count)
 beside the model's; the lookup's share of a target forward per batch beside its fit; and the hybrid's combination rule

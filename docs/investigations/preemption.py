@@ -14,13 +14,13 @@ costs a prefill of what the admitted requests bring):
 - reserve: a request is admitted when the cache holds its whole final footprint (prompt and response, which the
   trace knows), what tltsim.sim.schedule does: it never runs out, so it never preempts;
 - preempt: a request is admitted when the cache holds its prompt (and what it had generated, if it was preempted)
-  with 1% of the cache to spare, as vLLM admits (its watermark), and not in an iteration that had to preempt; when the running requests' next tokens no longer fit, the one admitted last is
-  preempted, its cache freed, and it waits at the head of the queue to be prefilled again with everything it had
+  with 1% of the cache to spare, as vLLM admits (its watermark), and not in an iteration that had to preempt; when
+  the running requests' next tokens no longer fit, the one admitted last is preempted, its cache freed, and it waits at the head of the queue to be prefilled again with everything it had
   generated (vLLM's recompute preemption).
 Printed: per rule the step's rollout (its slowest engine), the engines' mean, the preemptions and the tokens
 prefilled again; beside them the simulator's own step (verl) as a check of the reserve loop, and the simulator's step
 with the two other setup details that could lengthen it: a heavier tail at the same mean (sigma 1.5) and H800's
-NVLink (400 GB/s a direction, where the h100 preset has 450). Deterministic.
+NVLink (400 GB/s in all, 200 a direction, where the h100 preset has 450 a direction). Deterministic.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from tltsim.hardware import load_gpu, load_model
 from tltsim.policies import make_policy
 from tltsim.sim.simulator import Simulator
 from tltsim.trace import synth
-from tltsim.trace.synth import lognormal_median
+from tltsim.trace.synth import MATH_SIGMA, lognormal_median
 
 ENGINES, TP, MAX_RUNNING = 16, 8, 256
 WATERMARK = 0.01  # of the cache kept free when admitting (vLLM's default watermark)
@@ -90,7 +90,7 @@ def engine_time(cost: Roofline, prompt: np.ndarray, response: np.ndarray, rule: 
 
 
 def main() -> None:
-    trace = drawn(hq.SEER_SIGMA)
+    trace = drawn(MATH_SIGMA)
     step = trace.df[trace.df["step"] == 0]
     prompt, response = step["prompt_len"].to_numpy(np.int64), step["response_len"].to_numpy(np.int64)
     cost = Roofline(load_model("qwen2-72b"), load_gpu("h100"), TP)
@@ -109,15 +109,17 @@ def main() -> None:
         print(f"{rule:<9}{max(times):>11.1f}{np.mean(times):>15.1f}{sum(r[1] for r in runs):>13,}"
               f"{sum(r[2] for r in runs):>21,}")
     h800 = Path(tempfile.mkdtemp()) / "h800.toml"
-    h800.write_text('name = "H800"\nmemory_gb = 80\nbandwidth_tbs = 3.35\nbf16_tflops = 989\ninterconnect_gbs = 400\n')
+    h800.write_text('name = "H800"\nmemory_gb = 80\nbandwidth_tbs = 3.35\nbf16_tflops = 989\ninterconnect_gbs = 200\n')
     print(f"# the simulator's verl step, sigma 1.5 at the same mean: rollout {rollout(drawn(1.5), cluster):.1f} s; "
           f"H800's NVLink: {rollout(trace, replace(cluster, gpu=str(h800))):.1f} s")
 
 
 def drawn(sigma: float):
-    """Seer's Qwen2-VL-72B workload as bench_fidelity draws it, at spread `sigma`."""
-    _, group, cap, mean, *_ = next(r for r in hq.SEER_TAU if r[0] == "Qwen2-VL-72B")
-    return synth("lognormal", 1, 9600 // group, group, cap, 0, median=lognormal_median(mean, cap, sigma), sigma=sigma)
+    """Seer's Qwen2-VL-72B workload as history_quality.seer_trace draws it, at spread `sigma`."""
+    task = next(f for f in hq.SEER_TAU if f.workload == "Qwen2-VL-72B")
+    return hq.seer_trace(task) if sigma == MATH_SIGMA else synth(
+        "lognormal", 1, task.requests // task.group, task.group, task.cap, 0,
+        median=lognormal_median(task.mean, task.cap, sigma), sigma=sigma)
 
 
 def rollout(trace, cluster: ClusterConfig) -> float:

@@ -7,7 +7,7 @@ from scipy.stats import norm
 
 from tltsim.core.errors import TltsimError
 from tltsim.trace import load, stats, synth
-from tltsim.trace.synth import FAMILIES, intern_s1_cdf
+from tltsim.trace.synth import FAMILIES, MATH_SIGMA, intern_s1_cdf, lognormal_median
 
 TRACES = Path(__file__).resolve().parents[2] / "traces" / "synthetic"
 # docs/design.md#response-length-shapes: DAPO text, 96 prompts x 8, per-step ranges.
@@ -99,3 +99,17 @@ def test_bad_arguments(call, text):
     with pytest.raises(TltsimError) as e:
         call()
     assert str(e.value) == text
+
+
+@pytest.mark.parametrize("mean, cap", [(7615, 40960), (20000, 25000), (450, 8192)])
+def test_lognormal_median_gives_the_mean_under_the_cap(mean, cap):
+    """The median lognormal_median returns draws, capped, to the asked mean, where the cap binds hard too."""
+    median = lognormal_median(mean, cap, MATH_SIGMA)
+    lengths = synth("lognormal", 1, 2000, 8, cap, 0, median=median, sigma=MATH_SIGMA).df["response_len"]
+    assert lengths.mean() == pytest.approx(mean, rel=0.03)
+
+
+@pytest.mark.parametrize("mean", [30000, 0])
+def test_lognormal_median_refuses_a_mean_no_median_gives(mean):
+    with pytest.raises(TltsimError, match="no median gives a mean"):
+        lognormal_median(mean, 30000, MATH_SIGMA)

@@ -144,7 +144,8 @@ class Roofline:
         one layer and an output head of `vocab` entries, sharded like the target."""
         m, g, p = self.model, self.gpu, self.p
         d_params = m.drafter_params + vocab * m.hidden
-        return d_params * BYTES_BF16 / self.tp / (g.bandwidth * p.eta_bw), 2 * d_params / self.tp / (g.flops * p.eta_flops)
+        reads = d_params * BYTES_BF16 / self.tp / (g.bandwidth * p.eta_bw)
+        return reads, 2 * d_params / self.tp / (g.flops * p.eta_flops)
 
     def catchup_time(self, batch, tokens_per_row, ctx):
         """The drafter feeding on `tokens_per_row` tokens per row it has not seen (plain iterations emitted them):

@@ -27,7 +27,7 @@ The constants come from two fits. Q_PROMPT and PER_SIBLING are fitted to publish
 drafting on RL rollouts of reasoning models on GPUs (`SEER_TAU`: Seer, arXiv 2511.14617, Figure 11, with Table 3's
 workloads): Q_PROMPT to SuffixDecoding without group context, PER_SIBLING by least squares to Seer's grouped suffix
 trees on three workloads, each figure the iteration's tokens a verify (`iteration_tau`) with every group in flight
-together; `docs/investigations/suffix_acceptance.py` refits them and prints each figure beside the model.
+together (`fit_published`; `docs/investigations/suffix_acceptance.py` prints each figure beside the model).
 IN_FLIGHT, H_MAX and LOOKUP_FRACTION come from real/'s own rows (`fit`, `fit_lookup`), which the published figures
 cannot separate: `benchmarks/bench_drafters.py --parts acceptance --rows` decodes groups of G samples of a real model's
 prompts with `real.drafters.suffix` (a chain of 4) three ways: one after another (sibling j drafts from j finished
@@ -56,6 +56,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -63,9 +64,9 @@ from tltsim.control.strategy import Strategy
 from tltsim.core.errors import TltsimError
 from tltsim.drafter.acceptance import AcceptanceModel, invert_quality
 
-# Fitted to SEER_TAU (docs/investigations/suffix_acceptance.py; tests/drafter/test_history_quality.py checks them).
+# Fitted by `fit_published` to SEER_TAU (tests/drafter/test_history_quality.py refits them).
 Q_PROMPT = 0.43646     # no history but the prompt
-PER_SIBLING = 0.010724  # q gained per sibling's worth of history
+PER_SIBLING = 0.01072   # q gained per sibling's worth of history
 # Fitted by `fit` to data/history_rows.jsonl, ROWS (tests/drafter/test_history_quality.py refits them).
 IN_FLIGHT = 0.71504     # what a sibling still in flight is worth against a finished one
 H_MAX = 15.0            # the most history among the fitted rows (at the fitted IN_FLIGHT): q(H_MAX) beyond it
@@ -73,16 +74,27 @@ H_MAX = 15.0            # the most history among the fitted rows (at the fitted 
 LOOKUP_FRACTION = 3.1068e-4
 
 ROWS = Path(__file__).resolve().parent / "data" / "history_rows.jsonl"  # package data: tltsim/drafter/data/README.md
-# Seer (arXiv 2511.14617), Figure 11: the mean acceptance length tau (tokens a verify) of suffix drafting during a
-# rollout iteration on veRL, beside its Table 3 workload: (workload, group size, cap, mean generated tokens, grouped
-# (the group's responses in the index) or not, the longest chain drafted, tau).
+
+
+class SeerFigure(NamedTuple):
+    """One of Seer's (arXiv 2511.14617) Figure 11 acceptance lengths, beside its Table 3 workload."""
+
+    workload: str
+    requests: int  # responses an iteration
+    group: int  # responses a prompt
+    cap: int  # the longest a response may run
+    mean: int  # generated tokens a response, on average
+    grouped: bool  # the group's responses in the drafter's index (Seer's grouped suffix trees) or not (SuffixDecoding)
+    chain: int  # the most tokens drafted a verify
+    tau: float  # tokens a verify (the bonus token included) of a rollout iteration on veRL
+
+
 SEER_TAU = (
-    ("Moonlight", 8, 65536, 22386, False, 16, 1.67),  # SuffixDecoding, no group context
-    ("Moonlight", 8, 65536, 22386, True, 8, 1.89),  # Seer's grouped suffix trees
-    ("Qwen2-VL-72B", 16, 40960, 7615, True, 8, 2.15),
-    ("Kimi-K2", 8, 98304, 38959, True, 8, 1.77),
+    SeerFigure("Moonlight", 3200, 8, 65536, 22386, False, 16, 1.67),
+    SeerFigure("Moonlight", 3200, 8, 65536, 22386, True, 8, 1.89),
+    SeerFigure("Qwen2-VL-72B", 9600, 16, 40960, 7615, True, 8, 2.15),
+    SeerFigure("Kimi-K2", 6400, 8, 98304, 38959, True, 8, 1.77),
 )
-SEER_SIGMA = 1.08  # the spread of Table 3's lengths, which it does not give: RollPacker's fit to math rollouts
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,8 @@ class ChainAcceptance:
 def iteration_tau(model: HistoryQuality, group, response_len, chain: int, grouped: bool = True) -> float:
     """A rollout iteration's tokens a verify (what Seer's tau is): every response of `group` in flight together at
     its own q (its siblings' history where `grouped`, its prompt's alone where not), drafting a chain of `chain`;
-    its tokens over its verifies."""
+    its tokens over its verifies. A response's q is the one its history gives by its end, for all its tokens, as
+    `of_step` has it."""
     n = np.asarray(response_len, float)
     q = model.of_step(group, response_len, np.zeros(len(n))) if grouped else np.full(len(n), model.q_prompt)
     acceptance, strategy = AcceptanceModel(), Strategy.chain(chain)
@@ -136,21 +149,36 @@ def iteration_tau(model: HistoryQuality, group, response_len, chain: int, groupe
     return float(n.sum() / (n / per_row).sum())
 
 
-def seer_workload(row: tuple, prompts: int = 400) -> tuple[np.ndarray, np.ndarray]:
-    """A rollout iteration of a SEER_TAU row's workload: (each response's group, its length), `prompts` groups of its
-    group size drawn lognormal (SEER_SIGMA) to its mean under its cap, seed 0."""
-    from tltsim.trace.synth import lognormal_median, synth
+def seer_trace(figure: SeerFigure, steps: int = 1):
+    """A trace of a Seer figure's workload: `steps` iterations of its requests in its groups, their lengths drawn
+    lognormal (the spread of math rollouts, tltsim.trace.synth.MATH_SIGMA; Table 3 gives no spread) to its mean
+    under its cap, seed 0."""
+    from tltsim.trace.synth import MATH_SIGMA, lognormal_median, synth
 
-    _, group, cap, mean, *_ = row
-    df = synth("lognormal", 1, prompts, group, cap, 0, median=lognormal_median(mean, cap, SEER_SIGMA),
-               sigma=SEER_SIGMA).df
-    return df["prompt_id"].to_numpy(), df["response_len"].to_numpy()
+    median = lognormal_median(figure.mean, figure.cap, MATH_SIGMA)
+    return synth("lognormal", steps, figure.requests // figure.group, figure.group, figure.cap, 0, median=median,
+                 sigma=MATH_SIGMA)
 
 
-def seer_tau(model: HistoryQuality, row: tuple) -> float:
-    """The model's tokens a verify on a SEER_TAU row's workload (`iteration_tau`), beside the row's published tau."""
-    *_, grouped, chain, _ = row
-    return iteration_tau(model, *seer_workload(row), chain, grouped)
+def seer_tau(model: HistoryQuality, figure: SeerFigure) -> float:
+    """The model's tokens a verify on a Seer figure's workload, its first iteration (`iteration_tau`)."""
+    df = seer_trace(figure).df
+    return iteration_tau(model, df["prompt_id"], df["response_len"], figure.chain, figure.grouped)
+
+
+def fit_published(figures=SEER_TAU) -> HistoryQuality:
+    """Q_PROMPT and PER_SIBLING fitted to published acceptance: Q_PROMPT the q whose chain accepts the ungrouped
+    figures' tokens a verify (their mean), PER_SIBLING by least squares on the grouped ones; IN_FLIGHT and H_MAX as
+    the rows fit them."""
+    from scipy.optimize import minimize_scalar
+
+    acceptance = AcceptanceModel()
+    q_prompt = float(np.mean([invert_quality(acceptance, Strategy.chain(f.chain), f.tau)
+                              for f in figures if not f.grouped]))
+    grouped = [f for f in figures if f.grouped]
+    loss = lambda s: sum((seer_tau(HistoryQuality(q_prompt, s), f) - f.tau) ** 2 for f in grouped)  # noqa: E731
+    best = minimize_scalar(loss, bounds=(0.0, 0.1), method="bounded", options={"xatol": 1e-7})
+    return HistoryQuality(round(q_prompt, 5), round(float(best.x), 6))
 
 
 class HistoryDrafter:

@@ -30,6 +30,7 @@ sizes, parameters, seed) tuple always gives the same trace.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
@@ -53,14 +54,27 @@ def _lognormal(z: np.ndarray, p: dict) -> np.ndarray:
     return p["median"] * np.exp(p["sigma"] * z)
 
 
+# The lognormal spread of math rollouts' lengths: RollPacker (NSDI '26, section 2.2) puts a step's 75th percentile at
+# 755-1.1k tokens and its longest at 25-32x the median, which sigma 1.08 gives (benchmarks/bench_fidelity.py).
+MATH_SIGMA = 1.08
+
+
 def lognormal_median(mean: float, cap: int, sigma: float) -> int:
     """The "lognormal" family's `median` whose draws, capped at `cap`, have `mean` tokens on average (a source that
-    gives a mean length and a cap, not a median)."""
+    gives a mean length and a cap, not a median); TltsimError where no median does (a mean at or past the cap)."""
     from scipy.optimize import brentq
     from scipy.stats import norm
 
     z = norm.ppf((0.5 + np.arange(20000)) / 20000)  # the standard normal's quantiles
-    return round(brentq(lambda m: np.minimum(m * np.exp(sigma * z), cap).mean() - mean, 1e-3 * mean, mean))
+
+    def capped_mean(median: float) -> float:
+        return float(np.minimum(median * np.exp(sigma * z), cap).mean())
+
+    hi = cap * math.exp(4 * sigma)
+    if not 0 < mean < capped_mean(hi):
+        raise TltsimError(f"lognormal_median: no median gives a mean of {mean} tokens under a cap of {cap} at sigma "
+                          f"{sigma}; the mean must lie between 0 and the cap")
+    return round(brentq(lambda m: capped_mean(m) - mean, 1e-6 * mean, hi))
 
 
 def _dapo(z: np.ndarray, p: dict) -> np.ndarray:
