@@ -62,7 +62,7 @@ APRIL_THROUGHPUT = 1.225  # APRIL (arXiv 2509.18521) abstract: rollout throughpu
 # runs them asynchronously at max_head_offpolicyness 4 (synchronous AReaL is the same split at 0).
 AREAL_HOURS = {"1.5b": (41.0, 14.8, 128), "7b": (57.7, 25.4, 192)}  # synchronous h, asynchronous h, GPUs
 AREAL_PPO_STEPS = 1000
-# Seer (Qin et al., arXiv 2511.14617, OSDI '26). Table 3: Qwen2-VL-72B on 128 H800 at TP 8, 9,600 requests an
+# Seer (Qin et al., arXiv 2511.14617v3, OSDI '26). Table 3: Qwen2-VL-72B on 128 H800 at TP 8, 9,600 requests an
 # iteration in groups of 16, generation capped at 40,960 tokens, 7,615 on average (its Moonlight and Kimi-K2 are
 # MLA models, which tltsim's presets cannot express). Against veRL, all on one vLLM: Figure 8, veRL's rollout of an
 # iteration (the average); Figure 10, divided rollout with every output length known in advance and the longest
@@ -78,6 +78,7 @@ SEER_SCHEDULED = 1.56  # Figure 10 and Table 4: divided rollout and context-awar
 SEER_WHOLE = 2.04
 SEER_SD_THROUGHPUT = 1.38
 SEER_ITERATIONS = 5  # section 4.1, Metrics: the average rollout throughput across 5 iterations
+SEER_PHASES = {"rollout": 0.63, "weight update": 0.06}  # Table 1, Qwen2-VL-72B: shares of an iteration (training 31%)
 RHYMERL_SPEEDUP = 2.6  # RhymeRL (arXiv 2508.18588v1) abstract: "a 2.6x performance improvement"
 # RhymeRL's HistoSpec recipe for verl (github.com/He-Jingkai/verl, recipe/specRL/histoSpec/README.md): drafting from
 # earlier epochs' responses (ArcticInference's suffix decoding), "up to 2.1x speedup in rollout and validation phases"
@@ -175,7 +176,8 @@ def measured(base: dict, pol: dict) -> dict:
             "base_step_s": base["mean_step_s"], "pol_step_s": pol["mean_step_s"],
             "rollout_s": base["rollout_s"] / base["steps"], "reward_s": base["reward_s"] / base["steps"],
             "train_s": base["train_s"] / base["steps"], "pol_rollout_s": pol["rollout_s"] / pol["steps"],
-            "resumed": pol.get("resumed_fraction", 0.0)}
+            "resumed": pol.get("resumed_fraction", 0.0), "sync_s": base["sync_s"] / base["steps"],
+            "sync_share": base["sync_s"] / base["makespan_s"]}
 
 
 def at_share(f: dict, share: float) -> float:
@@ -460,7 +462,7 @@ def seer_rows(runs: Runs) -> list[Row]:
     alone = measured(sd["verl"], sd["das"])
     alone.update(throughput=rollout_tokens_per_s(sd["das"]) / rollout_tokens_per_s(sd["verl"]),
                  per_engine=task.requests // (gpus // tp))
-    taus = [Row("Seer (arXiv 2511.14617), Figure 11",
+    taus = [Row("Seer (arXiv 2511.14617v3), Figure 11",
                 f"{f.workload} (Table 3: {f.requests:,} requests an iteration, cap {f.cap:,}, mean {f.mean:,} tokens), "
                 f"lengths drawn lognormal (sigma {MATH_SIGMA}); " +
                 (f"its grouped suffix trees, groups of {f.group} in flight together, a chain of up to {f.chain}"
@@ -471,15 +473,7 @@ def seer_rows(runs: Runs) -> list[Row]:
                 fitted="the history model's Q_PROMPT and PER_SIBLING: tltsim/drafter/history_quality.py")
             for i, f in enumerate(hq.SEER_TAU)]
     return taus + [
-        Row("Seer (arXiv 2511.14617), Figure 11", "as the row below; Seer's grouped speculation alone on veRL, played "
-            "by das with its switch learned per batch size from the cost model (sd=learned: Seer decides a draft "
-            "length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
-            SEER_SD_THROUGHPUT, "held out", alone["throughput"], [synth, sd_cmd], alone,
-            why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify (the history model is "
-                           f"fitted to Seer's figures, this workload's among them) but speculates in only "
-                           f"{f['sd_share']:.0%} of the engines' time, where the switch learned from the cost model "
-                           f"finds a verify pays at {f['per_engine']:,} requests an engine only once few are left")),
-        Row("Seer (arXiv 2511.14617), Figure 8", setup, "veRL's rollout of an iteration, s", SEER_VERL_ROLLOUT_S,
+        Row("Seer (arXiv 2511.14617v3), Figure 8", setup, "veRL's rollout of an iteration, s", SEER_VERL_ROLLOUT_S,
             "held out", lfs["rollout_s"], [synth, cmd], lfs, policy="verl",
             why=lambda f: (f"Seer's veRL rollout takes {SEER_VERL_ROLLOUT_S / f['rollout_s']:.1f}x the simulated one, "
                            f"whose engines idle {f['base_idle']:.0%} of the run where Seer's idle {SEER_VERL_IDLE:.0%} "
@@ -489,11 +483,24 @@ def seer_rows(runs: Runs) -> list[Row]:
                            f"but played with vLLM's admission and recompute preemption the same engines finish "
                            f"sooner, and neither a heavier tail nor H800's NVLink closes the gap "
                            f"(docs/investigations/preemption.md)")),
-        Row("Seer (arXiv 2511.14617), Figure 10, \"Oracle\"", "as the row above; every output length known in "
+        Row("Seer (arXiv 2511.14617v3), Table 1", "as the row above; the table does not name the system it timed: "
+            "veRL, Seer's baseline, assumed", "rollout's share of an iteration", SEER_PHASES["rollout"], "held out",
+            lfs["base_rollout_share"], [synth, cmd], lfs, policy="verl",
+            why=lambda f: (f"The simulated iteration spends {f['rollout_s']:.0f} s in rollout, {f['reward_s']:.0f} s "
+                           f"in log-probs and reward and {f['train_s']:.0f} s in training")),
+        Row("Seer (arXiv 2511.14617v3), Table 1", "as the row above", "the weight update's share of an iteration",
+            SEER_PHASES["weight update"], "held out", lfs["sync_share"], [synth, cmd], lfs, policy="verl",
+            why=lambda f: (f"The simulated weight update takes {f['sync_s']:.1f} s an iteration: the model's bytes over "
+                           f"the interconnect and a fixed second (the cost model's sync_fixed_s), where Seer's "
+                           f"{SEER_PHASES['weight update']:.0%} of an iteration of about "
+                           f"{SEER_VERL_ROLLOUT_S / SEER_PHASES['rollout']:,.0f} s is about "
+                           f"{SEER_VERL_ROLLOUT_S / SEER_PHASES['rollout'] * SEER_PHASES['weight update']:,.0f} s; "
+                           f"the simulator has no model of a checkpoint's conversion or reload")),
+        Row("Seer (arXiv 2511.14617v3), Figure 10, \"Oracle\"", "as the row above; every output length known in "
             "advance and the longest first: longest-first with its oracle predictor (on Seer's divided rollout, "
             "which the simulator has no counterpart of)", "rollout throughput over veRL", SEER_ORACLE_LFS,
             "held out", lfs["throughput"], [synth, cmd], lfs, policy="longest-first"),
-        Row("Seer (arXiv 2511.14617), Table 4, \"+ Grouped SD\" (the whole system)", f"as the row above; played by "
+        Row("Seer (arXiv 2511.14617v3), Table 4, \"+ Grouped SD\" (the whole system)", f"as the row above; played by "
             f"longest-first with its oracle predictor (Seer's context-aware scheduling reaches {SEER_SCHEDULED}x "
             f"where the oracle reaches {SEER_ORACLE_LFS}x, Figure 10) + das (drafts from the group's responses)",
             "rollout throughput over veRL", SEER_WHOLE, "held out", whole["throughput"], [synth, cmd], whole,
@@ -503,6 +510,14 @@ def seer_rows(runs: Runs) -> list[Row]:
                            f"{f['sd_share']:.1%} of the engines' time; Seer's grouped speculation decides by a "
                            f"profiled cost model at every batch size (its Algorithm 1) and adds "
                            f"{SEER_WHOLE / SEER_SCHEDULED - 1:.0%} to its scheduling (Table 4)")),
+        Row("Seer (arXiv 2511.14617v3), Figure 11", "Table 3's task as in the Figure 8 row above; Seer's grouped "
+            "speculation alone on veRL, played by das with its switch learned per batch size from the cost model (sd=learned: Seer decides a draft "
+            "length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
+            SEER_SD_THROUGHPUT, "held out", alone["throughput"], [synth, sd_cmd], alone,
+            why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify (the history model is "
+                           f"fitted to Seer's figures, this workload's among them) but speculates in only "
+                           f"{f['sd_share']:.0%} of the engines' time, where the switch learned from the cost model "
+                           f"finds a verify pays at {f['per_engine']:,} requests an engine only once few are left")),
     ]
 
 

@@ -15,8 +15,9 @@ costs a prefill of what the admitted requests bring):
   trace knows), what tltsim.sim.schedule does: it never runs out, so it never preempts;
 - preempt: a request is admitted when the cache holds its prompt (and what it had generated, if it was preempted)
   with 1% of the cache to spare, as vLLM admits (its watermark), and not in an iteration that had to preempt; when
-  the running requests' next tokens no longer fit, the one admitted last is preempted, its cache freed, and it waits at the head of the queue to be prefilled again with everything it had
-  generated (vLLM's recompute preemption).
+  the running requests' next tokens no longer fit, the one admitted last is preempted, its cache freed, and it
+  waits at the head of the queue to be prefilled again with everything it had generated (vLLM's recompute
+  preemption).
 Printed: per rule the step's rollout (its slowest engine), the engines' mean, the preemptions and the tokens
 prefilled again; beside them the simulator's own step (verl) as a check of the reserve loop, and the simulator's step
 with the two other setup details that could lengthen it: a heavier tail at the same mean (sigma 1.5) and H800's

@@ -2,7 +2,7 @@
 
     python docs/investigations/suffix_acceptance.py | tee docs/investigations/suffix_acceptance.txt
 
-(suffix_acceptance.md reads its output.) Seer (arXiv 2511.14617, section 4.4.2, Figure 11) gives the mean acceptance
+(suffix_acceptance.md reads its output.) Seer (arXiv 2511.14617v3, section 4.4.2, Figure 11) gives the mean acceptance
 length tau (tokens a verify, the bonus token included) of suffix drafting during a rollout iteration on veRL:
 SuffixDecoding without group context (a chain of up to 16) on Moonlight, and Seer's grouped suffix trees (a chain
 of up to 8) on Moonlight, Qwen2-VL-72B and Kimi-K2; Table 3 gives each workload's requests, group size, cap and mean

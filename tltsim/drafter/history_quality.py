@@ -24,7 +24,7 @@ off, so a saturating curve's limit is not determined by the data (fitted, one ru
 beyond the data); the cap keeps the line from promising more than was measured.
 
 The constants come from two fits. Q_PROMPT and PER_SIBLING are fitted to published acceptance of suffix
-drafting on RL rollouts of reasoning models on GPUs (`SEER_TAU`: Seer, arXiv 2511.14617, Figure 11, with Table 3's
+drafting on RL rollouts of reasoning models on GPUs (`SEER_TAU`: Seer, arXiv 2511.14617v3, Figure 11, with Table 3's
 workloads): Q_PROMPT to SuffixDecoding without group context, PER_SIBLING by least squares to Seer's grouped suffix
 trees on three workloads, each figure the iteration's tokens a verify (`iteration_tau`) with every group in flight
 together (`fit_published`; `docs/investigations/suffix_acceptance.py` prints each figure beside the model).
@@ -77,7 +77,7 @@ ROWS = Path(__file__).resolve().parent / "data" / "history_rows.jsonl"  # packag
 
 
 class SeerFigure(NamedTuple):
-    """One of Seer's (arXiv 2511.14617) Figure 11 acceptance lengths, beside its Table 3 workload."""
+    """One of Seer's (arXiv 2511.14617v3) Figure 11 acceptance lengths, beside its Table 3 workload."""
 
     workload: str
     requests: int  # responses an iteration
