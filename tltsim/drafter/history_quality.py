@@ -36,8 +36,7 @@ in a later step (G earlier responses, then j finished). Each row's tokens per ca
 acceptance model (`invert_quality`), and the model is fitted to those q by least squares, each row weighted by its
 target calls (a row without a count weighs 1). Those rows, SmolLM2-135M's 32-token answers to one word problem,
 give a lower line than the reasoning rollouts do (suffix_acceptance.md sets the two side by side). The rows ship
-with tltsim as package data,
-tltsim/drafter/data/history_rows.jsonl (its provenance: tltsim/drafter/data/README.md);
+with tltsim as package data, tltsim/drafter/data/history_rows.jsonl (its provenance: tltsim/drafter/data/README.md);
 `docs/investigations/history_model_fit.py` refits and prints them beside the model
 (docs/design.md#history-drafting-in-the-simulator).
 
