@@ -77,6 +77,7 @@ SEER_ORACLE_LFS = 1.63
 SEER_SCHEDULED = 1.56  # Figure 10 and Table 4: divided rollout and context-aware scheduling, before grouped speculation
 SEER_WHOLE = 2.04
 SEER_SD_THROUGHPUT = 1.38
+SEER_OVER_PARTIAL = 1.43  # section 4.4.3, Figure 12a: Seer's throughput over Partial Rollout (APRIL's 2x over-issue)
 SEER_ITERATIONS = 5  # section 4.1, Metrics: the average rollout throughput across 5 iterations
 SEER_PHASES = {"rollout": 0.63, "weight update": 0.06}  # Table 1, Qwen2-VL-72B: shares of an iteration (training 31%)
 RHYMERL_SPEEDUP = 2.6  # RhymeRL (arXiv 2508.18588v1) abstract: "a 2.6x performance improvement"
@@ -447,12 +448,16 @@ def seer_rows(runs: Runs) -> list[Row]:
                               group=task.group, max_len=task.cap, params=(f"median={median}", f"sigma={MATH_SIGMA}"))
     gpus, tp = 128, 8
     common = dict(model="qwen2-72b", gpus=gpus, tp=tp, steps=str(SEER_ITERATIONS))
-    got, cmd = runs.compare("seer", trace, "verl,longest-first,longest-first+das", knobs=("predictor=oracle",),
-                            **common)
+    got, cmd = runs.compare("seer", trace, "verl,longest-first,longest-first+das,partial",
+                            knobs=("predictor=oracle",), **common)
     verl = got["verl"]
     lfs, whole = measured(verl, got["longest-first"]), measured(verl, got["longest-first+das"])
     for f, name in ((lfs, "longest-first"), (whole, "longest-first+das")):
         f["throughput"] = rollout_tokens_per_s(got[name]) / rollout_tokens_per_s(verl)
+    partial = measured(verl, got["partial"])
+    partial.update(throughput=rollout_tokens_per_s(got["partial"]) / rollout_tokens_per_s(verl),
+                   whole=whole["throughput"])
+    partial["over_partial"] = partial["whole"] / partial["throughput"]
     setup = (f"Qwen2-VL-72B (its language model, the qwen2-72b preset; the vision encoder left out), {gpus} H800 (the "
              f"h100 preset) at TP {tp}, {task.requests:,} requests an iteration in groups of {task.group}, cap "
              f"{task.cap:,}, mean {task.mean:,} tokens (Table 3), the mean of {SEER_ITERATIONS} iterations as Seer "
@@ -504,12 +509,21 @@ def seer_rows(runs: Runs) -> list[Row]:
             f"longest-first with its oracle predictor (Seer's context-aware scheduling reaches {SEER_SCHEDULED}x "
             f"where the oracle reaches {SEER_ORACLE_LFS}x, Figure 10) + das (drafts from the group's responses)",
             "rollout throughput over veRL", SEER_WHOLE, "held out", whole["throughput"], [synth, cmd], whole,
+            policy="longest-first+das",
             why=lambda f: (f"With every length known the placement leaves veRL's engines' idle share of "
                            f"{f['base_idle']:.0%} at {f['pol_idle']:.1%}, so an engine's batch reaches das's "
                            f"switch (32 running) only in its last moments and history drafting speculates in "
                            f"{f['sd_share']:.1%} of the engines' time; Seer's grouped speculation decides by a "
                            f"profiled cost model at every batch size (its Algorithm 1) and adds "
                            f"{SEER_WHOLE / SEER_SCHEDULED - 1:.0%} to its scheduling (Table 4)")),
+        Row("Seer (arXiv 2511.14617v3), section 4.4.3, Figure 12a", "as the row above; Partial Rollout as APRIL "
+            "runs it (twice the requests issued, the rest resumed next iteration): partial at its ratio 2",
+            "Seer's rollout throughput over Partial Rollout's", SEER_OVER_PARTIAL, "held out",
+            partial["over_partial"], [synth, cmd], partial, policy="partial",
+            why=lambda f: (f"Simulated partial rollout runs {f['throughput']:.2f}x veRL's throughput, where Seer's own "
+                           f"figures put Partial Rollout at {SEER_WHOLE / SEER_OVER_PARTIAL:.2f}x (its "
+                           f"{SEER_WHOLE}x over veRL, Table 4, over its {SEER_OVER_PARTIAL}x over Partial Rollout): "
+                           f"the miss is mostly the row above's, the simulated Seer at {f['whole']:.2f}x")),
         Row("Seer (arXiv 2511.14617v3), Figure 11", "Table 3's task as in the Figure 8 row above; Seer's grouped "
             "speculation alone on veRL, played by das with its switch learned per batch size from the cost model (sd=learned: Seer decides a draft "
             "length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
