@@ -356,19 +356,20 @@ def other_rows(runs: Runs) -> list[Row]:
                     why=amdahl_why("longest-first + das", lambda f: (
                         f"history drafting, on only once a batch is down to 32, speculates in {f['sd_share']:.0%} of "
                         f"the engines' time at {f['accepted']:.2f} tokens a verify"))))
-    hs_trace, hs_synth = runs.synth("histospec", "dapo", steps=2, prompts=256, group=16, max_len=8192)
-    got, cmd = runs.compare("histospec", hs_trace, "verl,das", model="qwen3-14b", gpus=32, tp=2, steps="2",
+    prompts, group, gpus, tp = 256, 16, 32, 2
+    hs_trace, hs_synth = runs.synth("histospec", "dapo", steps=2, prompts=prompts, group=group, max_len=8192)
+    got, cmd = runs.compare("histospec", hs_trace, "verl,das", model="qwen3-14b", gpus=gpus, tp=tp, steps="2",
                             knobs=("history_repeats=true", "sd=always"))
     f = measured(got["verl"], got["das"])
-    f["best_step"] = max(per_step_rollout("histospec", "verl") / per_step_rollout("histospec", "das"))
-    f["per_engine"] = 256 * 16 // (32 // 2)
+    f["best_step"] = max(step_column("histospec", "verl", "rollout_s") / step_column("histospec", "das", "rollout_s"))
+    f["per_engine"] = prompts * group // (gpus // tp)
     rows.append(Row("RhymeRL's HistoSpec recipe for verl (github.com/He-Jingkai/verl), its README",
                     "Qwen3-14B-Base (the qwen3-14b preset), DAPO, temperature 1, responses up to 8k, 32 H100, 256 "
                     "prompts x 16; assumed: rollout TP 2 (not given), the dapo family's lengths (DAPO text rollouts) "
                     "capped at 8k, two steps as two epochs of the same prompts (history_repeats: the second drafts "
                     "from the first's responses too), speculation at every batch size (sd=always: the recipe has no "
-                    "switch); the better of its two steps", "rollout speedup of history drafting (\"up to 2.1x\" over models and "
-                    "phases)",
+                    "switch); the better of its two steps",
+                    "rollout speedup of history drafting (\"up to 2.1x\" over models and phases)",
                     HISTOSPEC_ROLLOUT, "held out", f["best_step"], [hs_synth, cmd], f,
                     why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify here (the model "
                                    f"fitted to Seer's grouped suffix trees; a group of 16 in flight already brings a "
@@ -380,19 +381,17 @@ def other_rows(runs: Runs) -> list[Row]:
     return rows
 
 
-def per_step_rollout(name: str, policy: str):
-    """A run's rollout seconds, step by step (its steps.parquet)."""
+def step_column(name: str, policy: str, column: str):
+    """One column of a run's steps.parquet, step by step."""
     import pandas as pd
 
-    return pd.read_parquet(ROOT / OUT / name / policy / "steps.parquet")["rollout_s"].to_numpy()
+    return pd.read_parquet(ROOT / OUT / name / policy / "steps.parquet")[column].to_numpy()
 
 
 def steady_step_s(name: str, policy: str, summary: dict) -> float:
-    """The mean step of a run's second half (its steps.parquet): a run of thousands of steps pays an asynchronous
-    pipeline's filling once, where the makespan of a short one pays it in full."""
-    import pandas as pd
-
-    t = pd.read_parquet(ROOT / OUT / name / policy / "steps.parquet")["t_start"].to_numpy()
+    """The mean step of a run's second half: a run of thousands of steps pays an asynchronous pipeline's filling
+    once, where the makespan of a short one pays it in full."""
+    t = step_column(name, policy, "t_start")
     k = len(t) // 2
     return (summary["makespan_s"] - t[k]) / (len(t) - k)
 
@@ -525,8 +524,8 @@ def seer_rows(runs: Runs) -> list[Row]:
                            f"{SEER_WHOLE}x over veRL, Table 4, over its {SEER_OVER_PARTIAL}x over Partial Rollout): "
                            f"the miss is mostly the row above's, the simulated Seer at {f['whole']:.2f}x")),
         Row("Seer (arXiv 2511.14617v3), Figure 11", "Table 3's task as in the Figure 8 row above; Seer's grouped "
-            "speculation alone on veRL, played by das with its switch learned per batch size from the cost model (sd=learned: Seer decides a draft "
-            "length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
+            "speculation alone on veRL, played by das with its switch learned per batch size from the cost model "
+            "(sd=learned: Seer decides a draft length per batch size by a profiled cost model, its Algorithm 1)", "rollout throughput over veRL",
             SEER_SD_THROUGHPUT, "held out", alone["throughput"], [synth, sd_cmd], alone,
             why=lambda f: (f"History drafting accepts {f['accepted']:.2f} tokens a verify (the history model is "
                            f"fitted to Seer's figures, this workload's among them) but speculates in only "

@@ -54,6 +54,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
@@ -161,8 +162,17 @@ def seer_trace(figure: SeerFigure, steps: int = 1):
 
 def seer_tau(model: HistoryQuality, figure: SeerFigure) -> float:
     """The model's tokens a verify on a Seer figure's workload, its first iteration (`iteration_tau`)."""
+    return iteration_tau(model, *_seer_iteration(figure), figure.chain, figure.grouped)
+
+
+@lru_cache(maxsize=None)
+def _seer_iteration(figure: SeerFigure) -> tuple[np.ndarray, np.ndarray]:
+    """Each response's group and length in the first iteration of `seer_trace(figure)`, drawn once (a fit evaluates
+    the same workloads many times), read-only."""
     df = seer_trace(figure).df
-    return iteration_tau(model, df["prompt_id"], df["response_len"], figure.chain, figure.grouped)
+    group, lengths = df["prompt_id"].to_numpy(), df["response_len"].to_numpy()
+    group.flags.writeable = lengths.flags.writeable = False
+    return group, lengths
 
 
 def fit_published(figures=SEER_TAU) -> HistoryQuality:

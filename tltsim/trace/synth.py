@@ -63,9 +63,8 @@ def lognormal_median(mean: float, cap: int, sigma: float) -> int:
     """The "lognormal" family's `median` whose draws, capped at `cap`, have `mean` tokens on average (a source that
     gives a mean length and a cap, not a median); TltsimError where no median does (a mean at or past the cap)."""
     from scipy.optimize import brentq
-    from scipy.stats import norm
 
-    z = norm.ppf((0.5 + np.arange(20000)) / 20000)  # the standard normal's quantiles
+    z = ndtri((0.5 + np.arange(20000)) / 20000)  # the standard normal's quantiles
 
     def capped_mean(median: float) -> float:
         return float(np.minimum(median * np.exp(sigma * z), cap).mean())
